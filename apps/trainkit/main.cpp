@@ -1,0 +1,78 @@
+// trainkit: the command-line front end. Subcommands: train.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "trainkit/compat.h"
+#include "trainkit/data/idx.h"
+#include "trainkit/train/checkpoint.h"
+#include "trainkit/train/config.h"
+#include "trainkit/train/job.h"
+#include "trainkit/version.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+
+int run_train(const trainkit::train::TrainJobOptions& options) {
+  try {
+    trainkit::train::run_train_job(options);
+    return 0;
+  } catch (const trainkit::train::ConfigError& e) {
+    spdlog::error("config: {}", e.what());
+    return kExitUsage;
+  } catch (const trainkit::train::UsageError& e) {
+    spdlog::error("{}", e.what());
+    return kExitUsage;
+  } catch (const trainkit::data::DataError& e) {
+    spdlog::error("data: {}", e.what());
+  } catch (const trainkit::train::CheckpointError& e) {
+    spdlog::error("checkpoint: {}", e.what());
+  } catch (const c10::Error& e) {
+    spdlog::error("{}", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+  }
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"trainkit " TRAINKIT_VERSION ": training techniques for LibTorch " +
+               trainkit::compat::torch_version()};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+
+  trainkit::train::TrainJobOptions train_options;
+  bool list_keys = false;
+  auto* train = app.add_subcommand("train", "Train a model on Fashion-MNIST from a TOML config");
+  train->add_option("--config", train_options.config_path, "TOML config file (e.g. configs/fashion_mnist.toml)");
+  train->add_option("--set", train_options.overrides, "Override one key: section.key=value (repeatable)");
+  train->add_option("--out", train_options.out_dir, "Run directory (default runs/<config>-<time>)");
+  train->add_option("--resume", train_options.resume,
+                    "auto (newest good checkpoint in --out) or a checkpoint file");
+  train->add_flag("--list-keys", list_keys, "Print every config key as a Markdown table and exit");
+  train->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+
+  if (train->parsed()) {
+    if (list_keys) {
+      std::cout << trainkit::train::config_keys_markdown();
+      return 0;
+    }
+    if (train_options.config_path.empty()) {
+      std::cerr << "train: --config is required\nRun with --help for more information.\n";
+      return kExitUsage;
+    }
+    return run_train(train_options);
+  }
+  return 0;
+}

@@ -1,0 +1,59 @@
+#pragma once
+/// @file
+/// A loader over preloaded tensors: one shuffled index per epoch, batches are `index_select` slices.
+/// Far faster than `torch::data` + `Stack` for data sets that fit in memory.
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+#include <torch/arg.h>
+
+namespace trainkit::data {
+
+/// Options of a TensorLoader.
+struct TensorLoaderOptions {
+  /// Samples per batch.
+  TORCH_ARG(int64_t, batch_size) = 64;
+  /// Reshuffle every epoch (deterministically from `seed` and the epoch number).
+  TORCH_ARG(bool, shuffle) = true;
+  /// Drop the last incomplete batch.
+  TORCH_ARG(bool, drop_last) = false;
+  /// Seed of the per-epoch permutation: epoch e uses seed + e, so any epoch can be replayed.
+  TORCH_ARG(uint64_t, seed) = 0;
+};
+
+/// One batch: inputs and targets.
+struct Batch {
+  at::Tensor input;   ///< [B, ...]
+  at::Tensor target;  ///< [B]
+};
+
+/// Iterates preloaded tensors in batches. The order of epoch e depends only on (seed, e), never on a
+/// global generator, so a run resumed at (epoch, batch) sees exactly the batches it would have seen.
+class TensorLoader {
+ public:
+  /// `inputs` and `targets` share their first dimension; both stay on their device.
+  TensorLoader(at::Tensor inputs, at::Tensor targets, TensorLoaderOptions options = {});
+
+  /// Selects the permutation of `epoch` (call before iterating an epoch).
+  void set_epoch(int64_t epoch);
+  /// The epoch last selected with set_epoch.
+  int64_t epoch() const { return epoch_; }
+  /// Batch `index` (0-based) of the current epoch.
+  Batch batch(int64_t index) const;
+  /// Number of batches per epoch.
+  int64_t num_batches() const;
+  /// Number of samples.
+  int64_t size() const { return inputs_.size(0); }
+  /// The options given at construction.
+  const TensorLoaderOptions& options() const { return options_; }
+
+ private:
+  at::Tensor inputs_;
+  at::Tensor targets_;
+  TensorLoaderOptions options_;
+  int64_t epoch_ = 0;
+  at::Tensor order_;  // int64 permutation of the current epoch, undefined when not shuffling
+};
+
+}  // namespace trainkit::data

@@ -1,0 +1,38 @@
+#pragma once
+/// @file
+/// Metrics files: the same rows as CSV (`metrics.csv`) and JSON Lines (`metrics.jsonl`).
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+namespace trainkit::log {
+
+/// One row of training metrics. Optional fields are empty in CSV and absent in JSONL.
+struct MetricRow {
+  std::string kind;  ///< "train" (every N steps), "epoch" (end of an epoch) or "test"
+  int64_t step = 0;
+  int64_t epoch = 0;
+  std::optional<double> loss;
+  std::optional<double> lr;
+  std::optional<double> samples_per_second;
+  std::optional<double> val_loss;
+  std::optional<double> val_accuracy;
+};
+
+/// Appends MetricRows to `DIR/metrics.csv` and `DIR/metrics.jsonl`, flushing each row so that a
+/// killed run keeps every row written before it died.
+class MetricsWriter {
+ public:
+  /// Opens (appending, when `append`) both files in `dir`; writes the CSV header to a new file.
+  MetricsWriter(const std::string& dir, bool append);
+  /// Writes one row to both files.
+  void write(const MetricRow& row);
+
+ private:
+  std::ofstream csv_;
+  std::ofstream jsonl_;
+};
+
+}  // namespace trainkit::log

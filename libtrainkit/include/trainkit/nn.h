@@ -1,0 +1,4 @@
+#pragma once
+/// @file
+/// Reference models.
+#include "trainkit/nn/models.h"

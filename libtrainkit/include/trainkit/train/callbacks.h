@@ -1,0 +1,69 @@
+#pragma once
+/// @file
+/// Ready-made Trainer hooks: metrics files + console output, and periodic checkpoints.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+
+#include "trainkit/log/metrics.h"
+#include "trainkit/log/progress.h"
+#include "trainkit/train/checkpoint.h"
+#include "trainkit/train/trainer.h"
+
+namespace trainkit::train {
+
+/// Every `every_steps` steps: one "train" metrics row (mean loss over the interval, LR of group 0,
+/// samples/s) and a console line, or a progress bar redrawn each step when `bar`. At each epoch end: an
+/// "epoch" row with validation loss and accuracy. Reads the loss from the device only at those points.
+class LoggingCallback : public Callback {
+ public:
+  /// `metrics` may be null (console only).
+  LoggingCallback(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar);
+  void on_train_begin(Trainer& trainer) override;
+  bool on_step_end(Trainer& trainer, const StepEvent& event) override;
+  bool on_epoch_end(Trainer& trainer, const EpochEvent& event) override;
+  void on_train_end(Trainer& trainer) override;
+
+  /// Samples trained and seconds spent in steps (evaluation excluded) since on_train_begin.
+  int64_t samples_trained() const { return total_samples_; }
+  /// See samples_trained().
+  double train_seconds() const { return total_seconds_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::shared_ptr<log::MetricsWriter> metrics_;
+  int64_t every_steps_;
+  bool bar_;
+  log::ProgressBar progress_;
+  at::Tensor interval_loss_;
+  int64_t interval_steps_ = 0;
+  int64_t interval_samples_ = 0;
+  double interval_seconds_ = 0;
+  int64_t total_samples_ = 0;
+  double total_seconds_ = 0;
+  double last_loss_ = 0;
+  double last_rate_ = 0;
+  Clock::time_point last_;
+};
+
+/// Saves the Trainer through a CheckpointManager every `every_steps` steps (0 = never mid-epoch), at each
+/// epoch end, and when training ends (unless that step is already saved).
+class CheckpointCallback : public Callback {
+ public:
+  CheckpointCallback(std::shared_ptr<CheckpointManager> manager, int64_t every_steps);
+  void on_train_begin(Trainer& trainer) override;
+  bool on_step_end(Trainer& trainer, const StepEvent& event) override;
+  bool on_epoch_end(Trainer& trainer, const EpochEvent& event) override;
+  void on_train_end(Trainer& trainer) override;
+
+ private:
+  void save(Trainer& trainer);
+  std::shared_ptr<CheckpointManager> manager_;
+  int64_t every_steps_;
+  int64_t last_saved_step_ = -1;
+};
+
+}  // namespace trainkit::train

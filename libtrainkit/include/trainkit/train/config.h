@@ -1,0 +1,99 @@
+#pragma once
+/// @file
+/// The TOML configuration of `trainkit train`: typed, validated, every key documented in one table.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace trainkit::train {
+
+/// A configuration problem: unknown key, wrong type or out-of-range value. what() names the source
+/// (file or `--set`), the key and what was expected. `trainkit` exits with code 2 on it.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// `[data]`: where the data set is and how it is split.
+struct DataConfig {
+  std::string dir = "/usr/share/datasets/fashion-mnist";
+  int64_t val_size = 5000;
+  int64_t limit_train = 0;
+  int64_t limit_test = 0;
+};
+
+/// `[model]`: the network trained.
+struct ModelConfig {
+  std::string name = "cnn";
+  std::vector<int64_t> channels{32, 64};
+  int64_t hidden = 128;
+  double dropout = 0.25;
+  bool batch_norm = true;
+};
+
+/// `[optimizer]`: PyTorch's argument names; unset arguments take the optimizer's own default.
+struct OptimizerConfig {
+  std::string name = "adam";
+  std::optional<double> lr;
+  std::optional<std::array<double, 2>> betas;
+  std::optional<double> eps;
+  std::optional<double> weight_decay;
+  std::optional<bool> amsgrad;
+  std::optional<double> momentum;
+  std::optional<double> dampening;
+  std::optional<bool> nesterov;
+};
+
+/// `[train]`: the loop.
+struct LoopConfig {
+  int64_t epochs = 12;
+  int64_t batch_size = 128;
+  int64_t eval_batch_size = 1000;
+  int64_t seed = 0;
+  int64_t max_steps = 0;
+  int64_t threads = 0;
+  std::string device = "cpu";
+};
+
+/// `[checkpoint]`: when checkpoints are written and how many are kept.
+struct CheckpointConfig {
+  int64_t every_steps = 0;
+  int64_t keep_last = 3;
+};
+
+/// `[log]`: console and metrics files.
+struct LogConfig {
+  int64_t every_steps = 100;
+  std::string progress = "auto";
+};
+
+/// The whole configuration; default-constructed it is the documented defaults.
+struct TrainConfig {
+  DataConfig data;
+  ModelConfig model;
+  OptimizerConfig optimizer;
+  LoopConfig train;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+};
+
+/// Parses `path` and then applies `overrides` (each `section.key=value`, value in TOML syntax or a
+/// bare string), validating every key; fills unset optimizer arguments with the optimizer's defaults.
+/// Throws ConfigError naming the file or override, the key and what was expected.
+TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// Same as load_config, from TOML text; `source` names it in errors.
+TrainConfig parse_config(const std::string& toml_text, const std::string& source,
+                         const std::vector<std::string>& overrides = {});
+
+/// The configuration as TOML text that parse_config reads back to the same values.
+std::string to_toml(const TrainConfig& config);
+
+/// A Markdown table of every key: `key | type | default | meaning`.
+std::string config_keys_markdown();
+
+}  // namespace trainkit::train

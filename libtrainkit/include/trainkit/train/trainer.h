@@ -1,0 +1,144 @@
+#pragma once
+/// @file
+/// A small, explicit training loop with hooks. It hides nothing that a hand-written LibTorch loop needs:
+/// train_step() is forward → loss → backward → optimizer step, and every technique trainkit adds stays
+/// usable without the Trainer.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include "trainkit/data/tensor_loader.h"
+
+namespace trainkit::train {
+
+/// Where training stands; all of it is saved in checkpoints.
+struct TrainerState {
+  int64_t epoch = 0;  ///< current epoch (0-based)
+  int64_t batch = 0;  ///< next batch of the current epoch
+  int64_t step = 0;   ///< optimizer steps taken
+  /// Sum of (mean batch loss × batch size) over the current epoch so far, and its sample count; kept in
+  /// the state so that an epoch resumed mid-way reports the same training loss.
+  at::Tensor epoch_loss_sum;
+  int64_t epoch_samples = 0;
+};
+
+/// Loss and accuracy of an evaluation pass.
+struct EvalResult {
+  double loss = 0;      ///< mean loss per sample
+  double accuracy = 0;  ///< fraction of argmax predictions equal to the target
+  int64_t samples = 0;
+};
+
+/// Passed to Callback::on_step_end after each optimizer step.
+struct StepEvent {
+  int64_t epoch;
+  int64_t batch;        ///< index of the batch just trained
+  int64_t num_batches;  ///< batches in this epoch
+  int64_t step;         ///< steps taken so far (this one included)
+  int64_t samples;      ///< samples in the batch
+  at::Tensor loss;      ///< detached mean loss of the batch (reading it syncs the device)
+};
+
+/// Passed to Callback::on_epoch_end when an epoch's last batch is done.
+struct EpochEvent {
+  int64_t epoch;                   ///< the epoch that ended (0-based)
+  int64_t step;                    ///< steps taken so far
+  double train_loss;               ///< mean training loss over the epoch
+  std::optional<EvalResult> val;   ///< validation result, when a validation loader was given
+};
+
+class Trainer;
+
+/// Training-loop hooks; return true from on_step_end/on_epoch_end to stop training.
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  /// Before the first step of fit().
+  virtual void on_train_begin(Trainer& trainer) {}
+  /// After each optimizer step.
+  virtual bool on_step_end(Trainer& trainer, const StepEvent& event) { return false; }
+  /// After each complete epoch (and its validation); the state already points at the next epoch.
+  virtual bool on_epoch_end(Trainer& trainer, const EpochEvent& event) { return false; }
+  /// When fit() returns, whether it finished or was stopped.
+  virtual void on_train_end(Trainer& trainer) {}
+};
+
+/// Options of a Trainer.
+struct TrainerOptions {
+  /// Epochs to train (fit() continues from the current state up to this many).
+  TORCH_ARG(int64_t, epochs) = 1;
+  /// Stop after this many optimizer steps in total (0 = no limit).
+  TORCH_ARG(int64_t, max_steps) = 0;
+};
+
+/// Trains a model with any torch::optim::Optimizer over TensorLoaders, calling Callbacks.
+class Trainer {
+ public:
+  /// Maps a batch's input to the model output.
+  using ForwardFn = std::function<at::Tensor(const at::Tensor&)>;
+  /// Maps (output, target) to a scalar mean loss.
+  using LossFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+
+  /// `module` owns the parameters (saved in checkpoints); `forward` runs it. The loss defaults to
+  /// cross-entropy.
+  Trainer(std::shared_ptr<torch::nn::Module> module, ForwardFn forward, torch::optim::Optimizer& optimizer,
+          TrainerOptions options = {});
+
+  /// Convenience for module holders with a `forward(Tensor)` (torch::nn::Sequential, Linear, ...).
+  template <class Holder>
+  Trainer(Holder model, torch::optim::Optimizer& optimizer, TrainerOptions options = {})
+      : Trainer(model.ptr(), [model](const at::Tensor& x) mutable { return model->forward(x); }, optimizer,
+                options) {}
+
+  /// Replaces the loss function.
+  void set_loss(LossFn loss) { loss_ = std::move(loss); }
+  /// Adds a hook; hooks run in the order added.
+  void add_callback(std::shared_ptr<Callback> callback) { callbacks_.push_back(std::move(callback)); }
+
+  /// One step on one batch: zero_grad, forward, loss, backward, optimizer step. Returns the detached
+  /// loss (no host sync). Does not touch the TrainerState.
+  at::Tensor train_step(const data::Batch& batch);
+  /// Mean loss and accuracy over every batch of `loader` in eval mode without gradients.
+  EvalResult evaluate(const data::TensorLoader& loader);
+  /// Trains from the current state until `epochs` or `max_steps`, or until a hook stops it.
+  /// `val` (optional) is evaluated after every epoch.
+  void fit(data::TensorLoader& train, const data::TensorLoader* val = nullptr);
+  /// Asks fit() to stop after the current step.
+  void request_stop() { stop_ = true; }
+
+  /// Writes model parameters and buffers, optimizer state, TrainerState and the CPU RNG state.
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// Restores everything save() wrote.
+  void load(torch::serialize::InputArchive& archive);
+
+  /// Where training stands.
+  const TrainerState& state() const { return state_; }
+  /// The options (mutable, e.g. to extend `epochs` on resume).
+  TrainerOptions& options() { return options_; }
+  /// The trained module.
+  torch::nn::Module& module() { return *module_; }
+  /// The optimizer.
+  torch::optim::Optimizer& optimizer() { return optimizer_; }
+
+ private:
+  std::shared_ptr<torch::nn::Module> module_;
+  ForwardFn forward_;
+  torch::optim::Optimizer& optimizer_;
+  TrainerOptions options_;
+  LossFn loss_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  TrainerState state_;
+  bool stop_ = false;
+};
+
+}  // namespace trainkit::train

@@ -1,0 +1,9 @@
+#pragma once
+/// @file
+/// Umbrella header: everything in trainkit.
+#include "trainkit/compat.h"
+#include "trainkit/data.h"
+#include "trainkit/log.h"
+#include "trainkit/nn.h"
+#include "trainkit/train.h"
+#include "trainkit/version.h"

@@ -1,0 +1,125 @@
+#include "trainkit/train/callbacks.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+namespace trainkit::train {
+namespace {
+
+double lr_of(Trainer& trainer) {
+  const auto& groups = trainer.optimizer().param_groups();
+  return groups.empty() ? 0.0 : groups.front().options().get_lr();
+}
+
+}  // namespace
+
+LoggingCallback::LoggingCallback(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar)
+    : metrics_(std::move(metrics)), every_steps_(every_steps), bar_(bar) {
+  TORCH_CHECK(every_steps_ >= 1, "LoggingCallback: invalid every_steps: ", every_steps_);
+}
+
+void LoggingCallback::on_train_begin(Trainer&) {
+  interval_loss_ = torch::zeros({}, torch::kFloat64);
+  interval_steps_ = interval_samples_ = 0;
+  interval_seconds_ = 0;
+  last_ = Clock::now();
+}
+
+bool LoggingCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
+  const auto now = Clock::now();
+  const double dt = std::chrono::duration<double>(now - last_).count();
+  interval_seconds_ += dt;
+  total_seconds_ += dt;
+  interval_loss_ += event.loss.to(torch::kCPU, torch::kFloat64);
+  ++interval_steps_;
+  interval_samples_ += event.samples;
+  total_samples_ += event.samples;
+  if (event.step % every_steps_ == 0) {
+    last_loss_ = interval_loss_.item<double>() / static_cast<double>(interval_steps_);
+    last_rate_ = interval_seconds_ > 0 ? static_cast<double>(interval_samples_) / interval_seconds_ : 0.0;
+    if (metrics_) {
+      log::MetricRow row;
+      row.kind = "train";
+      row.step = event.step;
+      row.epoch = event.epoch;
+      row.loss = last_loss_;
+      row.lr = lr_of(trainer);
+      row.samples_per_second = last_rate_;
+      metrics_->write(row);
+    }
+    if (!bar_) {
+      spdlog::info("epoch {} step {} batch {}/{} loss {:.4f} lr {:.3g} {:.0f} samples/s", event.epoch + 1,
+                   event.step, event.batch + 1, event.num_batches, last_loss_, lr_of(trainer), last_rate_);
+    }
+    interval_loss_.zero_();
+    interval_steps_ = interval_samples_ = 0;
+    interval_seconds_ = 0;
+  }
+  if (bar_) {
+    progress_.update(fmt::format("epoch {}/{}", event.epoch + 1, trainer.options().epochs()), event.batch + 1,
+                     event.num_batches, fmt::format("loss {:.4f} {:.0f} samples/s", last_loss_, last_rate_));
+  }
+  last_ = Clock::now();
+  return false;
+}
+
+bool LoggingCallback::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
+  progress_.finish();
+  log::MetricRow row;
+  row.kind = "epoch";
+  row.step = event.step;
+  row.epoch = event.epoch;
+  row.loss = event.train_loss;
+  row.lr = lr_of(trainer);
+  if (event.val) {
+    row.val_loss = event.val->loss;
+    row.val_accuracy = event.val->accuracy;
+    spdlog::info("epoch {} done: train loss {:.4f}, val loss {:.4f}, val accuracy {:.4f}", event.epoch + 1,
+                 event.train_loss, event.val->loss, event.val->accuracy);
+  } else {
+    spdlog::info("epoch {} done: train loss {:.4f}", event.epoch + 1, event.train_loss);
+  }
+  if (metrics_) {
+    metrics_->write(row);
+  }
+  last_ = Clock::now();  // evaluation time is not training time
+  return false;
+}
+
+void LoggingCallback::on_train_end(Trainer&) { progress_.finish(); }
+
+CheckpointCallback::CheckpointCallback(std::shared_ptr<CheckpointManager> manager, int64_t every_steps)
+    : manager_(std::move(manager)), every_steps_(every_steps) {}
+
+void CheckpointCallback::save(Trainer& trainer) {
+  torch::serialize::OutputArchive archive;
+  trainer.save(archive);
+  const std::string path = manager_->save(trainer.state().step, archive);
+  last_saved_step_ = trainer.state().step;
+  spdlog::debug("saved checkpoint {}", path);
+}
+
+void CheckpointCallback::on_train_begin(Trainer& trainer) { last_saved_step_ = trainer.state().step; }
+
+bool CheckpointCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
+  // The last batch of an epoch is saved by on_epoch_end, after validation, pointing at the next epoch.
+  const bool last_of_epoch = event.batch + 1 == event.num_batches;
+  if (every_steps_ > 0 && event.step % every_steps_ == 0 && !last_of_epoch) {
+    save(trainer);
+  }
+  return false;
+}
+
+bool CheckpointCallback::on_epoch_end(Trainer& trainer, const EpochEvent&) {
+  save(trainer);
+  return false;
+}
+
+void CheckpointCallback::on_train_end(Trainer& trainer) {
+  if (trainer.state().step != last_saved_step_) {
+    save(trainer);
+  }
+}
+
+}  // namespace trainkit::train

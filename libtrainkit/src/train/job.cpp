@@ -1,0 +1,231 @@
+#include "trainkit/train/job.h"
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "trainkit/compat.h"
+#include "trainkit/data/idx.h"
+#include "trainkit/data/tensor_loader.h"
+#include "trainkit/log/metrics.h"
+#include "trainkit/log/progress.h"
+#include "trainkit/nn/models.h"
+#include "trainkit/train/callbacks.h"
+#include "trainkit/train/checkpoint.h"
+#include "trainkit/train/config.h"
+#include "trainkit/train/trainer.h"
+
+namespace trainkit::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string default_run_dir(const std::string& config_path) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  return (fs::path("runs") / fmt::format("{}-{}", fs::path(config_path).stem().string(), stamp)).string();
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& o,
+                                                        const std::vector<at::Tensor>& params) {
+  if (o.name == "adam") {
+    return std::make_unique<torch::optim::Adam>(
+        params, torch::optim::AdamOptions(*o.lr)
+                    .betas({(*o.betas)[0], (*o.betas)[1]})
+                    .eps(*o.eps)
+                    .weight_decay(*o.weight_decay)
+                    .amsgrad(*o.amsgrad));
+  }
+  if (o.name == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(*o.lr)
+                    .betas({(*o.betas)[0], (*o.betas)[1]})
+                    .eps(*o.eps)
+                    .weight_decay(*o.weight_decay)
+                    .amsgrad(*o.amsgrad));
+  }
+  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(*o.lr)
+                                                         .momentum(*o.momentum)
+                                                         .dampening(*o.dampening)
+                                                         .weight_decay(*o.weight_decay)
+                                                         .nesterov(*o.nesterov));
+}
+
+torch::nn::Sequential make_model(const ModelConfig& m) {
+  if (m.name == "mlp") {
+    return nn::make_mlp(nn::MlpOptions().hidden({m.hidden}).dropout(m.dropout));
+  }
+  return nn::make_cnn(
+      nn::CnnOptions().channels(m.channels).hidden(m.hidden).dropout(m.dropout).batch_norm(m.batch_norm));
+}
+
+/// Where the run goes and which checkpoint it resumes from; checks everything before anything is written.
+struct RunPlan {
+  std::string dir;
+  std::string resume_from;  // empty: fresh run
+};
+
+RunPlan plan_run(const TrainJobOptions& options) {
+  RunPlan plan;
+  if (options.resume.empty() || options.resume == "auto") {
+    plan.dir = options.out_dir.empty() ? default_run_dir(options.config_path) : options.out_dir;
+  } else {
+    if (!fs::is_regular_file(options.resume)) {
+      throw UsageError(fmt::format("--resume {}: no such checkpoint file", options.resume));
+    }
+    const fs::path ckpt_dir = fs::path(options.resume).parent_path();
+    plan.dir = options.out_dir.empty() ? (ckpt_dir.has_parent_path() ? ckpt_dir.parent_path().string() : ".")
+                                       : options.out_dir;
+    plan.resume_from = options.resume;
+  }
+  const CheckpointManager manager((fs::path(plan.dir) / "checkpoints").string(), 1);
+  const auto existing = manager.list();
+  if (options.resume == "auto") {
+    if (options.out_dir.empty()) {
+      throw UsageError("--resume auto needs --out DIR (the run directory to continue)");
+    }
+  } else if (options.resume.empty() && !existing.empty()) {
+    throw UsageError(fmt::format("{} already holds a run ({} checkpoints); pass --resume auto to continue it "
+                                 "or choose another --out",
+                                 plan.dir, existing.size()));
+  }
+  return plan;
+}
+
+data::ImageSet slice(const data::ImageSet& s, int64_t start, int64_t len) {
+  return {s.images.narrow(0, start, len), s.labels.narrow(0, start, len)};
+}
+
+}  // namespace
+
+TrainJobResult run_train_job(const TrainJobOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const TrainConfig config = load_config(options.config_path, options.overrides);
+  const RunPlan plan = plan_run(options);
+
+  torch::Device device(torch::kCPU);
+  if (config.train.device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      throw ConfigError(fmt::format("{}: train.device = \"cuda\" but no CUDA device is available",
+                                    options.config_path));
+    }
+    device = torch::Device(torch::kCUDA);
+  }
+  if (config.train.threads > 0) {
+    torch::set_num_threads(static_cast<int>(config.train.threads));
+  }
+
+  const data::ImageSet full_train = data::load_mnist_split(config.data.dir, true, config.data.limit_train);
+  const data::ImageSet test = data::load_mnist_split(config.data.dir, false, config.data.limit_test);
+  const int64_t n_all = full_train.images.size(0);
+  if (config.data.val_size >= n_all) {
+    throw ConfigError(fmt::format("{}: data.val_size ({}) must be smaller than the {} training examples",
+                                  options.config_path, config.data.val_size, n_all));
+  }
+  const int64_t n_train = n_all - config.data.val_size;
+  const auto to_device = [&device](const data::ImageSet& s) {
+    return data::ImageSet{s.images.to(device), s.labels.to(device)};
+  };
+  const data::ImageSet train_set = to_device(slice(full_train, 0, n_train));
+  data::TensorLoader train_loader(train_set.images, train_set.labels,
+                                  data::TensorLoaderOptions()
+                                      .batch_size(config.train.batch_size)
+                                      .shuffle(true)
+                                      .seed(static_cast<uint64_t>(config.train.seed)));
+  std::unique_ptr<data::TensorLoader> val_loader;
+  if (config.data.val_size > 0) {
+    const data::ImageSet val_set = to_device(slice(full_train, n_train, config.data.val_size));
+    val_loader = std::make_unique<data::TensorLoader>(
+        val_set.images, val_set.labels,
+        data::TensorLoaderOptions().batch_size(config.train.eval_batch_size).shuffle(false));
+  }
+  const data::ImageSet test_set = to_device(test);
+  const data::TensorLoader test_loader(test_set.images, test_set.labels,
+                                       data::TensorLoaderOptions().batch_size(config.train.eval_batch_size).shuffle(false));
+
+  torch::manual_seed(static_cast<uint64_t>(config.train.seed));
+  torch::nn::Sequential model = make_model(config.model);
+  model->to(device);
+  const auto optimizer = make_optimizer(config.optimizer, model->parameters());
+  Trainer trainer(model, *optimizer,
+                  TrainerOptions().epochs(config.train.epochs).max_steps(config.train.max_steps));
+
+  auto manager = std::make_shared<CheckpointManager>((fs::path(plan.dir) / "checkpoints").string(),
+                                                     config.checkpoint.keep_last);
+  bool resumed = false;
+  const auto restore = [&trainer, &resumed](const std::string& path, torch::serialize::InputArchive& archive) {
+    try {
+      trainer.load(archive);
+    } catch (const c10::Error& e) {
+      throw CheckpointError(fmt::format("{}: does not match this config's model or optimizer: {}", path,
+                                        e.what_without_backtrace()));
+    }
+    resumed = true;
+    spdlog::info("resumed from {} at epoch {}, step {}", path, trainer.state().epoch + 1, trainer.state().step);
+  };
+  if (!plan.resume_from.empty()) {
+    torch::serialize::InputArchive archive;
+    load_checkpoint(plan.resume_from, archive);
+    restore(plan.resume_from, archive);
+  } else if (options.resume == "auto") {
+    torch::serialize::InputArchive archive;
+    if (const auto path = manager->load_latest(archive)) {
+      restore(*path, archive);
+    } else {
+      spdlog::info("--resume auto: no usable checkpoint in {}, starting fresh", manager->dir());
+    }
+  }
+
+  fs::create_directories(plan.dir);
+  write_file_atomic((fs::path(plan.dir) / "config.toml").string(), to_toml(config));
+  auto metrics = std::make_shared<log::MetricsWriter>(plan.dir, resumed);
+  const bool bar = config.log.progress == "bar" || (config.log.progress == "auto" && log::is_terminal(stderr));
+  auto logging = std::make_shared<LoggingCallback>(metrics, config.log.every_steps, bar);
+  trainer.add_callback(logging);
+  trainer.add_callback(std::make_shared<CheckpointCallback>(manager, config.checkpoint.every_steps));
+
+  spdlog::info("training {} on {} ({} train, {} val, {} test examples) with {}, run directory {}",
+               config.model.name, device.str(), n_train, config.data.val_size, test_set.images.size(0),
+               config.optimizer.name, plan.dir);
+  trainer.fit(train_loader, val_loader.get());
+
+  const EvalResult test_result = trainer.evaluate(test_loader);
+  TrainJobResult result;
+  result.run_dir = plan.dir;
+  result.test_accuracy = test_result.accuracy;
+  result.test_loss = test_result.loss;
+  result.epochs = trainer.state().epoch;
+  result.steps = trainer.state().step;
+  result.finished = trainer.state().epoch >= config.train.epochs;
+  result.train_samples_per_second =
+      logging->train_seconds() > 0 ? static_cast<double>(logging->samples_trained()) / logging->train_seconds() : 0.0;
+  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+
+  log::MetricRow row;
+  row.kind = "test";
+  row.step = result.steps;
+  row.epoch = result.epochs;
+  row.val_loss = result.test_loss;
+  row.val_accuracy = result.test_accuracy;
+  metrics->write(row);
+  write_file_atomic((fs::path(plan.dir) / "summary.json").string(),
+                    fmt::format("{{\n  \"test_accuracy\": {:.6f},\n  \"test_loss\": {:.6f},\n  \"epochs\": {},\n"
+                                "  \"steps\": {},\n  \"finished\": {},\n  \"wall_seconds\": {:.3f},\n"
+                                "  \"train_samples_per_second\": {:.1f},\n  \"torch_version\": \"{}\"\n}}\n",
+                                result.test_accuracy, result.test_loss, result.epochs, result.steps,
+                                result.finished ? "true" : "false", result.wall_seconds,
+                                result.train_samples_per_second, compat::torch_version()));
+  spdlog::info("test accuracy {:.4f}, test loss {:.4f} after {} epochs ({} steps) in {:.1f} s; {}",
+               result.test_accuracy, result.test_loss, result.epochs, result.steps, result.wall_seconds,
+               plan.dir);
+  return result;
+}
+
+}  // namespace trainkit::train

@@ -1,0 +1,145 @@
+#include "trainkit/train/trainer.h"
+
+#include <torch/torch.h>
+
+namespace trainkit::train {
+
+Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
+                 torch::optim::Optimizer& optimizer, TrainerOptions options)
+    : module_(std::move(module)),
+      forward_(std::move(forward)),
+      optimizer_(optimizer),
+      options_(options),
+      loss_([](const at::Tensor& out, const at::Tensor& target) {
+        return torch::nn::functional::cross_entropy(out, target);
+      }) {
+  TORCH_CHECK(module_ != nullptr, "Trainer: module must not be null");
+  TORCH_CHECK(options_.epochs() >= 1, "Trainer: invalid epochs: ", options_.epochs());
+  TORCH_CHECK(options_.max_steps() >= 0, "Trainer: invalid max_steps: ", options_.max_steps());
+  state_.epoch_loss_sum = torch::zeros({}, torch::kFloat64);
+}
+
+at::Tensor Trainer::train_step(const data::Batch& batch) {
+  optimizer_.zero_grad();
+  const at::Tensor output = forward_(batch.input);
+  at::Tensor loss = loss_(output, batch.target);
+  loss.backward();
+  optimizer_.step();
+  return loss.detach();
+}
+
+EvalResult Trainer::evaluate(const data::TensorLoader& loader) {
+  const bool was_training = module_->is_training();
+  module_->eval();
+  torch::NoGradGuard no_grad;
+  at::Tensor loss_sum = torch::zeros({}, torch::kFloat64);
+  at::Tensor correct = torch::zeros({}, torch::kInt64);
+  int64_t samples = 0;
+  for (int64_t i = 0; i < loader.num_batches(); ++i) {
+    const data::Batch b = loader.batch(i);
+    const at::Tensor out = forward_(b.input);
+    const int64_t n = b.target.size(0);
+    loss_sum += loss_(out, b.target).to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
+    correct += out.argmax(1).eq(b.target).sum().to(torch::kCPU);
+    samples += n;
+  }
+  module_->train(was_training);
+  EvalResult r;
+  r.samples = samples;
+  if (samples > 0) {
+    r.loss = loss_sum.item<double>() / static_cast<double>(samples);
+    r.accuracy = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(samples);
+  }
+  return r;
+}
+
+void Trainer::fit(data::TensorLoader& train, const data::TensorLoader* val) {
+  stop_ = false;
+  module_->train();
+  for (auto& cb : callbacks_) {
+    cb->on_train_begin(*this);
+  }
+  const auto reached_max = [this] { return options_.max_steps() > 0 && state_.step >= options_.max_steps(); };
+  stop_ = stop_ || reached_max();
+  while (state_.epoch < options_.epochs() && !stop_) {
+    train.set_epoch(state_.epoch);
+    const int64_t num_batches = train.num_batches();
+    while (state_.batch < num_batches && !stop_) {
+      const data::Batch batch = train.batch(state_.batch);
+      const at::Tensor loss = train_step(batch);
+      const int64_t n = batch.target.size(0);
+      state_.epoch_loss_sum += loss.to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
+      state_.epoch_samples += n;
+      ++state_.step;
+      const StepEvent event{state_.epoch, state_.batch, num_batches, state_.step, n, loss};
+      ++state_.batch;
+      for (auto& cb : callbacks_) {
+        stop_ = cb->on_step_end(*this, event) || stop_;
+      }
+      stop_ = stop_ || reached_max();
+    }
+    if (state_.batch < num_batches) {
+      break;  // stopped mid-epoch
+    }
+    EpochEvent event{state_.epoch, state_.step, 0.0, std::nullopt};
+    if (state_.epoch_samples > 0) {
+      event.train_loss = state_.epoch_loss_sum.item<double>() / static_cast<double>(state_.epoch_samples);
+    }
+    if (val != nullptr) {
+      event.val = evaluate(*val);
+    }
+    ++state_.epoch;
+    state_.batch = 0;
+    state_.epoch_loss_sum = torch::zeros({}, torch::kFloat64);
+    state_.epoch_samples = 0;
+    for (auto& cb : callbacks_) {
+      stop_ = cb->on_epoch_end(*this, event) || stop_;
+    }
+  }
+  for (auto& cb : callbacks_) {
+    cb->on_train_end(*this);
+  }
+}
+
+void Trainer::save(torch::serialize::OutputArchive& archive) const {
+  torch::serialize::OutputArchive model_archive;
+  module_->save(model_archive);
+  archive.write("model", model_archive);
+  torch::serialize::OutputArchive optim_archive;
+  optimizer_.save(optim_archive);
+  archive.write("optimizer", optim_archive);
+  archive.write("trainer/epoch", torch::tensor(state_.epoch));
+  archive.write("trainer/batch", torch::tensor(state_.batch));
+  archive.write("trainer/step", torch::tensor(state_.step));
+  archive.write("trainer/epoch_loss_sum", state_.epoch_loss_sum);
+  archive.write("trainer/epoch_samples", torch::tensor(state_.epoch_samples));
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  archive.write("rng/cpu", gen.get_state());
+}
+
+void Trainer::load(torch::serialize::InputArchive& archive) {
+  torch::serialize::InputArchive model_archive;
+  archive.read("model", model_archive);
+  module_->load(model_archive);
+  torch::serialize::InputArchive optim_archive;
+  archive.read("optimizer", optim_archive);
+  optimizer_.load(optim_archive);
+  const auto read_int = [&archive](const char* key) {
+    at::Tensor t;
+    archive.read(key, t);
+    return t.item<int64_t>();
+  };
+  state_.epoch = read_int("trainer/epoch");
+  state_.batch = read_int("trainer/batch");
+  state_.step = read_int("trainer/step");
+  state_.epoch_samples = read_int("trainer/epoch_samples");
+  archive.read("trainer/epoch_loss_sum", state_.epoch_loss_sum);
+  at::Tensor rng;
+  archive.read("rng/cpu", rng);
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(rng);
+}
+
+}  // namespace trainkit::train

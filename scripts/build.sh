@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Configures and builds trainkit against the LibTorch inside the project's virtual environment.
+# Usage: scripts/build.sh [BUILD_DIR] [extra cmake args...]   (BUILD_DIR defaults to build/)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build="${1:-$root/build}"
+shift || true
+venv="${TRAINKIT_VENV:-$root/.venv}"
+torch_prefix=$("$venv/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)")
+
+cuda_args=()
+# The wheel's LibTorch is a CUDA build: its CMake config needs the CUDA toolkit even to build CPU code.
+if [ -z "${CUDAToolkit_ROOT:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
+  cuda_args+=(-DCUDAToolkit_ROOT=/usr/local/cuda -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+fi
+generator=()
+if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="${TRAINKIT_BUILD_TYPE:-Release}" \
+    -DCMAKE_PREFIX_PATH="$torch_prefix" "${cuda_args[@]}" "$@"
+fi
+cmake --build "$build" -j "${TRAINKIT_JOBS:-2}"

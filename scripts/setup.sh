@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs everything trainkit needs on Debian 12 (bookworm); idempotent: skips what is present.
+#   - Debian packages: build dependencies and the Fashion-MNIST data set.
+#   - A project-local virtual environment (.venv/) with the pinned `torch` wheel (LibTorch for the C++
+#     build; Python PyTorch as the test oracle and speed peer) and the test-only oracles.
+# Python is only used to regenerate golden files and to run benchmarks' peers, never at run time.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv="${TRAINKIT_VENV:-$root/.venv}"
+torch_version="2.15.0"
+python_oracles=(timm torch-lr-finder tensorboard)
+
+apt_packages=(build-essential cmake ninja-build ccache pkg-config
+              libfmt-dev libspdlog-dev catch2 libcli11-dev libtomlplusplus-dev
+              zlib1g-dev libpng-dev dataset-fashion-mnist python3-venv)
+
+missing=()
+for p in "${apt_packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: Debian packages present"
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating virtual environment $venv"
+  # Debian's python3 has the venv module through python3-venv; any python3 >= 3.10 works.
+  py=python3
+  if [ -x /usr/bin/python3 ]; then py=/usr/bin/python3; fi
+  "$py" -m venv "$venv"
+fi
+
+if ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
+  echo "setup: installing torch==$torch_version into $venv (a few GB, once)"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q "torch==$torch_version"
+else
+  echo "setup: torch $torch_version present"
+fi
+
+for pkg in "${python_oracles[@]}"; do
+  mod=${pkg//-/_}
+  if ! "$venv/bin/python" -c "import $mod" 2>/dev/null; then
+    echo "setup: installing $pkg"
+    # Naming the pinned torch beside the oracle keeps pip from replacing it.
+    "$venv/bin/python" -m pip install -q "$pkg" "torch==$torch_version"
+  fi
+done
+echo "setup: done"

@@ -1,0 +1,45 @@
+#pragma once
+// Helpers shared by trainkit's tests.
+
+#define TOML_HEADER_ONLY 1
+#include <toml++/toml.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+namespace trainkit::test {
+
+/// A fresh directory under the system temp dir, removed on destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag) {
+    std::random_device rd;
+    path_ = std::filesystem::temp_directory_path() / ("trainkit-test-" + tag + "-" + std::to_string(rd()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string str(const std::string& child = "") const { return (path_ / child).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// Path of a file in the source tree.
+inline std::string source_path(const std::string& rel) { return std::string(TRAINKIT_SOURCE_DIR) + "/" + rel; }
+
+/// A golden TOML file from tests/golden/.
+inline toml::table golden(const std::string& name) { return toml::parse_file(source_path("tests/golden/" + name)); }
+
+/// The directory with Debian's Fashion-MNIST files (installed by scripts/setup.sh).
+inline std::string fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }
+
+}  // namespace trainkit::test

@@ -1,0 +1,131 @@
+// Checkpoint files: round trip, every kind of damage detected and named, atomic replacement under an
+// injected failure, pruning to the last K and falling back to the newest good file.
+#include <filesystem>
+#include <fstream>
+
+#include <torch/torch.h>
+
+#include "support.h"
+#include "trainkit/train/checkpoint.h"
+
+using namespace trainkit::train;
+using trainkit::test::TempDir;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+torch::serialize::OutputArchive archive_with(double value) {
+  torch::serialize::OutputArchive a;
+  a.write("x", torch::full({3}, value, torch::kFloat64));
+  return a;
+}
+
+double value_in(torch::serialize::InputArchive& a) {
+  at::Tensor x;
+  a.read("x", x);
+  return x[0].item<double>();
+}
+
+double load_value(const std::string& path) {
+  torch::serialize::InputArchive a;
+  load_checkpoint(path, a);
+  return value_in(a);
+}
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint files round-trip and reject damage by name", "[train][checkpoint]") {
+  TempDir tmp("ckpt");
+  const std::string path = tmp.str("a.tkpt");
+  auto out = archive_with(2.5);
+  save_checkpoint(path, out);
+  CHECK(load_value(path) == 2.5);
+  const std::string good = bytes_of(path);
+
+  SECTION("truncated") {
+    write_bytes(path, good.substr(0, good.size() - 7));
+    CHECK_THROWS_WITH(load_value(path), Contains(path) && Contains("truncated"));
+    write_bytes(path, good.substr(0, 10));
+    CHECK_THROWS_WITH(load_value(path), Contains(path) && Contains("truncated"));
+  }
+  SECTION("corrupted payload byte") {
+    std::string bad = good;
+    bad[bad.size() - 20] = static_cast<char>(bad[bad.size() - 20] ^ 0x01);
+    write_bytes(path, bad);
+    CHECK_THROWS_WITH(load_value(path), Contains(path) && Contains("CRC"));
+  }
+  SECTION("not a checkpoint") {
+    write_bytes(path, std::string(100, 'z'));
+    CHECK_THROWS_WITH(load_value(path), Contains(path) && Contains("bad magic"));
+  }
+  SECTION("newer format version") {
+    std::string bad = good;
+    bad[8] = 99;
+    write_bytes(path, bad);
+    CHECK_THROWS_WITH(load_value(path), Contains(path) && Contains("format version 99"));
+  }
+  SECTION("missing") {
+    CHECK_THROWS_WITH(load_value(tmp.str("none.tkpt")), Contains("none.tkpt"));
+  }
+}
+
+TEST_CASE("a failure between write and rename leaves the previous checkpoint intact", "[train][checkpoint]") {
+  TempDir tmp("atomic");
+  CheckpointManager manager(tmp.str("ckpts"), 3);
+  auto first = archive_with(1.0);
+  const std::string p1 = manager.save(1, first);
+
+  // Overwriting the same file: the failure must leave the old bytes.
+  manager.set_before_rename([] { throw std::runtime_error("injected crash before rename"); });
+  auto second = archive_with(2.0);
+  CHECK_THROWS_WITH(save_checkpoint(p1, second, [] { throw std::runtime_error("injected"); }), "injected");
+  CHECK(load_value(p1) == 1.0);
+  // A new step: no file appears, no temporary file is left behind.
+  CHECK_THROWS_WITH(manager.save(2, second), Contains("injected crash"));
+  CHECK(manager.list() == std::vector<std::string>{p1});
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(tmp.str("ckpts"))) {
+    ++entries;
+  }
+  CHECK(entries == 1);
+  torch::serialize::InputArchive latest;
+  CHECK(manager.load_latest(latest) == p1);
+  CHECK(value_in(latest) == 1.0);
+
+  manager.set_before_rename({});
+  CHECK(load_value(manager.save(2, second)) == 2.0);
+}
+
+TEST_CASE("the manager keeps the last K and falls back to the newest good one", "[train][checkpoint]") {
+  TempDir tmp("keep");
+  CheckpointManager manager(tmp.str(), 2);
+  for (int step = 1; step <= 5; ++step) {
+    auto a = archive_with(step);
+    manager.save(step * 10, a);
+  }
+  const auto files = manager.list();
+  REQUIRE(files.size() == 2);
+  CHECK(fs::path(files[0]).filename() == "ckpt-000000040.tkpt");
+  CHECK(fs::path(files[1]).filename() == "ckpt-000000050.tkpt");
+
+  const std::string newest = bytes_of(files[1]);
+  write_bytes(files[1], newest.substr(0, newest.size() / 2));  // a crash mid-copy, say
+  torch::serialize::InputArchive a;
+  CHECK(manager.load_latest(a) == files[0]);
+  CHECK(value_in(a) == 4.0);
+
+  write_bytes(files[0], "garbage");
+  torch::serialize::InputArchive none;
+  CHECK_FALSE(manager.load_latest(none).has_value());
+  CHECK_THROWS_AS(CheckpointManager(tmp.str(), 0), std::invalid_argument);
+}

@@ -1,0 +1,161 @@
+// `trainkit train` as a process: exit codes and messages for bad input with nothing written, and a run
+// interrupted and resumed in a second process that ends bitwise equal to an uninterrupted one.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "state_compare.h"
+#include "support.h"
+#include "trainkit/nn/models.h"
+#include "trainkit/train/checkpoint.h"
+#include "trainkit/train/trainer.h"
+
+using trainkit::test::TempDir;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int code;
+  std::string output;
+};
+
+/// Runs the trainkit CLI with `args`, capturing stdout and stderr.
+Run trainkit_cli(const std::string& args, const TempDir& tmp) {
+  const std::string log = tmp.str("cli-output.txt");
+  const std::string cmd = std::string(TRAINKIT_CLI_PATH) + " " + args + " > " + log + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+}
+
+/// A config small enough for a test: 600 training examples, 10 batches per epoch, a tiny CNN.
+std::string tiny_config(const TempDir& tmp) {
+  const std::string path = tmp.str("tiny.toml");
+  std::ofstream(path) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n"
+                         "[model]\nchannels = [4, 8]\nhidden = 16\ndropout = 0.25\n"
+                         "[train]\nepochs = 3\nbatch_size = 50\nseed = 3\n"
+                         "[checkpoint]\nkeep_last = 2\n[log]\nevery_steps = 5\nprogress = \"lines\"\n";
+  return path;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// The rows of metrics.csv of one kind.
+std::vector<std::string> rows_of(const std::string& csv_path, const std::string& kind) {
+  std::ifstream in(csv_path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(kind + ",", 0) == 0) {
+      out.push_back(line);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("trainkit train rejects bad input with exit code 2 and writes nothing", "[cli][config]") {
+  TempDir tmp("cli-bad");
+  const std::string config = tiny_config(tmp);
+  const std::string out = tmp.str("run");
+
+  SECTION("unknown key in the file") {
+    const std::string bad = tmp.str("bad.toml");
+    std::ofstream(bad) << "[train]\nepochs = 2\nbatchsize = 64\n";
+    const Run r = trainkit_cli("train --config " + bad + " --out " + out, tmp);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.output, Contains("bad.toml") && Contains("train.batchsize"));
+  }
+  SECTION("wrong type through --set") {
+    const Run r = trainkit_cli("train --config " + config + " --out " + out + " --set train.epochs=two", tmp);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.output, Contains("train.epochs") && Contains("integer"));
+  }
+  SECTION("out of range") {
+    const Run r = trainkit_cli("train --config " + config + " --out " + out + " --set optimizer.lr=-1", tmp);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.output, Contains("optimizer.lr"));
+  }
+  SECTION("val_size larger than the data") {
+    const Run r = trainkit_cli("train --config " + config + " --out " + out + " --set data.val_size=600", tmp);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.output, Contains("data.val_size"));
+  }
+  SECTION("missing data files name the file, exit 1") {
+    const Run r = trainkit_cli("train --config " + config + " --out " + out + " --set data.dir=" + tmp.str("nodata"),
+                               tmp);
+    CHECK(r.code == 1);
+    CHECK_THAT(r.output, Contains(tmp.str("nodata")) && Contains("train-images-idx3-ubyte"));
+  }
+  CHECK_FALSE(fs::exists(out));
+}
+
+TEST_CASE("trainkit train resumes bitwise identically in a second process", "[cli][resume]") {
+  TempDir tmp("cli-resume");
+  const std::string config = tiny_config(tmp);
+  const std::string straight = tmp.str("straight");
+  const std::string split = tmp.str("split");
+
+  // 3 epochs × 10 batches = 30 steps, uninterrupted.
+  Run r = trainkit_cli("train --config " + config + " --out " + straight, tmp);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  // 13 steps (stops mid-epoch 2), then a new process resumes to the end.
+  r = trainkit_cli("train --config " + config + " --out " + split + " --set train.max_steps=13", tmp);
+  REQUIRE(r.code == 0);
+  REQUIRE(fs::exists(split + "/checkpoints/ckpt-000000013.tkpt"));
+
+  // Without --resume the existing run is refused and left alone.
+  const std::string before = read_file(split + "/checkpoints/ckpt-000000013.tkpt");
+  r = trainkit_cli("train --config " + config + " --out " + split, tmp);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.output, Contains("--resume"));
+  CHECK(read_file(split + "/checkpoints/ckpt-000000013.tkpt") == before);
+
+  r = trainkit_cli("train --config " + config + " --out " + split + " --resume auto", tmp);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.output, Contains("resumed from") && Contains("ckpt-000000013.tkpt"));
+
+  // Same final model, optimizer state and RNG position.
+  const auto load = [](const std::string& dir, torch::nn::Sequential& model, torch::optim::Adam& opt) {
+    trainkit::train::Trainer trainer(model, opt);
+    torch::serialize::InputArchive in;
+    trainkit::train::load_checkpoint(dir + "/checkpoints/ckpt-000000030.tkpt", in);
+    trainer.load(in);
+    return torch::rand({4});
+  };
+  auto make = [] { return trainkit::nn::make_cnn(trainkit::nn::CnnOptions().channels({4, 8}).hidden(16)); };
+  auto ma = make();
+  auto mb = make();
+  torch::optim::Adam oa(ma->parameters());
+  torch::optim::Adam ob(mb->parameters());
+  const at::Tensor ra = load(straight, ma, oa);
+  const at::Tensor rb = load(split, mb, ob);
+  trainkit::test::require_bitwise_equal_modules(*ma, *mb);
+  trainkit::test::require_bitwise_equal_adam(oa, *ma, ob, *mb);
+  CHECK(torch::equal(ra, rb));
+
+  // The epoch rows (train loss, validation) and the test result agree to the last printed digit.
+  CHECK(rows_of(straight + "/metrics.csv", "epoch") == rows_of(split + "/metrics.csv", "epoch"));
+  // (the interrupted process also evaluated on the test set at step 13; the final rows must agree)
+  CHECK(rows_of(straight + "/metrics.csv", "test").back() == rows_of(split + "/metrics.csv", "test").back());
+  const std::string summary = read_file(split + "/summary.json");
+  CHECK_THAT(summary, Contains("\"test_accuracy\"") && Contains("\"steps\": 30") && Contains("\"finished\": true"));
+  CHECK(fs::exists(split + "/config.toml"));
+  CHECK(fs::exists(split + "/metrics.jsonl"));
+  CHECK(trainkit::train::CheckpointManager(split + "/checkpoints", 2).list().size() == 2);  // keep_last
+}

@@ -1,0 +1,105 @@
+// The train config: every error names the source and the key; defaults come from one place; the
+// effective config round-trips; docs/config.md is the generated key table.
+#include <fstream>
+#include <sstream>
+
+#include "support.h"
+#include "trainkit/train/config.h"
+
+using trainkit::train::ConfigError;
+using trainkit::train::parse_config;
+using Catch::Matchers::Contains;
+
+TEST_CASE("an empty config is the documented defaults", "[train][config]") {
+  const auto c = parse_config("", "empty.toml");
+  CHECK(c.model.name == "cnn");
+  CHECK(c.train.batch_size == 128);
+  // unset optimizer arguments take LibTorch's defaults for the chosen optimizer
+  CHECK(*c.optimizer.lr == 1e-3);
+  CHECK((*c.optimizer.betas)[1] == 0.999);
+  CHECK(*c.optimizer.weight_decay == 0.0);
+  const auto w = parse_config("[optimizer]\nname = \"adamw\"\n", "w.toml");
+  CHECK(*w.optimizer.weight_decay == 0.01);  // AdamW's own default, as in PyTorch
+  CHECK_FALSE(w.optimizer.momentum.has_value());
+}
+
+TEST_CASE("config errors name the source, the key and what was expected", "[train][config]") {
+  SECTION("unknown key") {
+    CHECK_THROWS_WITH(parse_config("[optimizer]\nlrr = 0.1\n", "a.toml"),
+                      Contains("a.toml") && Contains("unknown key 'optimizer.lrr'") && Contains("line 2") &&
+                          Contains("lr"));
+  }
+  SECTION("unknown table") {
+    CHECK_THROWS_WITH(parse_config("[optimiser]\nlr = 0.1\n", "b.toml"),
+                      Contains("b.toml") && Contains("optimiser") && Contains("[optimizer]"));
+  }
+  SECTION("wrong type") {
+    CHECK_THROWS_WITH(parse_config("[train]\nbatch_size = \"big\"\n", "c.toml"),
+                      Contains("c.toml: train.batch_size") && Contains("integer") && Contains("big"));
+    CHECK_THROWS_WITH(parse_config("[model]\nbatch_norm = 1\n", "c.toml"),
+                      Contains("model.batch_norm") && Contains("true or false"));
+  }
+  SECTION("out of range") {
+    CHECK_THROWS_WITH(parse_config("[optimizer]\nlr = -0.1\n", "d.toml"),
+                      Contains("d.toml: optimizer.lr") && Contains("> 0") && Contains("-0.1"));
+    CHECK_THROWS_WITH(parse_config("[optimizer]\nbetas = [0.9, 1.0]\n", "d.toml"),
+                      Contains("optimizer.betas") && Contains("[0, 1)"));
+    CHECK_THROWS_WITH(parse_config("[model]\ndropout = 1.0\n", "d.toml"), Contains("model.dropout"));
+    CHECK_THROWS_WITH(parse_config("[train]\nepochs = 0\n", "d.toml"), Contains("train.epochs") && Contains(">= 1"));
+    CHECK_THROWS_WITH(parse_config("[model]\nname = \"resnet\"\n", "d.toml"),
+                      Contains("model.name") && Contains("\"cnn\""));
+  }
+  SECTION("arguments that do not apply to the optimizer") {
+    CHECK_THROWS_WITH(parse_config("[optimizer]\nmomentum = 0.9\n", "e.toml"),
+                      Contains("optimizer.momentum does not apply") && Contains("adam"));
+    CHECK_THROWS_WITH(parse_config("[optimizer]\nname = \"sgd\"\n", "e.toml"), Contains("optimizer.lr is required"));
+    CHECK_THROWS_WITH(parse_config("[optimizer]\nname = \"sgd\"\nlr = 0.1\nnesterov = true\n", "e.toml"),
+                      Contains("nesterov") && Contains("momentum > 0"));
+  }
+  SECTION("TOML syntax") {
+    CHECK_THROWS_WITH(parse_config("[train\nepochs = 1\n", "f.toml"), Contains("f.toml") && Contains("line 1"));
+  }
+  SECTION("missing file") {
+    CHECK_THROWS_WITH(trainkit::train::load_config("/nonexistent/x.toml"), Contains("/nonexistent/x.toml"));
+  }
+}
+
+TEST_CASE("overrides given with --set are typed and validated like the file", "[train][config]") {
+  const auto c = parse_config("[train]\nepochs = 3\n", "g.toml",
+                              {"train.epochs=5", "optimizer.name=sgd", "optimizer.lr=0.05", "model.channels=[8, 16]",
+                               "data.dir=/tmp/x y"});
+  CHECK(c.train.epochs == 5);
+  CHECK(c.optimizer.name == "sgd");
+  CHECK(*c.optimizer.lr == 0.05);
+  CHECK(*c.optimizer.momentum == 0.0);
+  CHECK(c.model.channels == std::vector<int64_t>{8, 16});
+  CHECK(c.data.dir == "/tmp/x y");
+  CHECK_THROWS_WITH(parse_config("", "g.toml", {"train.epoch=5"}),
+                    Contains("--set train.epoch=5") && Contains("unknown key"));
+  CHECK_THROWS_WITH(parse_config("", "g.toml", {"train.epochs=-1"}),
+                    Contains("--set train.epochs=-1") && Contains(">= 1"));
+  CHECK_THROWS_WITH(parse_config("", "g.toml", {"epochs"}), Contains("section.key=value"));
+}
+
+TEST_CASE("the effective config reads back to the same values", "[train][config]") {
+  const auto c = parse_config("", "h.toml",
+                              {"optimizer.name=adamw", "optimizer.lr=3e-4", "optimizer.betas=[0.8, 0.95]",
+                               "model.dropout=0", "train.device=cpu", "log.progress=lines"});
+  const std::string text = trainkit::train::to_toml(c);
+  const auto again = parse_config(text, "effective.toml");
+  CHECK(trainkit::train::to_toml(again) == text);
+  CHECK(*again.optimizer.lr == 3e-4);
+  CHECK((*again.optimizer.betas)[0] == 0.8);
+  CHECK(again.model.dropout == 0.0);
+  CHECK(text.find("momentum") == std::string::npos);  // sgd-only keys are left out for adamw
+}
+
+TEST_CASE("shipped configs parse and docs/config.md is the generated key table", "[train][config]") {
+  CHECK_NOTHROW(trainkit::train::load_config(trainkit::test::source_path("configs/fashion_mnist.toml")));
+  std::ifstream doc(trainkit::test::source_path("docs/config.md"));
+  REQUIRE(doc);
+  std::stringstream text;
+  text << doc.rdbuf();
+  INFO("regenerate the table with: trainkit train --list-keys");
+  CHECK_THAT(text.str(), Contains(trainkit::train::config_keys_markdown()));
+}
