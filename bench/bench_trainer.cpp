@@ -1,0 +1,133 @@
+// bench_trainer: training throughput of the same model, data, data order and optimizer three ways, side
+// by side in one run: a hand-written LibTorch loop, trainkit's Trainer, and Python PyTorch from the
+// project's virtual environment (scripts/bench_trainer_peer.py). Rounds alternate the variants so that
+// machine noise hits all of them alike; the table reports the median round of each.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "trainkit/data/idx.h"
+#include "trainkit/data/tensor_loader.h"
+#include "trainkit/nn/models.h"
+#include "trainkit/train/trainer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Setup {
+  torch::nn::Sequential model;
+  std::unique_ptr<torch::optim::Adam> optimizer;
+  Setup() {
+    torch::manual_seed(0);
+    model = trainkit::nn::make_cnn();
+    optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+  }
+};
+
+double hand_loop(trainkit::data::TensorLoader& loader, int64_t steps) {
+  Setup s;
+  s.model->train();
+  loader.set_epoch(0);
+  const auto start = Clock::now();
+  for (int64_t b = 0; b < steps; ++b) {
+    const auto batch = loader.batch(b % loader.num_batches());
+    s.optimizer->zero_grad();
+    const at::Tensor loss = torch::nn::functional::cross_entropy(s.model->forward(batch.input), batch.target);
+    loss.backward();
+    s.optimizer->step();
+  }
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double trainer_loop(trainkit::data::TensorLoader& loader, int64_t steps) {
+  Setup s;
+  trainkit::train::Trainer trainer(s.model, *s.optimizer, trainkit::train::TrainerOptions().max_steps(steps).epochs(1000));
+  const auto start = Clock::now();
+  trainer.fit(loader);
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// Runs the Python peer once; returns its seconds for `steps` steps (it times only its loop).
+double python_loop(const std::string& python, const std::string& data_dir, int64_t steps, int64_t batch) {
+  const std::string out = fmt::format("/tmp/trainkit-bench-peer-{}.txt", ::getpid());
+  const std::string cmd = fmt::format("{} {}/scripts/bench_trainer_peer.py --data-dir {} --steps {} --batch-size {} > {}",
+                                      python, TRAINKIT_SOURCE_DIR, data_dir, steps, batch, out);
+  if (std::system(cmd.c_str()) != 0) {
+    throw std::runtime_error("python peer failed: " + cmd);
+  }
+  std::ifstream in(out);
+  double seconds = -1;
+  in >> seconds;
+  std::remove(out.c_str());
+  if (seconds <= 0) {
+    throw std::runtime_error("python peer printed no time: " + cmd);
+  }
+  return seconds;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Trainer throughput vs a hand-written LibTorch loop vs Python PyTorch (same model, data, order)"};
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string python = std::string(TRAINKIT_SOURCE_DIR) + "/.venv/bin/python";
+  std::string json_path;
+  int64_t steps = 200;
+  int64_t batch = 128;
+  int rounds = 3;
+  bool no_python = false;
+  app.add_option("--data-dir", data_dir, "Fashion-MNIST directory")->capture_default_str();
+  app.add_option("--steps", steps, "Optimizer steps per measurement")->capture_default_str();
+  app.add_option("--batch-size", batch, "Batch size")->capture_default_str();
+  app.add_option("--rounds", rounds, "Alternating rounds; the median is reported")->capture_default_str();
+  app.add_option("--python", python, "Python with the pinned torch (the peer)")->capture_default_str();
+  app.add_flag("--no-python", no_python, "Skip the Python peer");
+  app.add_option("--json", json_path, "Also write the results as JSON to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  const auto train = trainkit::data::load_mnist_split(data_dir, true);
+  trainkit::data::TensorLoader loader(train.images, train.labels,
+                                      trainkit::data::TensorLoaderOptions().batch_size(batch).seed(0));
+  hand_loop(loader, 20);  // warm up allocator and oneDNN primitives
+
+  std::map<std::string, std::vector<double>> seconds;
+  for (int r = 0; r < rounds; ++r) {
+    seconds["hand-written LibTorch loop"].push_back(hand_loop(loader, steps));
+    seconds["trainkit Trainer"].push_back(trainer_loop(loader, steps));
+    if (!no_python) {
+      seconds["Python PyTorch (same wheel)"].push_back(python_loop(python, data_dir, steps, batch));
+    }
+  }
+  const double hand = median(seconds["hand-written LibTorch loop"]);
+  fmt::print("Fashion-MNIST CNN, Adam, batch {}, {} steps, {} threads, median of {} rounds\n", batch, steps,
+             torch::get_num_threads(), rounds);
+  fmt::print("{:<30} {:>10} {:>12} {:>16}\n", "variant", "seconds", "samples/s", "time / hand loop");
+  std::string json = "{";
+  for (const char* name : {"hand-written LibTorch loop", "trainkit Trainer", "Python PyTorch (same wheel)"}) {
+    if (seconds.count(name) == 0) {
+      continue;
+    }
+    const double s = median(seconds[name]);
+    const double rate = static_cast<double>(steps * batch) / s;
+    fmt::print("{:<30} {:>10.3f} {:>12.0f} {:>16.3f}\n", name, s, rate, s / hand);
+    json += fmt::format("{}\"{}\": {{\"seconds\": {:.4f}, \"samples_per_second\": {:.1f}, \"ratio_to_hand_loop\": {:.4f}}}",
+                        json.size() > 1 ? ", " : "", name, s, rate, s / hand);
+  }
+  json += "}\n";
+  if (!json_path.empty()) {
+    std::ofstream(json_path) << json;
+  }
+  return 0;
+}
