@@ -33,11 +33,17 @@ def make_cnn():
         nn.Linear(128, 10))
 
 
+def make_mlp():
+    # trainkit::nn::make_mlp() defaults: 784 -> 256 -> 10, no dropout
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--model", choices=("cnn", "mlp"), default="cnn")
     args = ap.parse_args()
 
     images = torch.from_numpy(read_idx(os.path.join(args.data_dir, "train-images-idx3-ubyte.gz")).copy())
@@ -60,11 +66,12 @@ def main():
             loss.backward()
             opt.step()
 
+    make = make_mlp if args.model == "mlp" else make_cnn
     torch.manual_seed(0)
-    warm = make_cnn()
+    warm = make()
     run(warm, torch.optim.Adam(warm.parameters(), lr=1e-3), 20)
     torch.manual_seed(0)
-    model = make_cnn()
+    model = make()
     # foreach=False: LibTorch's Adam is the per-parameter for-loop form; compare like with like.
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
     start = time.perf_counter()

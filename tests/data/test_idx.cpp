@@ -36,6 +36,11 @@ void write_gz(const std::string& path, const std::string& bytes) {
   gzclose(f);
 }
 
+std::string read_raw(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 void write_raw(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
@@ -126,16 +131,14 @@ TEST_CASE("damaged IDX files fail with the file and the problem named", "[data][
   }
   SECTION("truncated gzip file") {
     const std::string path = tmp.str("cut.gz");
-    std::ifstream in(trainkit::test::fashion_mnist_dir() + "/t10k-labels-idx1-ubyte.gz", std::ios::binary);
-    std::string gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string gz = read_raw(trainkit::test::fashion_mnist_dir() + "/t10k-labels-idx1-ubyte.gz");
     write_raw(path, gz.substr(0, gz.size() / 2));
     REQUIRE_THROWS_AS(read_idx(path), DataError);
     REQUIRE_THROWS_WITH(read_idx(path), Contains(path));
   }
   SECTION("corrupted gzip payload") {
     const std::string path = tmp.str("flip.gz");
-    std::ifstream in(trainkit::test::fashion_mnist_dir() + "/t10k-labels-idx1-ubyte.gz", std::ios::binary);
-    std::string gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string gz = read_raw(trainkit::test::fashion_mnist_dir() + "/t10k-labels-idx1-ubyte.gz");
     gz[gz.size() / 2] = static_cast<char>(gz[gz.size() / 2] ^ 0x55);
     write_raw(path, gz);
     REQUIRE_THROWS_WITH(read_idx(path), Contains(path));
