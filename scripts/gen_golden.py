@@ -7,6 +7,7 @@ Each output file starts with an @generated mark; never edit them by hand.
 """
 import argparse
 import gzip
+import math
 import os
 import struct
 import sys
@@ -76,6 +77,170 @@ def gen_data(data_dir, out_dir):
     write_toml(os.path.join(out_dir, "data.toml"), tables)
 
 
+# ---------------------------------------------------------------------------------------------------
+# LR schedulers: every case is a dict of PyTorch's argument names (the same TOML table the C++ factory
+# reads); Python's torch.optim.lr_scheduler runs it on an optimizer with two param groups.
+
+SCHED_CASES = [
+    ("StepLR", "sgd", 40, dict(type="StepLR", step_size=7, gamma=0.5)),
+    ("MultiStepLR repeated milestone", "sgd", 40, dict(type="MultiStepLR", milestones=[5, 12, 12, 30], gamma=0.3)),
+    ("ConstantLR", "sgd", 15, dict(type="ConstantLR", factor=0.25, total_iters=6)),
+    ("LinearLR defaults", "sgd", 12, dict(type="LinearLR")),
+    ("LinearLR warmup 20", "adam", 30, dict(type="LinearLR", start_factor=0.01, end_factor=1.0, total_iters=20)),
+    ("LinearLR decay", "sgd", 15, dict(type="LinearLR", start_factor=1.0, end_factor=0.1, total_iters=10)),
+    ("ExponentialLR", "sgd", 30, dict(type="ExponentialLR", gamma=0.93)),
+    ("PolynomialLR power 2", "sgd", 25, dict(type="PolynomialLR", total_iters=20, power=2.0)),
+    ("PolynomialLR power 0.5", "adam", 12, dict(type="PolynomialLR", total_iters=8, power=0.5)),
+    ("CosineAnnealingLR past T_max", "sgd", 45, dict(type="CosineAnnealingLR", T_max=10, eta_min=0.001)),
+    ("CosineAnnealingLR eta_min 0", "adam", 25, dict(type="CosineAnnealingLR", T_max=25)),
+    ("CosineAnnealingWarmRestarts T_mult 2", "sgd", 60,
+     dict(type="CosineAnnealingWarmRestarts", T_0=5, T_mult=2, eta_min=1e-4)),
+    ("CosineAnnealingWarmRestarts T_mult 1", "sgd", 30, dict(type="CosineAnnealingWarmRestarts", T_0=7)),
+    ("CyclicLR triangular", "sgd", 40,
+     dict(type="CyclicLR", base_lr=[0.001, 0.0001], max_lr=[0.1, 0.01], step_size_up=5)),
+    ("CyclicLR triangular2 asymmetric", "sgd", 50,
+     dict(type="CyclicLR", base_lr=[0.001, 0.0001], max_lr=[0.1, 0.01], step_size_up=4, step_size_down=6,
+          mode="triangular2")),
+    ("CyclicLR exp_range beta1", "adam", 50,
+     dict(type="CyclicLR", base_lr=[0.001, 0.0001], max_lr=[0.1, 0.01], step_size_up=5, mode="exp_range",
+          gamma=0.97, base_momentum=0.85, max_momentum=0.95)),
+    ("CyclicLR no momentum", "sgd", 20,
+     dict(type="CyclicLR", base_lr=0.01, max_lr=0.05, step_size_up=3, cycle_momentum=False)),
+    ("OneCycleLR cos", "sgd", 50, dict(type="OneCycleLR", max_lr=[0.5, 0.05], total_steps=50)),
+    ("OneCycleLR three_phase linear beta1", "adam", 40,
+     dict(type="OneCycleLR", max_lr=[0.5, 0.05], total_steps=40, three_phase=True, anneal_strategy="linear")),
+    ("OneCycleLR epochs", "sgd", 30,
+     dict(type="OneCycleLR", max_lr=0.3, epochs=3, steps_per_epoch=10, pct_start=0.25, div_factor=10.0,
+          final_div_factor=100.0, base_momentum=0.8, max_momentum=0.9)),
+    ("SequentialLR warmup then cosine", "sgd", 30,
+     dict(type="SequentialLR", milestones=[5],
+          schedulers=[dict(type="LinearLR", start_factor=0.1, end_factor=1.0, total_iters=5),
+                      dict(type="CosineAnnealingLR", T_max=20, eta_min=0.0)])),
+    ("SequentialLR three schedulers", "adam", 20,
+     dict(type="SequentialLR", milestones=[3, 10],
+          schedulers=[dict(type="ConstantLR", factor=0.5, total_iters=3), dict(type="ExponentialLR", gamma=0.9),
+                      dict(type="StepLR", step_size=4, gamma=0.5)])),
+    ("ChainedScheduler", "sgd", 15,
+     dict(type="ChainedScheduler",
+          schedulers=[dict(type="ConstantLR", factor=0.1, total_iters=2), dict(type="ExponentialLR", gamma=0.9)])),
+    ("WarmupCosine", "sgd", 60, dict(type="WarmupCosine", warmup_steps=10, total_steps=50, eta_min=1e-4)),
+    ("WarmupCosine warmup 0", "sgd", 35, dict(type="WarmupCosine", warmup_steps=0, total_steps=30)),
+    ("WarmupCosine start factor", "adam", 25,
+     dict(type="WarmupCosine", warmup_steps=5, total_steps=20, warmup_start_factor=0.1)),
+    ("ReduceLROnPlateau min rel", "sgd", 40, dict(type="ReduceLROnPlateau", patience=2, factor=0.5)),
+    ("ReduceLROnPlateau max abs cooldown", "adam", 40,
+     dict(type="ReduceLROnPlateau", mode="max", threshold_mode="abs", threshold=0.01, patience=1, cooldown=2,
+          factor=0.3, min_lr=[0.002, 0.0005])),
+]
+
+# Cases with Python callables; the C++ test builds the same functions by case name.
+LAMBDA_CASES = [
+    ("LambdaLR pow", "sgd", 20, "LambdaLR", [lambda e: 0.95 ** e, lambda e: 1.0 / (e + 1)]),
+    ("MultiplicativeLR", "sgd", 20, "MultiplicativeLR", [lambda e: 0.9, lambda e: 0.5 if e % 4 == 0 else 1.0]),
+]
+
+GROUP_LRS = (0.1, 0.01)
+
+
+def make_optimizer(kind):
+    p0 = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    p1 = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
+    groups = [{"params": [p0], "lr": GROUP_LRS[0]}, {"params": [p1], "lr": GROUP_LRS[1]}]
+    if kind == "sgd":
+        return torch.optim.SGD(groups, lr=GROUP_LRS[0], momentum=0.9)
+    return torch.optim.Adam(groups, lr=GROUP_LRS[0])
+
+
+def warmup_cosine_lambda(base, warmup_steps, total_steps, warmup_start_factor=0.0, eta_min=0.0):
+    def f(t):
+        if t < warmup_steps:
+            return warmup_start_factor + (1.0 - warmup_start_factor) * t / warmup_steps
+        if t <= total_steps:
+            progress = (t - warmup_steps) / (total_steps - warmup_steps)
+            return (eta_min + (base - eta_min) * (1 + math.cos(math.pi * progress)) / 2) / base
+        return eta_min / base
+    return f
+
+
+def build_scheduler(opt, spec):
+    args = {k: v for k, v in spec.items() if k != "type"}
+    t = spec["type"]
+    S = torch.optim.lr_scheduler
+    if t in ("SequentialLR", "ChainedScheduler"):
+        subs = [build_scheduler(opt, sub) for sub in args.pop("schedulers")]
+        if t == "SequentialLR":
+            return S.SequentialLR(opt, subs, **args)
+        return S.ChainedScheduler(subs)
+    if t == "WarmupCosine":
+        # trainkit's convenience; its reference is the same closed form through LambdaLR, per group.
+        return S.LambdaLR(opt, [warmup_cosine_lambda(g["lr"], **args) for g in opt.param_groups])
+    return getattr(S, t)(opt, **args)
+
+
+def plateau_metrics(mode, steps):
+    rng = np.random.RandomState(0)
+    trend = np.concatenate([np.linspace(1.0, 0.5, steps // 2), np.full(steps - steps // 2, 0.5)])
+    noisy = trend + rng.normal(0, 0.02, steps)
+    return [float(x) for x in (noisy if mode == "min" else 1.0 - noisy)]
+
+
+def momentum_of(group):
+    return group["betas"][0] if "betas" in group else group["momentum"]
+
+
+def trace(opt, sched, steps, metrics=None):
+    lrs = [[g["lr"]] for g in opt.param_groups]
+    moms = [[momentum_of(g)] for g in opt.param_groups]
+    for i in range(steps):
+        opt.step()
+        if metrics is None:
+            sched.step()
+        else:
+            sched.step(metrics[i])
+        for k, g in enumerate(opt.param_groups):
+            lrs[k].append(g["lr"])
+            moms[k].append(momentum_of(g))
+    return lrs, moms
+
+
+def toml_inline(v):
+    if isinstance(v, dict):
+        return "{ " + ", ".join("{} = {}".format(k, toml_inline(x)) for k, x in v.items()) + " }"
+    if isinstance(v, list) and v and isinstance(v[0], dict):
+        return "[" + ", ".join(toml_inline(x) for x in v) + "]"
+    return toml_value(v)
+
+
+def gen_schedulers(out_dir):
+    path = os.path.join(out_dir, "schedulers.toml")
+    q3 = "'" * 3
+    with open(path, "w") as f:
+        f.write(HEADER)
+        f.write("# Python torch.optim.lr_scheduler traces: lr[g][i] and momentum[g][i] (SGD momentum or Adam beta1)\n")
+        f.write("# of param group g after construction (i = 0) and after each of `steps` steps.\n")
+        for name, kind, steps, spec in SCHED_CASES:
+            opt = make_optimizer(kind)
+            sched = build_scheduler(opt, spec)
+            metrics = plateau_metrics(spec.get("mode", "min"), steps) if spec["type"] == "ReduceLROnPlateau" else None
+            lrs, moms = trace(opt, sched, steps, metrics)
+            f.write("\n[[case]]\nname = {}\noptimizer = {}\nsteps = {}\n".format(
+                toml_value(name), toml_value(kind), steps))
+            config = "\n".join("{} = {}".format(k, toml_inline(v)) for k, v in spec.items())
+            f.write("config = {}\n{}\n{}\n".format(q3, config, q3))
+            if metrics is not None:
+                f.write("metrics = {}\n".format(toml_value(metrics)))
+            f.write("lr = [{}]\n".format(", ".join(toml_value(l) for l in lrs)))
+            f.write("momentum = [{}]\n".format(", ".join(toml_value(m) for m in moms)))
+        for name, kind, steps, cls, fns in LAMBDA_CASES:
+            opt = make_optimizer(kind)
+            sched = getattr(torch.optim.lr_scheduler, cls)(opt, fns)
+            lrs, _ = trace(opt, sched, steps)
+            f.write("\n[[lambda_case]]\nname = {}\noptimizer = {}\nsteps = {}\n".format(
+                toml_value(name), toml_value(kind), steps))
+            f.write("lr = [{}]\n".format(", ".join(toml_value(l) for l in lrs)))
+    print("wrote", path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
@@ -83,6 +248,7 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     gen_data(args.data_dir, args.out)
+    gen_schedulers(args.out)
 
 
 if __name__ == "__main__":

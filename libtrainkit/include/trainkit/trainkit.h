@@ -5,5 +5,6 @@
 #include "trainkit/data.h"
 #include "trainkit/log.h"
 #include "trainkit/nn.h"
+#include "trainkit/sched.h"
 #include "trainkit/train.h"
 #include "trainkit/version.h"

@@ -1,0 +1,50 @@
+#pragma once
+/// @file
+/// Composition: SequentialLR (one scheduler after another at milestones) and ChainedScheduler (several
+/// stepped together, their factors multiplying), with PyTorch's semantics.
+
+#include <memory>
+#include <vector>
+
+#include "trainkit/sched/scheduler.h"
+
+namespace trainkit::sched {
+
+/// Runs schedulers[i] from milestones[i-1] on; at a milestone the next scheduler restarts from its
+/// epoch 0 (closed form where it has one). All must drive `optimizer`; ReduceLROnPlateau is rejected.
+class SequentialLR : public LRScheduler {
+ public:
+  SequentialLR(torch::optim::Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+               std::vector<int64_t> milestones);
+  std::string name() const override { return "SequentialLR"; }
+  void step() override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ protected:
+  std::vector<double> get_lr() override { return group_lrs(); }
+
+ private:
+  static void undo_one_step(LRScheduler& scheduler);
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
+  std::vector<int64_t> milestones_;
+};
+
+/// Steps every scheduler in order at each step(), so their multiplicative effects chain.
+class ChainedScheduler : public LRScheduler {
+ public:
+  explicit ChainedScheduler(std::vector<std::shared_ptr<LRScheduler>> schedulers);
+  std::string name() const override { return "ChainedScheduler"; }
+  void step() override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ protected:
+  std::vector<double> get_lr() override { return group_lrs(); }
+
+ private:
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
+  friend class SequentialLR;
+};
+
+}  // namespace trainkit::sched

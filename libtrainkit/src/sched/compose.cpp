@@ -1,0 +1,143 @@
+#include "trainkit/sched/compose.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+namespace trainkit::sched {
+namespace {
+
+void check_members(const torch::optim::Optimizer& optimizer, const std::vector<std::shared_ptr<LRScheduler>>& s,
+                   const char* who) {
+  if (s.empty()) {
+    throw std::invalid_argument(fmt::format("{} expects at least one scheduler", who));
+  }
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (!s[i]) {
+      throw std::invalid_argument(fmt::format("{}: scheduler {} is null", who, i));
+    }
+    if (s[i]->takes_metric()) {
+      throw std::invalid_argument(fmt::format("{} does not support {} (scheduler {}): it needs a metric to step",
+                                              who, s[i]->name(), i));
+    }
+    if (&s[i]->optimizer() != &optimizer) {
+      throw std::invalid_argument(
+          fmt::format("{}: scheduler {} ({}) drives a different optimizer", who, i, s[i]->name()));
+    }
+  }
+}
+
+void save_members(torch::serialize::OutputArchive& archive, const std::vector<std::shared_ptr<LRScheduler>>& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    torch::serialize::OutputArchive sub;
+    s[i]->save(sub);
+    archive.write("scheduler_" + std::to_string(i), sub);
+  }
+}
+
+void load_members(torch::serialize::InputArchive& archive, const std::vector<std::shared_ptr<LRScheduler>>& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    torch::serialize::InputArchive sub;
+    archive.read("scheduler_" + std::to_string(i), sub);
+    s[i]->load(sub);
+  }
+}
+
+}  // namespace
+
+SequentialLR::SequentialLR(torch::optim::Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(optimizer), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+  check_members(optimizer, schedulers_, "SequentialLR");
+  if (milestones_.size() + 1 != schedulers_.size()) {
+    throw std::invalid_argument(fmt::format("SequentialLR expects one milestone fewer than schedulers, got {} "
+                                            "schedulers and {} milestones",
+                                            schedulers_.size(), milestones_.size()));
+  }
+  for (size_t i = 1; i < milestones_.size(); ++i) {
+    check_arg(milestones_[i] > milestones_[i - 1], name(), "milestones", static_cast<double>(milestones_[i]),
+              "must increase");
+  }
+  last_epoch_ = 0;
+  for (size_t i = 0; i < num_groups(); ++i) {
+    optimizer_.param_groups()[i].options().set_lr(initial_lr(i));
+  }
+  for (auto& s : schedulers_) {
+    undo_one_step(*s);
+  }
+  const size_t idx = static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), 0) - milestones_.begin());
+  schedulers_[idx]->initial_step();
+  last_lr_ = schedulers_[idx]->get_last_lr();
+}
+
+void SequentialLR::undo_one_step(LRScheduler& scheduler) {
+  if (auto* seq = dynamic_cast<SequentialLR*>(&scheduler)) {
+    for (auto& s : seq->schedulers_) {
+      undo_one_step(*s);
+    }
+  } else if (auto* chain = dynamic_cast<ChainedScheduler*>(&scheduler)) {
+    for (auto& s : chain->schedulers_) {
+      undo_one_step(*s);
+    }
+  } else {
+    --scheduler.last_epoch_;
+  }
+}
+
+void SequentialLR::step() {
+  ++last_epoch_;
+  const auto it = std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch_);
+  const size_t idx = static_cast<size_t>(it - milestones_.begin());
+  LRScheduler& s = *schedulers_[idx];
+  if (idx > 0 && milestones_[idx - 1] == last_epoch_) {
+    s.update_lr(0);
+  } else {
+    s.step();
+  }
+  last_lr_ = s.get_last_lr();
+}
+
+void SequentialLR::save(torch::serialize::OutputArchive& archive) const {
+  LRScheduler::save(archive);
+  save_members(archive, schedulers_);
+}
+
+void SequentialLR::load(torch::serialize::InputArchive& archive) {
+  load_members(archive, schedulers_);
+  LRScheduler::load(archive);
+}
+
+ChainedScheduler::ChainedScheduler(std::vector<std::shared_ptr<LRScheduler>> schedulers)
+    : LRScheduler([&schedulers]() -> torch::optim::Optimizer& {
+        if (schedulers.empty() || !schedulers.front()) {
+          throw std::invalid_argument("ChainedScheduler expects at least one scheduler");
+        }
+        return schedulers.front()->optimizer();
+      }()),
+      schedulers_(std::move(schedulers)) {
+  check_members(optimizer_, schedulers_, "ChainedScheduler");
+  last_epoch_ = 0;
+  last_lr_ = group_lrs();
+}
+
+void ChainedScheduler::step() {
+  ++last_epoch_;
+  for (auto& s : schedulers_) {
+    s->step();
+  }
+  last_lr_ = group_lrs();
+}
+
+void ChainedScheduler::save(torch::serialize::OutputArchive& archive) const {
+  LRScheduler::save(archive);
+  save_members(archive, schedulers_);
+}
+
+void ChainedScheduler::load(torch::serialize::InputArchive& archive) {
+  load_members(archive, schedulers_);
+  LRScheduler::load(archive);
+}
+
+}  // namespace trainkit::sched

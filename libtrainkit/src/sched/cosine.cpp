@@ -1,0 +1,143 @@
+#include "trainkit/sched/cosine.h"
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+namespace trainkit::sched {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+/// Python's `a % b` for ints (the result has the sign of b).
+int64_t py_mod(int64_t a, int64_t b) {
+  const int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
+}  // namespace
+
+CosineAnnealingLR::CosineAnnealingLR(torch::optim::Optimizer& optimizer, CosineAnnealingLROptions options)
+    : LRScheduler(optimizer), options_(options) {
+  check_arg(options_.T_max() >= 1, name(), "T_max", static_cast<double>(options_.T_max()), "must be >= 1");
+  check_arg(options_.eta_min() >= 0, name(), "eta_min", options_.eta_min(), "must be >= 0");
+  initial_step();
+}
+
+std::vector<double> CosineAnnealingLR::get_lr() {
+  const double T = static_cast<double>(options_.T_max());
+  const double eta = options_.eta_min();
+  const double t = static_cast<double>(last_epoch_);
+  std::vector<double> lrs = group_lrs();
+  if (is_initial_) {
+    return lrs;
+  }
+  if (step_count_ == 1 && last_epoch_ > 0) {
+    for (size_t i = 0; i < lrs.size(); ++i) {
+      lrs[i] = eta + (base_lrs_[i] - eta) * (1 + std::cos(t * kPi / T)) / 2;
+    }
+  } else if (py_mod(last_epoch_ - 1 - options_.T_max(), 2 * options_.T_max()) == 0) {
+    for (size_t i = 0; i < lrs.size(); ++i) {
+      lrs[i] = lrs[i] + (base_lrs_[i] - eta) * (1 - std::cos(kPi / T)) / 2;
+    }
+  } else {
+    for (double& lr : lrs) {
+      lr = (1 + std::cos(kPi * t / T)) / (1 + std::cos(kPi * (t - 1) / T)) * (lr - eta) + eta;
+    }
+  }
+  return lrs;
+}
+
+std::optional<std::vector<double>> CosineAnnealingLR::closed_form_lr() const {
+  std::vector<double> lrs;
+  const double T = static_cast<double>(options_.T_max());
+  for (const double base : base_lrs_) {
+    lrs.push_back(options_.eta_min() +
+                  (base - options_.eta_min()) * (1 + std::cos(kPi * static_cast<double>(last_epoch_) / T)) / 2);
+  }
+  return lrs;
+}
+
+CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(torch::optim::Optimizer& optimizer,
+                                                         CosineAnnealingWarmRestartsOptions options)
+    : LRScheduler(optimizer), options_(options), T_i_(options.T_0()) {
+  check_arg(options_.T_0() >= 1, name(), "T_0", static_cast<double>(options_.T_0()), "must be >= 1");
+  check_arg(options_.T_mult() >= 1, name(), "T_mult", static_cast<double>(options_.T_mult()), "must be >= 1");
+  check_arg(options_.eta_min() >= 0, name(), "eta_min", options_.eta_min(), "must be >= 0");
+  initial_step();
+}
+
+void CosineAnnealingWarmRestarts::step() {
+  ++step_count_;
+  if (last_epoch_ < 0) {
+    T_i_ = options_.T_0();
+    T_cur_ = 0;
+    last_epoch_ = 0;
+  } else {
+    ++last_epoch_;
+    ++T_cur_;
+    if (T_cur_ >= T_i_) {
+      T_cur_ = T_cur_ % T_i_;
+      T_i_ = T_i_ * options_.T_mult();
+    }
+  }
+  apply_lrs(get_lr());
+}
+
+std::vector<double> CosineAnnealingWarmRestarts::get_lr() {
+  std::vector<double> lrs;
+  const double eta = options_.eta_min();
+  for (const double base : base_lrs_) {
+    lrs.push_back(eta + (base - eta) * (1 + std::cos(kPi * static_cast<double>(T_cur_) / static_cast<double>(T_i_))) / 2);
+  }
+  return lrs;
+}
+
+void CosineAnnealingWarmRestarts::save_extra(torch::serialize::OutputArchive& archive) const {
+  archive.write("T_i", torch::tensor(T_i_));
+  archive.write("T_cur", torch::tensor(T_cur_));
+}
+
+void CosineAnnealingWarmRestarts::load_extra(torch::serialize::InputArchive& archive) {
+  at::Tensor t;
+  archive.read("T_i", t);
+  T_i_ = t.item<int64_t>();
+  archive.read("T_cur", t);
+  T_cur_ = t.item<int64_t>();
+}
+
+WarmupCosine::WarmupCosine(torch::optim::Optimizer& optimizer, WarmupCosineOptions options)
+    : LRScheduler(optimizer), options_(options) {
+  check_arg(options_.warmup_steps() >= 0, name(), "warmup_steps", static_cast<double>(options_.warmup_steps()),
+            "must be >= 0");
+  check_arg(options_.total_steps() > options_.warmup_steps(), name(), "total_steps",
+            static_cast<double>(options_.total_steps()), "must be > warmup_steps");
+  check_arg(options_.warmup_start_factor() >= 0 && options_.warmup_start_factor() <= 1, name(),
+            "warmup_start_factor", options_.warmup_start_factor(), "must be in [0, 1]");
+  check_arg(options_.eta_min() >= 0, name(), "eta_min", options_.eta_min(), "must be >= 0");
+  initial_step();
+}
+
+std::vector<double> WarmupCosine::get_lr() { return *closed_form_lr(); }
+
+std::optional<std::vector<double>> WarmupCosine::closed_form_lr() const {
+  const int64_t t = last_epoch_;
+  const int64_t w = options_.warmup_steps();
+  const int64_t total = options_.total_steps();
+  const double eta = options_.eta_min();
+  std::vector<double> lrs;
+  for (const double base : base_lrs_) {
+    if (t < w) {
+      const double s = options_.warmup_start_factor();
+      lrs.push_back(base * (s + (1.0 - s) * static_cast<double>(t) / static_cast<double>(w)));
+    } else if (t <= total) {
+      const double progress = static_cast<double>(t - w) / static_cast<double>(total - w);
+      lrs.push_back(eta + (base - eta) * (1 + std::cos(kPi * progress)) / 2);
+    } else {
+      lrs.push_back(eta);
+    }
+  }
+  return lrs;
+}
+
+}  // namespace trainkit::sched

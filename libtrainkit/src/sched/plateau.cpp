@@ -1,0 +1,106 @@
+#include "trainkit/sched/plateau.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+namespace trainkit::sched {
+
+ReduceLROnPlateau::ReduceLROnPlateau(torch::optim::Optimizer& optimizer, ReduceLROnPlateauOptions options)
+    : LRScheduler(optimizer), options_(std::move(options)) {
+  if (options_.mode() != "min" && options_.mode() != "max") {
+    throw std::invalid_argument("ReduceLROnPlateau: invalid mode: " + options_.mode() + " (\"min\" or \"max\")");
+  }
+  if (options_.threshold_mode() != "rel" && options_.threshold_mode() != "abs") {
+    throw std::invalid_argument("ReduceLROnPlateau: invalid threshold_mode: " + options_.threshold_mode() +
+                                " (\"rel\" or \"abs\")");
+  }
+  check_arg(options_.factor() >= 0 && options_.factor() < 1, name(), "factor", options_.factor(), "must be in [0, 1)");
+  check_arg(options_.patience() >= 0, name(), "patience", static_cast<double>(options_.patience()), "must be >= 0");
+  check_arg(options_.threshold() >= 0, name(), "threshold", options_.threshold(), "must be >= 0");
+  check_arg(options_.cooldown() >= 0, name(), "cooldown", static_cast<double>(options_.cooldown()), "must be >= 0");
+  check_arg(options_.eps() >= 0, name(), "eps", options_.eps(), "must be >= 0");
+  const auto& m = options_.min_lr();
+  if (m.size() == 1) {
+    min_lrs_.assign(num_groups(), m[0]);
+  } else if (m.size() == num_groups()) {
+    min_lrs_ = m;
+  } else {
+    throw std::invalid_argument(
+        fmt::format("ReduceLROnPlateau: expected {} min_lrs (one per param group), got {}", num_groups(), m.size()));
+  }
+  for (const double v : min_lrs_) {
+    check_arg(v >= 0, name(), "min_lr", v, "must be >= 0");
+  }
+  best_ = options_.mode() == "min" ? std::numeric_limits<double>::infinity()
+                                   : -std::numeric_limits<double>::infinity();
+  last_epoch_ = 0;  // PyTorch's plateau scheduler takes no initial step
+}
+
+void ReduceLROnPlateau::step() {
+  throw std::logic_error("ReduceLROnPlateau needs the metric: call step(metric)");
+}
+
+bool ReduceLROnPlateau::is_better(double a, double best) const {
+  const double t = options_.threshold();
+  const bool rel = options_.threshold_mode() == "rel";
+  if (options_.mode() == "min") {
+    return rel ? a < best * (1.0 - t) : a < best - t;
+  }
+  return rel ? a > best * (t + 1.0) : a > best + t;
+}
+
+void ReduceLROnPlateau::step(double metric) {
+  ++step_count_;
+  if (is_better(metric, best_)) {
+    best_ = metric;
+    num_bad_epochs_ = 0;
+  } else {
+    ++num_bad_epochs_;
+  }
+  if (cooldown_counter_ > 0) {
+    --cooldown_counter_;
+    num_bad_epochs_ = 0;
+  }
+  reduce_ = num_bad_epochs_ > options_.patience();
+  if (reduce_) {
+    cooldown_counter_ = options_.cooldown();
+    num_bad_epochs_ = 0;
+  }
+  update_lr();
+  reduce_ = false;
+}
+
+std::vector<double> ReduceLROnPlateau::get_lr() {
+  std::vector<double> lrs = group_lrs();
+  if (reduce_) {
+    for (size_t i = 0; i < lrs.size(); ++i) {
+      const double new_lr = std::max(lrs[i] * options_.factor(), min_lrs_[i]);
+      if (lrs[i] - new_lr > options_.eps()) {
+        lrs[i] = new_lr;
+      }
+    }
+  }
+  return lrs;
+}
+
+void ReduceLROnPlateau::save_extra(torch::serialize::OutputArchive& archive) const {
+  archive.write("best", torch::tensor(best_, torch::kFloat64));
+  archive.write("num_bad_epochs", torch::tensor(num_bad_epochs_));
+  archive.write("cooldown_counter", torch::tensor(cooldown_counter_));
+}
+
+void ReduceLROnPlateau::load_extra(torch::serialize::InputArchive& archive) {
+  at::Tensor t;
+  archive.read("best", t);
+  best_ = t.item<double>();
+  archive.read("num_bad_epochs", t);
+  num_bad_epochs_ = t.item<int64_t>();
+  archive.read("cooldown_counter", t);
+  cooldown_counter_ = t.item<int64_t>();
+}
+
+}  // namespace trainkit::sched

@@ -1,0 +1,230 @@
+// LR schedulers against Python PyTorch's torch.optim.lr_scheduler (tests/golden/schedulers.toml): every
+// step's LR of two param groups, and the cycled momentum / beta1, to 1e-12 relative; a mid-run
+// save → load into fresh objects continues the same trace; bad arguments are named.
+#include <cmath>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "support.h"
+#include "trainkit/sched.h"
+
+using namespace trainkit::sched;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct Setup {
+  at::Tensor p0 = torch::zeros({3}, torch::kFloat64).requires_grad_();
+  at::Tensor p1 = torch::zeros({2}, torch::kFloat64).requires_grad_();
+  std::unique_ptr<torch::optim::Optimizer> opt;
+
+  explicit Setup(const std::string& kind) {
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    if (kind == "sgd") {
+      groups.emplace_back(std::vector<at::Tensor>{p0}, std::make_unique<torch::optim::SGDOptions>(
+                                                           torch::optim::SGDOptions(0.1).momentum(0.9)));
+      groups.emplace_back(std::vector<at::Tensor>{p1}, std::make_unique<torch::optim::SGDOptions>(
+                                                           torch::optim::SGDOptions(0.01).momentum(0.9)));
+      opt = std::make_unique<torch::optim::SGD>(groups, torch::optim::SGDOptions(0.1).momentum(0.9));
+    } else {
+      groups.emplace_back(std::vector<at::Tensor>{p0},
+                          std::make_unique<torch::optim::AdamOptions>(torch::optim::AdamOptions(0.1)));
+      groups.emplace_back(std::vector<at::Tensor>{p1},
+                          std::make_unique<torch::optim::AdamOptions>(torch::optim::AdamOptions(0.01)));
+      opt = std::make_unique<torch::optim::Adam>(groups, torch::optim::AdamOptions(0.1));
+    }
+  }
+};
+
+bool close(double got, double want) {
+  return std::abs(got - want) <= 1e-12 * std::max(std::abs(got), std::abs(want)) + 1e-15;
+}
+
+std::vector<double> column(const toml::array& per_group, size_t g) {
+  std::vector<double> out;
+  for (const auto& v : *per_group.get(g)->as_array()) {
+    out.push_back(v.value<double>().value());
+  }
+  return out;
+}
+
+/// Steps `s` from step `from` to `to` (recording after each), comparing with the golden columns.
+void check_steps(LRScheduler& s, torch::optim::Optimizer& opt, const toml::table& c, int64_t from, int64_t to) {
+  const auto& lr = *c["lr"].as_array();
+  const auto* momentum = c["momentum"].as_array();
+  const auto* metrics = c["metrics"].as_array();
+  for (int64_t i = from; i <= to; ++i) {
+    if (i > 0) {
+      if (metrics != nullptr) {
+        s.step(metrics->get(static_cast<size_t>(i - 1))->value<double>().value());
+      } else {
+        s.step();
+      }
+    }
+    for (size_t g = 0; g < 2; ++g) {
+      const double want = column(lr, g)[static_cast<size_t>(i)];
+      const double got = opt.param_groups()[g].options().get_lr();
+      INFO("step " << i << " group " << g);
+      REQUIRE(close(got, want));
+      REQUIRE(s.get_last_lr()[g] == got);
+      if (momentum != nullptr) {
+        REQUIRE(close(get_cyclable_momentum(opt.param_groups()[g]), column(*momentum, g)[static_cast<size_t>(i)]));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("schedulers match PyTorch's traces step by step", "[sched][golden]") {
+  const auto golden = trainkit::test::golden("schedulers.toml");
+  for (const auto& node : *golden["case"].as_array()) {
+    const auto& c = *node.as_table();
+    const std::string name = c["name"].value<std::string>().value();
+    const std::string config = c["config"].value<std::string>().value();
+    const int64_t steps = c["steps"].value<int64_t>().value();
+    DYNAMIC_SECTION(name) {
+      Setup setup(c["optimizer"].value<std::string>().value());
+      auto built = make_scheduler(config, *setup.opt, name);
+      INFO(config);
+      check_steps(*built.scheduler, *setup.opt, c, 0, steps);
+    }
+  }
+}
+
+TEST_CASE("LambdaLR and MultiplicativeLR match PyTorch with the same functions", "[sched][golden]") {
+  const auto golden = trainkit::test::golden("schedulers.toml");
+  for (const auto& node : *golden["lambda_case"].as_array()) {
+    const auto& c = *node.as_table();
+    const std::string name = c["name"].value<std::string>().value();
+    DYNAMIC_SECTION(name) {
+      Setup setup(c["optimizer"].value<std::string>().value());
+      std::unique_ptr<LRScheduler> s;
+      if (name == "LambdaLR pow") {
+        s = std::make_unique<LambdaLR>(
+            *setup.opt, std::vector<LrLambda>{[](int64_t e) { return std::pow(0.95, static_cast<double>(e)); },
+                                              [](int64_t e) { return 1.0 / static_cast<double>(e + 1); }});
+      } else {
+        s = std::make_unique<MultiplicativeLR>(
+            *setup.opt,
+            std::vector<LrLambda>{[](int64_t) { return 0.9; }, [](int64_t e) { return e % 4 == 0 ? 0.5 : 1.0; }});
+      }
+      check_steps(*s, *setup.opt, c, 0, c["steps"].value<int64_t>().value());
+    }
+  }
+}
+
+TEST_CASE("save mid-run, load into a fresh optimizer and scheduler, and the trace continues", "[sched][resume]") {
+  const auto golden = trainkit::test::golden("schedulers.toml");
+  for (const auto& node : *golden["case"].as_array()) {
+    const auto& c = *node.as_table();
+    const std::string name = c["name"].value<std::string>().value();
+    const std::string config = c["config"].value<std::string>().value();
+    const std::string kind = c["optimizer"].value<std::string>().value();
+    const int64_t steps = c["steps"].value<int64_t>().value();
+    const int64_t half = steps / 2 + 1;
+    DYNAMIC_SECTION(name) {
+      std::stringstream opt_bytes;
+      std::stringstream sched_bytes;
+      {
+        Setup first(kind);
+        auto built = make_scheduler(config, *first.opt, name);
+        check_steps(*built.scheduler, *first.opt, c, 0, half);
+        torch::serialize::OutputArchive oa;
+        first.opt->save(oa);
+        oa.save_to(opt_bytes);
+        torch::serialize::OutputArchive sa;
+        built.scheduler->save(sa);
+        sa.save_to(sched_bytes);
+      }
+      Setup second(kind);
+      auto built = make_scheduler(config, *second.opt, name);
+      torch::serialize::InputArchive oi;
+      oi.load_from(opt_bytes);
+      second.opt->load(oi);
+      torch::serialize::InputArchive si;
+      si.load_from(sched_bytes);
+      built.scheduler->load(si);
+      CHECK(built.scheduler->last_epoch() == half);
+      check_steps(*built.scheduler, *second.opt, c, half + 1, steps);
+    }
+  }
+}
+
+TEST_CASE("one scheduler drives LibTorch's SGD, Adam, AdamW and RMSprop", "[sched]") {
+  at::Tensor p = torch::zeros({4}, torch::kFloat64).requires_grad_();
+  const auto check = [](torch::optim::Optimizer& opt) {
+    OneCycleLR s(opt, OneCycleLROptions({0.2}).total_steps(10));
+    CHECK(opt.param_groups()[0].options().get_lr() == Approx(0.2 / 25));
+    CHECK(get_cyclable_momentum(opt.param_groups()[0]) == Approx(0.95));
+    for (int i = 0; i < 3; ++i) {
+      s.step();
+    }
+    CHECK(opt.param_groups()[0].options().get_lr() > 0.2 / 25);
+    CHECK(get_cyclable_momentum(opt.param_groups()[0]) < 0.95);
+  };
+  torch::optim::SGD sgd({p}, torch::optim::SGDOptions(0.1).momentum(0.9));
+  check(sgd);
+  torch::optim::Adam adam({p}, torch::optim::AdamOptions(0.1));
+  check(adam);
+  torch::optim::AdamW adamw({p}, torch::optim::AdamWOptions(0.1));
+  check(adamw);
+  torch::optim::RMSprop rmsprop({p}, torch::optim::RMSpropOptions(0.1).momentum(0.5));
+  check(rmsprop);
+  torch::optim::Adagrad adagrad({p}, torch::optim::AdagradOptions(0.1));
+  CHECK_THROWS_WITH(OneCycleLR(adagrad, OneCycleLROptions({0.2}).total_steps(10)), Contains("momentum or beta1"));
+  StepLR step(adagrad, StepLROptions(2));  // schedulers without momentum cycling drive any optimizer
+  step.step();
+  step.step();
+  CHECK(adagrad.param_groups()[0].options().get_lr() == Approx(0.01));
+}
+
+TEST_CASE("bad scheduler arguments are named with their value", "[sched][errors]") {
+  Setup s("sgd");
+  auto& opt = *s.opt;
+  CHECK_THROWS_WITH(CosineAnnealingLR(opt, CosineAnnealingLROptions(0)), Contains("T_max") && Contains("0"));
+  CHECK_THROWS_WITH(ExponentialLR(opt, ExponentialLROptions(-0.5)), Contains("gamma") && Contains("-0.5"));
+  CHECK_THROWS_WITH(StepLR(opt, StepLROptions(5).gamma(-1)), Contains("gamma"));
+  CHECK_THROWS_WITH(CyclicLR(opt, CyclicLROptions({0.1}, {0.01})), Contains("max_lr") && Contains("0.01"));
+  CHECK_THROWS_WITH(OneCycleLR(opt, OneCycleLROptions({0.1}).total_steps(10).pct_start(1.5)),
+                    Contains("pct_start") && Contains("1.5"));
+  CHECK_THROWS_WITH(OneCycleLR(opt, OneCycleLROptions({0.1})), Contains("total_steps"));
+  CHECK_THROWS_WITH(WarmupCosine(opt, WarmupCosineOptions(10, 10)), Contains("total_steps"));
+  CHECK_THROWS_WITH(LinearLR(opt, LinearLROptions().start_factor(0)), Contains("start_factor"));
+  CHECK_THROWS_WITH(ReduceLROnPlateau(opt, ReduceLROnPlateauOptions().factor(1.0)), Contains("factor"));
+  CHECK_THROWS_WITH(ReduceLROnPlateau(opt, ReduceLROnPlateauOptions().mode("up")), Contains("mode"));
+  CHECK_THROWS_WITH(CyclicLR(opt, CyclicLROptions({0.1, 0.2, 0.3}, {1.0})), Contains("base_lr") && Contains("3"));
+
+  OneCycleLR one(opt, OneCycleLROptions({0.1}).total_steps(3));
+  for (int i = 0; i < 3; ++i) {
+    one.step();
+  }
+  CHECK_THROWS_WITH(one.step(), Contains("total_steps is 3"));
+  ReduceLROnPlateau plateau(opt);
+  CHECK_THROWS_AS(plateau.step(), std::logic_error);
+  StepLR step(opt, StepLROptions(3));
+  CHECK_THROWS_AS(step.step(1.0), std::logic_error);
+  CHECK_THROWS_WITH(SequentialLR(opt, {std::make_shared<ReduceLROnPlateau>(opt)}, {}), Contains("ReduceLROnPlateau"));
+}
+
+TEST_CASE("the factory rejects unknown types and keys, naming the source and key", "[sched][errors]") {
+  Setup s("sgd");
+  CHECK_THROWS_WITH(make_scheduler("type = \"CosineLR\"\nT_max = 3", *s.opt, "cfg.toml"),
+                    Contains("cfg.toml") && Contains("CosineLR") && Contains("CosineAnnealingLR"));
+  CHECK_THROWS_WITH(make_scheduler("type = \"CosineAnnealingLR\"\nT_max = 3\ntmax = 4", *s.opt, "cfg.toml"),
+                    Contains("unknown key 'tmax'") && Contains("T_max"));
+  CHECK_THROWS_WITH(make_scheduler("type = \"StepLR\"\nstep_size = \"x\"", *s.opt, "cfg.toml"),
+                    Contains("step_size") && Contains("integer"));
+  CHECK_THROWS_WITH(make_scheduler("type = \"StepLR\"", *s.opt, "cfg.toml"), Contains("step_size is required"));
+  CHECK_THROWS_WITH(make_scheduler("type = \"StepLR\"\nstep_size = 0", *s.opt, "cfg.toml"),
+                    Contains("cfg.toml") && Contains("step_size"));
+  CHECK_THROWS_WITH(make_scheduler("type = \"LambdaLR\"", *s.opt, "cfg.toml"), Contains("C++ function"));
+  CHECK_THROWS_WITH(make_scheduler("type = \"StepLR\"\nstep_size = 2\ninterval = \"batch\"", *s.opt, "cfg.toml"),
+                    Contains("interval"));
+  CHECK(make_scheduler("type = \"OneCycleLR\"\nmax_lr = 0.1", *s.opt, "cfg", SchedulerContext{3, 10})
+            .scheduler->name() == "OneCycleLR");
+  const auto built = make_scheduler("type = \"OneCycleLR\"\nmax_lr = 0.1", *s.opt, "cfg", SchedulerContext{3, 10});
+  CHECK(built.interval == "step");
+  CHECK(dynamic_cast<OneCycleLR&>(*built.scheduler).total_steps() == 30);
+}
