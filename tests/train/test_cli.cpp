@@ -37,13 +37,15 @@ Run trainkit_cli(const std::string& args, const TempDir& tmp) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
 }
 
-/// A config small enough for a test: 600 training examples, 10 batches per epoch, a tiny CNN.
+/// A config small enough for a test: 600 training examples, 10 batches per epoch, a tiny CNN, and a
+/// per-step OneCycleLR over the whole run (so a resume must restore the scheduler too).
 std::string tiny_config(const TempDir& tmp) {
   const std::string path = tmp.str("tiny.toml");
   std::ofstream(path) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n"
                          "[model]\nchannels = [4, 8]\nhidden = 16\ndropout = 0.25\n"
                          "[train]\nepochs = 3\nbatch_size = 50\nseed = 3\n"
-                         "[checkpoint]\nkeep_last = 2\n[log]\nevery_steps = 5\nprogress = \"lines\"\n";
+                         "[checkpoint]\nkeep_last = 2\n[log]\nevery_steps = 5\nprogress = \"lines\"\n"
+                         "[scheduler]\ntype = \"OneCycleLR\"\nmax_lr = 0.01\n";
   return path;
 }
 
@@ -89,6 +91,11 @@ TEST_CASE("trainkit train rejects bad input with exit code 2 and writes nothing"
     const Run r = trainkit_cli("train --config " + config + " --out " + out + " --set optimizer.lr=-1", tmp);
     CHECK(r.code == 2);
     CHECK_THAT(r.output, Contains("optimizer.lr"));
+  }
+  SECTION("bad scheduler argument") {
+    const Run r = trainkit_cli("train --config " + config + " --out " + out + " --set scheduler.pct_start=2.0", tmp);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.output, Contains("[scheduler]") && Contains("pct_start"));
   }
   SECTION("val_size larger than the data") {
     const Run r = trainkit_cli("train --config " + config + " --out " + out + " --set data.val_size=600", tmp);

@@ -81,6 +81,20 @@ TEST_CASE("overrides given with --set are typed and validated like the file", "[
   CHECK_THROWS_WITH(parse_config("", "g.toml", {"epochs"}), Contains("section.key=value"));
 }
 
+TEST_CASE("the [scheduler] table is validated when the config is read", "[train][config][sched]") {
+  const std::string base = "[scheduler]\ntype = \"CosineAnnealingLR\"\nT_max = 10\n";
+  const auto c = parse_config(base, "s.toml", {"scheduler.eta_min=0.001"});
+  CHECK_THAT(c.scheduler, Contains("T_max = 10") && Contains("eta_min = 0.001"));
+  CHECK_THAT(trainkit::train::to_toml(c), Contains("[scheduler]") && Contains("CosineAnnealingLR"));
+  CHECK(trainkit::train::to_toml(parse_config(trainkit::train::to_toml(c), "again.toml")) == trainkit::train::to_toml(c));
+  CHECK_THROWS_WITH(parse_config(base + "Tmax = 3\n", "s.toml"),
+                    Contains("s.toml: [scheduler]") && Contains("unknown key 'Tmax'"));
+  CHECK_THROWS_WITH(parse_config(base, "s.toml", {"scheduler.T_max=0"}), Contains("[scheduler]") && Contains("T_max"));
+  CHECK_THROWS_WITH(parse_config("[scheduler]\ntype = \"Cosine\"\n", "s.toml"), Contains("unknown type"));
+  CHECK_THROWS_AS(parse_config("[scheduler]\ntype = \"CyclicLR\"\nbase_lr = 0.1\nmax_lr = 0.01\n", "s.toml"),
+                  ConfigError);
+}
+
 TEST_CASE("the effective config reads back to the same values", "[train][config]") {
   const auto c = parse_config("", "h.toml",
                               {"optimizer.name=adamw", "optimizer.lr=3e-4", "optimizer.betas=[0.8, 0.95]",

@@ -1,5 +1,6 @@
 #pragma once
 /// @file
-/// Monitoring: metrics files and console progress.
+/// Monitoring: metrics files, console progress and SVG plots.
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/progress.h"
+#include "trainkit/log/svg_plot.h"

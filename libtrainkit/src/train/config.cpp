@@ -17,6 +17,9 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
+#include <torch/torch.h>
+
+#include "trainkit/sched/factory.h"
 
 namespace trainkit::train {
 namespace {
@@ -267,13 +270,27 @@ std::vector<std::string> known_names(const std::string& section) {
   return out;
 }
 
+std::string toml_text(const toml::table& table) {
+  std::ostringstream out;
+  out << table;
+  return out.str();
+}
+
 void apply_table(TrainConfig& config, const toml::table& root, const std::string& source) {
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
+    if (section == "scheduler") {
+      const auto* table = section_node.as_table();
+      if (table == nullptr) {
+        throw ConfigError(fmt::format("{}: 'scheduler' must be a table [scheduler]", source));
+      }
+      config.scheduler = toml_text(*table);  // validated once the optimizer is known
+      continue;
+    }
     const auto sections = known_sections();
     if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
-      throw ConfigError(fmt::format("{}: unknown table or key '{}' (line {}); known tables: [{}]", source,
-                                    section, section_key.source().begin.line, fmt::join(sections, "], [")));
+      throw ConfigError(fmt::format("{}: unknown table or key '{}' (line {}); known tables: [{}], [scheduler]",
+                                    source, section, section_key.source().begin.line, fmt::join(sections, "], [")));
     }
     const auto* table = section_node.as_table();
     if (table == nullptr) {
@@ -306,16 +323,22 @@ void apply_override(TrainConfig& config, const std::string& override_text) {
   }
   const std::string section = path.substr(0, dot);
   const std::string name = path.substr(dot + 1);
-  const Key* key = find_key(section, name);
-  if (key == nullptr) {
-    throw ConfigError(fmt::format("{}: unknown key '{}'", where, path));
-  }
   // The value is TOML (numbers, booleans, arrays, quoted strings); anything else is a bare string.
   toml::table parsed;
   try {
     parsed = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {
     parsed = toml::table{{"v", value}};
+  }
+  if (section == "scheduler") {
+    toml::table table = config.scheduler.empty() ? toml::table{} : toml::parse(config.scheduler);
+    table.insert_or_assign(name, *parsed.get("v"));
+    config.scheduler = toml_text(table);
+    return;
+  }
+  const Key* key = find_key(section, name);
+  if (key == nullptr) {
+    throw ConfigError(fmt::format("{}: unknown key '{}'", where, path));
   }
   key->read(config, *parsed.get("v"), where);
 }
@@ -364,6 +387,29 @@ void resolve_optimizer(OptimizerConfig& o, const std::string& source) {
   }
 }
 
+/// Builds the scheduler once against a stand-in optimizer of the configured kind, so that a bad
+/// [scheduler] table fails before anything is loaded or written.
+void validate_scheduler(const TrainConfig& config, const std::string& source) {
+  if (config.scheduler.empty()) {
+    return;
+  }
+  const at::Tensor p = torch::zeros({1});
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  const auto& o = config.optimizer;
+  if (o.name == "sgd") {
+    opt = std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{p},
+                                              torch::optim::SGDOptions(*o.lr).momentum(*o.momentum));
+  } else {
+    opt = std::make_unique<torch::optim::Adam>(std::vector<at::Tensor>{p}, torch::optim::AdamOptions(*o.lr));
+  }
+  try {
+    sched::make_scheduler(config.scheduler, *opt, source + ": [scheduler]",
+                          sched::SchedulerContext{config.train.epochs, 1});
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(e.what());
+  }
+}
+
 }  // namespace
 
 TrainConfig parse_config(const std::string& toml_text, const std::string& source,
@@ -381,6 +427,7 @@ TrainConfig parse_config(const std::string& toml_text, const std::string& source
     apply_override(config, o);
   }
   resolve_optimizer(config.optimizer, source);
+  validate_scheduler(config, source);
   return config;
 }
 
@@ -408,6 +455,9 @@ std::string to_toml(const TrainConfig& config) {
     }
     out += fmt::format("{} = {}\n", k.name, value);
   }
+  if (!config.scheduler.empty()) {
+    out += "\n[scheduler]\n" + config.scheduler + "\n";
+  }
   return out;
 }
 
@@ -419,6 +469,8 @@ std::string config_keys_markdown() {
     const std::string def = value.empty() ? "the optimizer's" : fmt::format("`{}`", value);
     out += fmt::format("| `{}.{}` | {} | {} | {} |\n", k.section, k.name, k.type, def, k.doc);
   }
+  out += "| `scheduler.*` | table | none (constant LR) | An LR scheduler: `type` (PyTorch's class name), its "
+         "arguments by PyTorch's names, and `interval` = \"step\" or \"epoch\"; see docs/schedulers.md |\n";
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/progress.h"
 #include "trainkit/nn/models.h"
+#include "trainkit/sched/factory.h"
 #include "trainkit/train/callbacks.h"
 #include "trainkit/train/checkpoint.h"
 #include "trainkit/train/config.h"
@@ -149,6 +150,16 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   const auto optimizer = make_optimizer(config.optimizer, model->parameters());
   Trainer trainer(model, *optimizer,
                   TrainerOptions().epochs(config.train.epochs).max_steps(config.train.max_steps));
+  if (!config.scheduler.empty()) {
+    try {
+      auto built = sched::make_scheduler(config.scheduler, *optimizer, options.config_path + ": [scheduler]",
+                                         sched::SchedulerContext{config.train.epochs, train_loader.num_batches()});
+      spdlog::info("scheduler {} stepped per {}", built.scheduler->name(), built.interval);
+      trainer.set_scheduler(built.scheduler, built.interval == "step");
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(e.what());
+    }
+  }
 
   auto manager = std::make_shared<CheckpointManager>((fs::path(plan.dir) / "checkpoints").string(),
                                                      config.checkpoint.keep_last);

@@ -19,6 +19,16 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
   state_.epoch_loss_sum = torch::zeros({}, torch::kFloat64);
 }
 
+void Trainer::set_scheduler(std::shared_ptr<sched::LRScheduler> scheduler, bool per_step) {
+  TORCH_CHECK(scheduler != nullptr, "Trainer::set_scheduler: scheduler must not be null");
+  TORCH_CHECK(!(per_step && scheduler->takes_metric()), "Trainer::set_scheduler: ", scheduler->name(),
+              " steps with a metric once per epoch, not per step");
+  TORCH_CHECK(&scheduler->optimizer() == &optimizer_, "Trainer::set_scheduler: ", scheduler->name(),
+              " drives a different optimizer");
+  scheduler_ = std::move(scheduler);
+  scheduler_per_step_ = per_step;
+}
+
 at::Tensor Trainer::train_step(const data::Batch& batch) {
   optimizer_.zero_grad();
   const at::Tensor output = forward_(batch.input);
@@ -67,6 +77,9 @@ void Trainer::fit(data::TensorLoader& train, const data::TensorLoader* val) {
     while (state_.batch < num_batches && !stop_) {
       const data::Batch batch = train.batch(state_.batch);
       const at::Tensor loss = train_step(batch);
+      if (scheduler_ && scheduler_per_step_) {
+        scheduler_->step();
+      }
       const int64_t n = batch.target.size(0);
       state_.epoch_loss_sum += loss.to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
       state_.epoch_samples += n;
@@ -88,6 +101,13 @@ void Trainer::fit(data::TensorLoader& train, const data::TensorLoader* val) {
     if (val != nullptr) {
       event.val = evaluate(*val);
     }
+    if (scheduler_ && !scheduler_per_step_) {
+      if (scheduler_->takes_metric()) {
+        scheduler_->step(event.val ? event.val->loss : event.train_loss);
+      } else {
+        scheduler_->step();
+      }
+    }
     ++state_.epoch;
     state_.batch = 0;
     state_.epoch_loss_sum = torch::zeros({}, torch::kFloat64);
@@ -108,6 +128,11 @@ void Trainer::save(torch::serialize::OutputArchive& archive) const {
   torch::serialize::OutputArchive optim_archive;
   optimizer_.save(optim_archive);
   archive.write("optimizer", optim_archive);
+  if (scheduler_) {
+    torch::serialize::OutputArchive sched_archive;
+    scheduler_->save(sched_archive);
+    archive.write("scheduler", sched_archive);
+  }
   archive.write("trainer/epoch", torch::tensor(state_.epoch));
   archive.write("trainer/batch", torch::tensor(state_.batch));
   archive.write("trainer/step", torch::tensor(state_.step));
@@ -125,6 +150,11 @@ void Trainer::load(torch::serialize::InputArchive& archive) {
   torch::serialize::InputArchive optim_archive;
   archive.read("optimizer", optim_archive);
   optimizer_.load(optim_archive);
+  if (scheduler_) {
+    torch::serialize::InputArchive sched_archive;
+    archive.read("scheduler", sched_archive);
+    scheduler_->load(sched_archive);
+  }
   const auto read_int = [&archive](const char* key) {
     at::Tensor t;
     archive.read(key, t);

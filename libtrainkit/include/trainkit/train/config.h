@@ -79,6 +79,9 @@ struct TrainConfig {
   LoopConfig train;
   CheckpointConfig checkpoint;
   LogConfig log;
+  /// `[scheduler]`: the TOML text of the table (`type` plus PyTorch's argument names and `interval`),
+  /// built by trainkit::sched::make_scheduler; empty = constant LR.
+  std::string scheduler;
 };
 
 /// Parses `path` and then applies `overrides` (each `section.key=value`, value in TOML syntax or a

@@ -18,6 +18,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include "trainkit/data/tensor_loader.h"
+#include "trainkit/sched/scheduler.h"
 
 namespace trainkit::train {
 
@@ -49,7 +50,8 @@ struct StepEvent {
   at::Tensor loss;      ///< detached mean loss of the batch (reading it syncs the device)
 };
 
-/// Passed to Callback::on_epoch_end when an epoch's last batch is done.
+/// Passed to Callback::on_epoch_end when an epoch's last batch is done (after validation and the
+/// per-epoch scheduler step).
 struct EpochEvent {
   int64_t epoch;                   ///< the epoch that ended (0-based)
   int64_t step;                    ///< steps taken so far
@@ -102,6 +104,10 @@ class Trainer {
 
   /// Replaces the loss function.
   void set_loss(LossFn loss) { loss_ = std::move(loss); }
+  /// Steps `scheduler` after every optimizer step (`per_step`) or after every epoch; a metric-driven
+  /// scheduler (ReduceLROnPlateau) is stepped per epoch with the validation loss (the training loss when
+  /// there is no validation set). Its state is saved and loaded with the Trainer's.
+  void set_scheduler(std::shared_ptr<sched::LRScheduler> scheduler, bool per_step);
   /// Adds a hook; hooks run in the order added.
   void add_callback(std::shared_ptr<Callback> callback) { callbacks_.push_back(std::move(callback)); }
 
@@ -116,7 +122,8 @@ class Trainer {
   /// Asks fit() to stop after the current step.
   void request_stop() { stop_ = true; }
 
-  /// Writes model parameters and buffers, optimizer state, TrainerState and the CPU RNG state.
+  /// Writes model parameters and buffers, optimizer state, scheduler state, TrainerState and the CPU RNG
+  /// state.
   void save(torch::serialize::OutputArchive& archive) const;
   /// Restores everything save() wrote.
   void load(torch::serialize::InputArchive& archive);
@@ -137,6 +144,8 @@ class Trainer {
   TrainerOptions options_;
   LossFn loss_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::shared_ptr<sched::LRScheduler> scheduler_;
+  bool scheduler_per_step_ = false;
   TrainerState state_;
   bool stop_ = false;
 };

@@ -1,0 +1,21 @@
+# Runs the schedule app on one config and checks that it wrote a CSV with a row per step and an SVG.
+file(REMOVE_RECURSE "${OUT}")
+file(MAKE_DIRECTORY "${OUT}")
+execute_process(COMMAND "${APP}" --config "${CONFIG}" --steps 300 --csv "${OUT}/trace.csv" --svg "${OUT}/curve.svg"
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "schedule failed (${rc}) on ${CONFIG}")
+endif()
+file(STRINGS "${OUT}/trace.csv" rows)
+list(LENGTH rows n)
+if(NOT n EQUAL 302)  # header + steps 0..300, one param group
+  message(FATAL_ERROR "${OUT}/trace.csv has ${n} lines, expected 302")
+endif()
+list(GET rows 0 header)
+if(NOT header STREQUAL "step,group,lr,momentum")
+  message(FATAL_ERROR "unexpected CSV header: ${header}")
+endif()
+file(READ "${OUT}/curve.svg" svg)
+if(NOT svg MATCHES "^<svg xmlns=\"http://www.w3.org/2000/svg\"" OR NOT svg MATCHES "<polyline")
+  message(FATAL_ERROR "${OUT}/curve.svg is not an SVG line plot")
+endif()
