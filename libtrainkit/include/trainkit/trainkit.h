@@ -3,6 +3,7 @@
 /// Umbrella header: everything in trainkit.
 #include "trainkit/compat.h"
 #include "trainkit/data.h"
+#include "trainkit/grad.h"
 #include "trainkit/log.h"
 #include "trainkit/nn.h"
 #include "trainkit/sched.h"

@@ -1,0 +1,5 @@
+#pragma once
+/// @file
+/// Gradient clipping and accumulation.
+#include "trainkit/grad/accumulation.h"
+#include "trainkit/grad/clip.h"
