@@ -38,6 +38,7 @@ using Where = std::string;
 }
 
 constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 int64_t as_int(const toml::node& n, const Where& w, int64_t lo, int64_t hi = kNoMax) {
   const std::string expected = hi == kNoMax ? fmt::format("an integer >= {}", lo)
@@ -73,7 +74,12 @@ double as_float(const toml::node& n, const Where& w, double lo, double hi, bool 
   return x;
 }
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+double as_norm_type(const toml::node& n, const Where& w) {
+  if (const auto* f = n.as_floating_point(); f != nullptr && std::isinf(f->get()) && f->get() > 0) {
+    return f->get();
+  }
+  return as_float(n, w, 0.0, kInf, true);
+}
 
 bool as_bool(const toml::node& n, const Where& w) {
   const auto* v = n.as_boolean();
@@ -227,6 +233,13 @@ const std::vector<Key>& keys() {
       TRAINKIT_KEY(train, threads, "integer >= 0", "Intra-op threads (0 = LibTorch's default)",
                    as_int(n, w, 0)),
       TRAINKIT_KEY(train, device, "\"cpu\" or \"cuda\"", "Device to train on", as_choice(n, w, {"cpu", "cuda"})),
+      TRAINKIT_KEY(grad, accumulation_steps, "integer >= 1",
+                   "Micro-batches (of train.batch_size) accumulated into one optimizer step", as_int(n, w, 1)),
+      TRAINKIT_KEY(grad, clip_norm, "number >= 0", "Clip the total gradient norm to this (0 = off)",
+                   as_float(n, w, 0.0, kInf)),
+      TRAINKIT_KEY(grad, norm_type, "number > 0 or inf", "Order of the clipped norm", as_norm_type(n, w)),
+      TRAINKIT_KEY(grad, clip_value, "number >= 0", "Clamp gradient elements to [-v, v] (0 = off)",
+                   as_float(n, w, 0.0, kInf)),
       TRAINKIT_KEY(checkpoint, every_steps, "integer >= 0",
                    "Also checkpoint every N steps (0 = only at epoch ends and at the end)", as_int(n, w, 0)),
       TRAINKIT_KEY(checkpoint, keep_last, "integer >= 1", "Checkpoints kept; older ones are deleted",

@@ -149,11 +149,19 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   model->to(device);
   const auto optimizer = make_optimizer(config.optimizer, model->parameters());
   Trainer trainer(model, *optimizer,
-                  TrainerOptions().epochs(config.train.epochs).max_steps(config.train.max_steps));
+                  TrainerOptions()
+                      .epochs(config.train.epochs)
+                      .max_steps(config.train.max_steps)
+                      .accumulation_steps(config.grad.accumulation_steps)
+                      .clip_grad_norm(config.grad.clip_norm)
+                      .norm_type(config.grad.norm_type)
+                      .clip_grad_value(config.grad.clip_value));
+  const int64_t steps_per_epoch =
+      (train_loader.num_batches() + config.grad.accumulation_steps - 1) / config.grad.accumulation_steps;
   if (!config.scheduler.empty()) {
     try {
       auto built = sched::make_scheduler(config.scheduler, *optimizer, options.config_path + ": [scheduler]",
-                                         sched::SchedulerContext{config.train.epochs, train_loader.num_batches()});
+                                         sched::SchedulerContext{config.train.epochs, steps_per_epoch});
       spdlog::info("scheduler {} stepped per {}", built.scheduler->name(), built.interval);
       trainer.set_scheduler(built.scheduler, built.interval == "step");
     } catch (const std::invalid_argument& e) {

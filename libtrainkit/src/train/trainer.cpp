@@ -2,6 +2,9 @@
 
 #include <torch/torch.h>
 
+#include "trainkit/grad/accumulation.h"
+#include "trainkit/grad/clip.h"
+
 namespace trainkit::train {
 
 Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
@@ -16,6 +19,10 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
   TORCH_CHECK(module_ != nullptr, "Trainer: module must not be null");
   TORCH_CHECK(options_.epochs() >= 1, "Trainer: invalid epochs: ", options_.epochs());
   TORCH_CHECK(options_.max_steps() >= 0, "Trainer: invalid max_steps: ", options_.max_steps());
+  TORCH_CHECK(options_.accumulation_steps() >= 1, "Trainer: invalid accumulation_steps: ",
+              options_.accumulation_steps());
+  TORCH_CHECK(options_.clip_grad_norm() >= 0, "Trainer: invalid clip_grad_norm: ", options_.clip_grad_norm());
+  TORCH_CHECK(options_.clip_grad_value() >= 0, "Trainer: invalid clip_grad_value: ", options_.clip_grad_value());
   state_.epoch_loss_sum = torch::zeros({}, torch::kFloat64);
 }
 
@@ -29,13 +36,41 @@ void Trainer::set_scheduler(std::shared_ptr<sched::LRScheduler> scheduler, bool 
   scheduler_per_step_ = per_step;
 }
 
+at::Tensor Trainer::backward(const data::Batch& batch, double loss_scale) {
+  const at::Tensor output = forward_(batch.input);
+  const at::Tensor loss = loss_(output, batch.target);
+  if (loss_scale == 1.0) {
+    loss.backward();
+  } else {
+    (loss * loss_scale).backward();
+  }
+  return loss.detach();
+}
+
+void Trainer::optimizer_step() {
+  if (options_.clip_grad_value() > 0) {
+    grad::clip_grad_value_(optimizer_params(), options_.clip_grad_value());
+  }
+  if (options_.clip_grad_norm() > 0) {
+    grad::clip_grad_norm_(optimizer_params(), options_.clip_grad_norm(), options_.norm_type());
+  }
+  optimizer_.step();
+  optimizer_.zero_grad();
+}
+
+std::vector<at::Tensor> Trainer::optimizer_params() const {
+  std::vector<at::Tensor> params;
+  for (const auto& group : optimizer_.param_groups()) {
+    params.insert(params.end(), group.params().begin(), group.params().end());
+  }
+  return params;
+}
+
 at::Tensor Trainer::train_step(const data::Batch& batch) {
   optimizer_.zero_grad();
-  const at::Tensor output = forward_(batch.input);
-  at::Tensor loss = loss_(output, batch.target);
-  loss.backward();
-  optimizer_.step();
-  return loss.detach();
+  const at::Tensor loss = backward(batch);
+  optimizer_step();
+  return loss;
 }
 
 EvalResult Trainer::evaluate(const data::TensorLoader& loader) {
@@ -71,21 +106,38 @@ void Trainer::fit(data::TensorLoader& train, const data::TensorLoader* val) {
   }
   const auto reached_max = [this] { return options_.max_steps() > 0 && state_.step >= options_.max_steps(); };
   stop_ = stop_ || reached_max();
+  optimizer_.zero_grad();
   while (state_.epoch < options_.epochs() && !stop_) {
     train.set_epoch(state_.epoch);
     const int64_t num_batches = train.num_batches();
+    grad::GradAccumulation accumulation(options_.accumulation_steps(), num_batches);
+    accumulation.seek(std::min(state_.batch, num_batches - 1));
+    at::Tensor window_loss = torch::zeros({}, torch::kFloat64);
+    int64_t window_samples = 0;
     while (state_.batch < num_batches && !stop_) {
       const data::Batch batch = train.batch(state_.batch);
-      const at::Tensor loss = train_step(batch);
+      const at::Tensor loss = backward(batch, accumulation.loss_scale());
+      const int64_t n = batch.target.size(0);
+      const at::Tensor weighted = loss.to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
+      state_.epoch_loss_sum += weighted;
+      state_.epoch_samples += n;
+      window_loss += weighted;
+      window_samples += n;
+      const bool step_now = accumulation.sync_now();
+      accumulation.next();
+      ++state_.batch;
+      if (!step_now) {
+        continue;
+      }
+      optimizer_step();
       if (scheduler_ && scheduler_per_step_) {
         scheduler_->step();
       }
-      const int64_t n = batch.target.size(0);
-      state_.epoch_loss_sum += loss.to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
-      state_.epoch_samples += n;
       ++state_.step;
-      const StepEvent event{state_.epoch, state_.batch, num_batches, state_.step, n, loss};
-      ++state_.batch;
+      const StepEvent event{state_.epoch,  state_.batch - 1, num_batches, state_.step, window_samples,
+                            window_loss / static_cast<double>(window_samples)};
+      window_loss = torch::zeros({}, torch::kFloat64);
+      window_samples = 0;
       for (auto& cb : callbacks_) {
         stop_ = cb->on_step_end(*this, event) || stop_;
       }

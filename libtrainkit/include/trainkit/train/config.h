@@ -59,6 +59,14 @@ struct LoopConfig {
   std::string device = "cpu";
 };
 
+/// `[grad]`: gradient clipping and accumulation.
+struct GradConfig {
+  int64_t accumulation_steps = 1;
+  double clip_norm = 0.0;
+  double norm_type = 2.0;
+  double clip_value = 0.0;
+};
+
 /// `[checkpoint]`: when checkpoints are written and how many are kept.
 struct CheckpointConfig {
   int64_t every_steps = 0;
@@ -77,6 +85,7 @@ struct TrainConfig {
   ModelConfig model;
   OptimizerConfig optimizer;
   LoopConfig train;
+  GradConfig grad;
   CheckpointConfig checkpoint;
   LogConfig log;
   /// `[scheduler]`: the TOML text of the table (`type` plus PyTorch's argument names and `interval`),

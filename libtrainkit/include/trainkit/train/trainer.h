@@ -43,11 +43,11 @@ struct EvalResult {
 /// Passed to Callback::on_step_end after each optimizer step.
 struct StepEvent {
   int64_t epoch;
-  int64_t batch;        ///< index of the batch just trained
+  int64_t batch;        ///< index of the (last) batch of this step
   int64_t num_batches;  ///< batches in this epoch
   int64_t step;         ///< steps taken so far (this one included)
-  int64_t samples;      ///< samples in the batch
-  at::Tensor loss;      ///< detached mean loss of the batch (reading it syncs the device)
+  int64_t samples;      ///< samples in the step (all micro-batches of an accumulation window)
+  at::Tensor loss;      ///< detached mean loss over those samples (reading it syncs the device)
 };
 
 /// Passed to Callback::on_epoch_end when an epoch's last batch is done (after validation and the
@@ -81,6 +81,14 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, epochs) = 1;
   /// Stop after this many optimizer steps in total (0 = no limit).
   TORCH_ARG(int64_t, max_steps) = 0;
+  /// Micro-batches accumulated into one optimizer step (the last window of an epoch may be shorter).
+  TORCH_ARG(int64_t, accumulation_steps) = 1;
+  /// Clip the total gradient norm to this before each step (0 = no clipping).
+  TORCH_ARG(double, clip_grad_norm) = 0.0;
+  /// Order of that norm (p > 0 or infinity).
+  TORCH_ARG(double, norm_type) = 2.0;
+  /// Clamp every gradient element to [-v, v] before each step (0 = off).
+  TORCH_ARG(double, clip_grad_value) = 0.0;
 };
 
 /// Trains a model with any torch::optim::Optimizer over TensorLoaders, calling Callbacks.
@@ -111,9 +119,14 @@ class Trainer {
   /// Adds a hook; hooks run in the order added.
   void add_callback(std::shared_ptr<Callback> callback) { callbacks_.push_back(std::move(callback)); }
 
-  /// One step on one batch: zero_grad, forward, loss, backward, optimizer step. Returns the detached
-  /// loss (no host sync). Does not touch the TrainerState.
+  /// One step on one batch: backward() then optimizer_step(). Returns the detached loss (no host sync).
+  /// Does not touch the TrainerState.
   at::Tensor train_step(const data::Batch& batch);
+  /// Forward, loss, and backward of loss · `loss_scale` (accumulation). Returns the detached, unscaled
+  /// mean loss.
+  at::Tensor backward(const data::Batch& batch, double loss_scale = 1.0);
+  /// Clips (per the options), steps the optimizer and zeroes the gradients.
+  void optimizer_step();
   /// Mean loss and accuracy over every batch of `loader` in eval mode without gradients.
   EvalResult evaluate(const data::TensorLoader& loader);
   /// Trains from the current state until `epochs` or `max_steps`, or until a hook stops it.
@@ -138,6 +151,8 @@ class Trainer {
   torch::optim::Optimizer& optimizer() { return optimizer_; }
 
  private:
+  std::vector<at::Tensor> optimizer_params() const;
+
   std::shared_ptr<torch::nn::Module> module_;
   ForwardFn forward_;
   torch::optim::Optimizer& optimizer_;
