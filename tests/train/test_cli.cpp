@@ -166,3 +166,21 @@ TEST_CASE("trainkit train resumes bitwise identically in a second process", "[cl
   CHECK(fs::exists(split + "/metrics.jsonl"));
   CHECK(trainkit::train::CheckpointManager(split + "/checkpoints", 2).list().size() == 2);  // keep_last
 }
+
+TEST_CASE("trainkit train runs with bf16 autocast, a GradScaler, accumulation and clipping", "[cli][amp][grad]") {
+  TempDir tmp("cli-amp");
+  const std::string config = tiny_config(tmp);
+  const std::string out = tmp.str("run");
+  const Run r = trainkit_cli("train --config " + config + " --out " + out +
+                                 " --set train.epochs=1 --set amp.enabled=true --set amp.grad_scaler=true"
+                                 " --set grad.accumulation_steps=3 --set grad.clip_norm=1.0",
+                             tmp);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  // 10 micro-batches in windows of 3: 4 optimizer steps (3, 3, 3, 1)
+  CHECK_THAT(read_file(out + "/summary.json"), Contains("\"steps\": 4"));
+  CHECK_THAT(read_file(out + "/config.toml"), Contains("[amp]") && Contains("grad_scaler = true"));
+  const Run bad = trainkit_cli("train --config " + config + " --out " + out + "2 --set amp.dtype=float64", tmp);
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.output, Contains("amp.dtype"));
+}

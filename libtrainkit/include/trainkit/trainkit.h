@@ -1,6 +1,7 @@
 #pragma once
 /// @file
 /// Umbrella header: everything in trainkit.
+#include "trainkit/amp.h"
 #include "trainkit/compat.h"
 #include "trainkit/data.h"
 #include "trainkit/grad.h"

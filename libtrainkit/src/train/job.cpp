@@ -8,6 +8,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "trainkit/amp/autocast.h"
+#include "trainkit/amp/grad_scaler.h"
 #include "trainkit/compat.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
@@ -158,6 +160,20 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
                       .clip_grad_value(config.grad.clip_value));
   const int64_t steps_per_epoch =
       (train_loader.num_batches() + config.grad.accumulation_steps - 1) / config.grad.accumulation_steps;
+  if (config.amp.enabled) {
+    const auto dtype = config.amp.dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
+    if (!amp::is_autocast_dtype_supported(device.type(), dtype)) {
+      throw ConfigError(fmt::format("{}: amp.dtype = \"{}\" autocast is not supported on {}", options.config_path,
+                                    config.amp.dtype, device.str()));
+    }
+    trainer.set_autocast(device.type(), dtype);
+  }
+  if (config.amp.grad_scaler) {
+    trainer.set_grad_scaler(std::make_shared<amp::GradScaler>(
+        device, amp::GradScalerOptions()
+                    .init_scale(config.amp.init_scale)
+                    .growth_interval(config.amp.growth_interval)));
+  }
   if (!config.scheduler.empty()) {
     try {
       auto built = sched::make_scheduler(config.scheduler, *optimizer, options.config_path + ": [scheduler]",

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "trainkit/amp/autocast.h"
 #include "trainkit/grad/accumulation.h"
 #include "trainkit/grad/clip.h"
 
@@ -36,25 +37,49 @@ void Trainer::set_scheduler(std::shared_ptr<sched::LRScheduler> scheduler, bool 
   scheduler_per_step_ = per_step;
 }
 
-at::Tensor Trainer::backward(const data::Batch& batch, double loss_scale) {
-  const at::Tensor output = forward_(batch.input);
-  const at::Tensor loss = loss_(output, batch.target);
-  if (loss_scale == 1.0) {
-    loss.backward();
-  } else {
-    (loss * loss_scale).backward();
+void Trainer::set_autocast(c10::DeviceType device, c10::ScalarType dtype) {
+  TORCH_CHECK(amp::is_autocast_dtype_supported(device, dtype), "Trainer::set_autocast: ", dtype,
+              " autocast is not supported on ", device);
+  autocast_ = std::make_pair(device, dtype);
+}
+
+at::Tensor Trainer::forward_loss(const data::Batch& batch) {
+  std::optional<amp::Autocast> guard;
+  if (autocast_) {
+    guard.emplace(autocast_->first, autocast_->second);
   }
+  const at::Tensor loss = loss_(forward_(batch.input), batch.target);
+  // Under autocast the loss is reported and backpropagated from float32, whatever the forward's precision.
+  return autocast_ ? loss.to(torch::kFloat32) : loss;
+}
+
+at::Tensor Trainer::backward(const data::Batch& batch, double loss_scale) {
+  const at::Tensor loss = forward_loss(batch);
+  at::Tensor to_backprop = loss_scale == 1.0 ? loss : loss * loss_scale;
+  if (scaler_) {
+    to_backprop = scaler_->scale(to_backprop);
+  }
+  to_backprop.backward();
   return loss.detach();
 }
 
 void Trainer::optimizer_step() {
+  const bool clipping = options_.clip_grad_value() > 0 || options_.clip_grad_norm() > 0;
+  if (scaler_ && clipping) {
+    scaler_->unscale_(optimizer_);  // clip the true gradients
+  }
   if (options_.clip_grad_value() > 0) {
     grad::clip_grad_value_(optimizer_params(), options_.clip_grad_value());
   }
   if (options_.clip_grad_norm() > 0) {
     grad::clip_grad_norm_(optimizer_params(), options_.clip_grad_norm(), options_.norm_type());
   }
-  optimizer_.step();
+  if (scaler_) {
+    scaler_->step(optimizer_);
+    scaler_->update();
+  } else {
+    optimizer_.step();
+  }
   optimizer_.zero_grad();
 }
 
@@ -82,6 +107,10 @@ EvalResult Trainer::evaluate(const data::TensorLoader& loader) {
   int64_t samples = 0;
   for (int64_t i = 0; i < loader.num_batches(); ++i) {
     const data::Batch b = loader.batch(i);
+    std::optional<amp::Autocast> guard;
+    if (autocast_) {
+      guard.emplace(autocast_->first, autocast_->second);
+    }
     const at::Tensor out = forward_(b.input);
     const int64_t n = b.target.size(0);
     loss_sum += loss_(out, b.target).to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
@@ -185,6 +214,11 @@ void Trainer::save(torch::serialize::OutputArchive& archive) const {
     scheduler_->save(sched_archive);
     archive.write("scheduler", sched_archive);
   }
+  if (scaler_) {
+    torch::serialize::OutputArchive scaler_archive;
+    scaler_->save(scaler_archive);
+    archive.write("grad_scaler", scaler_archive);
+  }
   archive.write("trainer/epoch", torch::tensor(state_.epoch));
   archive.write("trainer/batch", torch::tensor(state_.batch));
   archive.write("trainer/step", torch::tensor(state_.step));
@@ -206,6 +240,11 @@ void Trainer::load(torch::serialize::InputArchive& archive) {
     torch::serialize::InputArchive sched_archive;
     archive.read("scheduler", sched_archive);
     scheduler_->load(sched_archive);
+  }
+  if (scaler_) {
+    torch::serialize::InputArchive scaler_archive;
+    archive.read("grad_scaler", scaler_archive);
+    scaler_->load(scaler_archive);
   }
   const auto read_int = [&archive](const char* key) {
     at::Tensor t;

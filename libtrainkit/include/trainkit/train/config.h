@@ -67,6 +67,15 @@ struct GradConfig {
   double clip_value = 0.0;
 };
 
+/// `[amp]`: mixed precision.
+struct AmpConfig {
+  bool enabled = false;
+  std::string dtype = "bfloat16";
+  bool grad_scaler = false;
+  double init_scale = 65536.0;
+  int64_t growth_interval = 2000;
+};
+
 /// `[checkpoint]`: when checkpoints are written and how many are kept.
 struct CheckpointConfig {
   int64_t every_steps = 0;
@@ -86,6 +95,7 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   LoopConfig train;
   GradConfig grad;
+  AmpConfig amp;
   CheckpointConfig checkpoint;
   LogConfig log;
   /// `[scheduler]`: the TOML text of the table (`type` plus PyTorch's argument names and `interval`),

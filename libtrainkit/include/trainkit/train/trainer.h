@@ -17,6 +17,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include "trainkit/amp/grad_scaler.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/sched/scheduler.h"
 
@@ -116,6 +117,11 @@ class Trainer {
   /// scheduler (ReduceLROnPlateau) is stepped per epoch with the validation loss (the training loss when
   /// there is no validation set). Its state is saved and loaded with the Trainer's.
   void set_scheduler(std::shared_ptr<sched::LRScheduler> scheduler, bool per_step);
+  /// Runs every forward (and the loss) under autocast to `dtype` on `device` (evaluation too).
+  void set_autocast(c10::DeviceType device, c10::ScalarType dtype);
+  /// Scales the loss, unscales before clipping, skips steps with inf/NaN gradients and updates the scale;
+  /// its state is saved and loaded with the Trainer's.
+  void set_grad_scaler(std::shared_ptr<amp::GradScaler> scaler) { scaler_ = std::move(scaler); }
   /// Adds a hook; hooks run in the order added.
   void add_callback(std::shared_ptr<Callback> callback) { callbacks_.push_back(std::move(callback)); }
 
@@ -152,6 +158,7 @@ class Trainer {
 
  private:
   std::vector<at::Tensor> optimizer_params() const;
+  at::Tensor forward_loss(const data::Batch& batch);
 
   std::shared_ptr<torch::nn::Module> module_;
   ForwardFn forward_;
@@ -161,6 +168,8 @@ class Trainer {
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::shared_ptr<sched::LRScheduler> scheduler_;
   bool scheduler_per_step_ = false;
+  std::shared_ptr<amp::GradScaler> scaler_;
+  std::optional<std::pair<c10::DeviceType, c10::ScalarType>> autocast_;
   TrainerState state_;
   bool stop_ = false;
 };

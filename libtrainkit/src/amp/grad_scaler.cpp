@@ -1,0 +1,303 @@
+#include "trainkit/amp/grad_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+namespace trainkit::amp {
+namespace {
+
+constexpr int64_t kStateVersion = 1;
+
+void check_option(bool ok, const char* name, double value, const char* expected) {
+  if (!ok) {
+    throw std::invalid_argument(fmt::format("GradScaler: invalid {}: {} ({})", name, value, expected));
+  }
+}
+
+void check_init_scale(double v) {
+  check_option(std::isfinite(v) && v > 0.0, "init_scale", v, "must be finite and > 0");
+}
+void check_growth_factor(double v) {
+  check_option(std::isfinite(v) && v > 1.0, "growth_factor", v, "must be finite and > 1");
+}
+void check_backoff_factor(double v) { check_option(v > 0.0 && v < 1.0, "backoff_factor", v, "must be in (0, 1)"); }
+void check_growth_interval(int64_t v) {
+  if (v < 1) {
+    throw std::invalid_argument(fmt::format("GradScaler: invalid growth_interval: {} (must be >= 1)", v));
+  }
+}
+
+/// A copy of `t` on `device` (Python's _MultiDeviceReplicator serves one per device).
+at::Tensor copy_to(const at::Tensor& t, c10::Device device) {
+  return t.to(t.options().device(device), /*non_blocking=*/true, /*copy=*/true);
+}
+
+}  // namespace
+
+GradScaler::GradScaler(c10::Device device, GradScalerOptions options)
+    : device_(device),
+      enabled_(options.enabled()),
+      init_scale_(options.init_scale()),
+      growth_factor_(options.growth_factor()),
+      backoff_factor_(options.backoff_factor()),
+      growth_interval_(options.growth_interval()) {
+  check_init_scale(init_scale_);
+  check_growth_factor(growth_factor_);
+  check_backoff_factor(backoff_factor_);
+  check_growth_interval(growth_interval_);
+  if (enabled_ && device_.is_cuda() && !torch::cuda::is_available()) {
+    TORCH_WARN("GradScaler is enabled on ", device_, ", but CUDA is not available. Disabling.");
+    enabled_ = false;
+  }
+}
+
+void GradScaler::check_scale_initialized(const char* funcname) const {
+  if (!scale_.defined()) {
+    throw std::logic_error(fmt::format(
+        "GradScaler: {}() called before any scale(); scale the loss (scaler.scale(loss).backward()) earlier in "
+        "the iteration",
+        funcname));
+  }
+}
+
+at::Tensor GradScaler::scale(const at::Tensor& loss) {
+  if (!enabled_) {
+    return loss;
+  }
+  if (!scale_.defined()) {
+    scale_ = at::full({}, init_scale_, at::TensorOptions().dtype(at::kFloat).device(device_));
+    growth_tracker_ = at::full({}, init_growth_tracker_, at::TensorOptions().dtype(at::kInt).device(device_));
+  }
+  return loss * scale_.to(loss.device(), /*non_blocking=*/true);
+}
+
+std::vector<at::Tensor> GradScaler::scale(const std::vector<at::Tensor>& outputs) {
+  std::vector<at::Tensor> out;
+  out.reserve(outputs.size());
+  for (const auto& t : outputs) {
+    out.push_back(scale(t));
+  }
+  return out;
+}
+
+std::vector<std::pair<c10::Device, at::Tensor>> GradScaler::unscale_grads(torch::optim::Optimizer& opt,
+                                                                          const at::Tensor& inv_scale,
+                                                                          const at::Tensor& found_inf) {
+  struct Bucket {
+    c10::Device device;
+    c10::ScalarType dtype;
+    std::vector<at::Tensor> grads;
+  };
+  std::vector<Bucket> buckets;  // one per (device, dtype), in first-seen order
+  at::NoGradGuard no_grad;
+  for (const auto& group : opt.param_groups()) {
+    for (const auto& param : group.params()) {
+      const at::Tensor& grad = param.grad();
+      if (!grad.defined()) {
+        continue;
+      }
+      if (grad.layout() != at::kStrided) {
+        throw std::invalid_argument(
+            fmt::format("GradScaler: sparse gradients are unsupported (a parameter of shape {} has a {} gradient)",
+                        c10::str(param.sizes()), c10::str(grad.layout())));
+      }
+      if (grad.scalar_type() == at::kHalf) {
+        throw std::invalid_argument(
+            "GradScaler: attempting to unscale float16 gradients; keep the parameters in float32 and let "
+            "autocast run the ops in float16");
+      }
+      auto it = std::find_if(buckets.begin(), buckets.end(), [&](const Bucket& b) {
+        return b.device == grad.device() && b.dtype == grad.scalar_type();
+      });
+      if (it == buckets.end()) {
+        buckets.push_back(Bucket{grad.device(), grad.scalar_type(), {}});
+        it = std::prev(buckets.end());
+      }
+      it->grads.push_back(grad);
+    }
+  }
+
+  std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
+  std::vector<at::Tensor> inv_scale_per_device;
+  for (auto& bucket : buckets) {
+    size_t d = 0;
+    while (d < found_inf_per_device.size() && found_inf_per_device[d].first != bucket.device) {
+      ++d;
+    }
+    if (d == found_inf_per_device.size()) {
+      found_inf_per_device.emplace_back(bucket.device, copy_to(found_inf, bucket.device));
+      inv_scale_per_device.push_back(copy_to(inv_scale, bucket.device));
+    }
+    at::_amp_foreach_non_finite_check_and_unscale_(bucket.grads, found_inf_per_device[d].second,
+                                                   inv_scale_per_device[d]);
+  }
+  return found_inf_per_device;
+}
+
+void GradScaler::unscale_(torch::optim::Optimizer& opt) {
+  if (!enabled_) {
+    return;
+  }
+  check_scale_initialized("unscale_");
+  auto& state = per_optimizer_states_[&opt];
+  if (state.stage == OptState::UNSCALED) {
+    throw std::logic_error("unscale_() has already been called on this optimizer since the last update()");
+  }
+  if (state.stage == OptState::STEPPED) {
+    throw std::logic_error("unscale_() is being called after step()");
+  }
+  // The reciprocal in float64: float32 division can be imprecise under some compile options (as Python says).
+  const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
+  const at::Tensor found_inf = at::zeros({}, scale_.options());
+  state.found_inf_per_device = unscale_grads(opt, inv_scale, found_inf);
+  state.stage = OptState::UNSCALED;
+}
+
+bool GradScaler::step(torch::optim::Optimizer& opt) {
+  if (!enabled_) {
+    opt.step();
+    return true;
+  }
+  check_scale_initialized("step");
+  auto& state = per_optimizer_states_[&opt];  // references into an unordered_map survive rehashing
+  if (state.stage == OptState::STEPPED) {
+    throw std::logic_error("step() has already been called since the last update()");
+  }
+  if (state.stage == OptState::READY) {
+    unscale_(opt);
+  }
+  if (state.found_inf_per_device.empty()) {
+    throw std::logic_error("GradScaler: no inf checks were recorded for this optimizer (no parameter has a gradient)");
+  }
+  // One host read for all devices together.
+  at::Tensor found = state.found_inf_per_device.front().second.to(scale_.device(), /*non_blocking=*/true);
+  for (size_t i = 1; i < state.found_inf_per_device.size(); ++i) {
+    found = found + state.found_inf_per_device[i].second.to(scale_.device(), /*non_blocking=*/true);
+  }
+  const bool clean = found.item<float>() == 0.0f;
+  if (clean) {
+    opt.step();
+  }
+  state.stage = OptState::STEPPED;
+  return clean;
+}
+
+void GradScaler::update(std::optional<double> new_scale) {
+  if (!enabled_) {
+    return;
+  }
+  check_scale_initialized("update");
+  if (new_scale) {
+    scale_.fill_(*new_scale);
+  } else {
+    at::Tensor combined;
+    for (const auto& [key, state] : per_optimizer_states_) {
+      for (const auto& [device, found_inf] : state.found_inf_per_device) {
+        const at::Tensor here = found_inf.to(scale_.device(), /*non_blocking=*/true);
+        combined = combined.defined() ? combined + here : here.clone();
+      }
+    }
+    if (!combined.defined()) {
+      throw std::logic_error("GradScaler: no inf checks were recorded prior to update(); call step() first");
+    }
+    at::_amp_update_scale_(scale_, growth_tracker_, combined, growth_factor_, backoff_factor_, growth_interval_);
+  }
+  per_optimizer_states_.clear();
+}
+
+double GradScaler::get_scale() const {
+  if (!enabled_) {
+    return 1.0;
+  }
+  return scale_.defined() ? scale_.item<double>() : init_scale_;
+}
+
+int64_t GradScaler::get_growth_tracker() const {
+  if (!enabled_) {
+    return 0;
+  }
+  return growth_tracker_.defined() ? growth_tracker_.item<int64_t>() : init_growth_tracker_;
+}
+
+OptState GradScaler::stage(const torch::optim::Optimizer& opt) const {
+  const auto it = per_optimizer_states_.find(&opt);
+  return it == per_optimizer_states_.end() ? OptState::READY : it->second.stage;
+}
+
+void GradScaler::set_growth_factor(double factor) {
+  check_growth_factor(factor);
+  growth_factor_ = factor;
+}
+
+void GradScaler::set_backoff_factor(double factor) {
+  check_backoff_factor(factor);
+  backoff_factor_ = factor;
+}
+
+void GradScaler::set_growth_interval(int64_t interval) {
+  check_growth_interval(interval);
+  growth_interval_ = interval;
+}
+
+void GradScaler::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("version", at::scalar_tensor(kStateVersion, at::kLong));
+  if (!enabled_) {
+    return;
+  }
+  archive.write("scale", at::scalar_tensor(get_scale(), at::kDouble));
+  archive.write("growth_factor", at::scalar_tensor(growth_factor_, at::kDouble));
+  archive.write("backoff_factor", at::scalar_tensor(backoff_factor_, at::kDouble));
+  archive.write("growth_interval", at::scalar_tensor(growth_interval_, at::kLong));
+  archive.write("_growth_tracker", at::scalar_tensor(get_growth_tracker(), at::kLong));
+}
+
+void GradScaler::load(torch::serialize::InputArchive& archive) {
+  if (!enabled_) {
+    return;
+  }
+  // A fresh tensor per key: reading into a defined tensor would set_() it to the saved storage, whatever its dtype.
+  at::Tensor version;
+  if (archive.try_read("version", version) && version.item<int64_t>() > kStateVersion) {
+    throw std::runtime_error(fmt::format("GradScaler: saved state has version {}, this trainkit reads up to {}",
+                                         version.item<int64_t>(), kStateVersion));
+  }
+  at::Tensor saved_scale;
+  if (!archive.try_read("scale", saved_scale)) {
+    throw std::runtime_error(
+        "GradScaler: the saved state is empty, possibly because it was saved from a disabled GradScaler");
+  }
+  const double scale = saved_scale.item<double>();
+  const auto read = [&archive](const char* key) {
+    at::Tensor v;
+    archive.read(key, v);
+    return v;
+  };
+  const double growth_factor = read("growth_factor").item<double>();
+  const double backoff_factor = read("backoff_factor").item<double>();
+  const int64_t growth_interval = read("growth_interval").item<int64_t>();
+  const int64_t growth_tracker = read("_growth_tracker").item<int64_t>();
+  check_option(std::isfinite(scale) && scale > 0.0, "scale", scale, "must be finite and > 0");
+  check_growth_factor(growth_factor);
+  check_backoff_factor(backoff_factor);
+  check_growth_interval(growth_interval);
+
+  init_scale_ = scale;
+  growth_factor_ = growth_factor;
+  backoff_factor_ = backoff_factor;
+  growth_interval_ = growth_interval;
+  init_growth_tracker_ = growth_tracker;
+  if (scale_.defined()) {
+    scale_.fill_(scale);
+    growth_tracker_.fill_(growth_tracker);
+  }
+}
+
+}  // namespace trainkit::amp
