@@ -1,0 +1,141 @@
+// amp: mixed precision on Fashion-MNIST. Trains the CNN with CPU bfloat16 autocast next to float32 from
+// the same weights and data, then shows a GradScaler's scale trajectory with an injected overflow that is
+// skipped. With a GPU (and --device cuda) the first part runs float16 autocast + GradScaler on CUDA.
+#include <chrono>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "trainkit/amp/autocast.h"
+#include "trainkit/amp/grad_scaler.h"
+#include "trainkit/data/idx.h"
+#include "trainkit/data/tensor_loader.h"
+#include "trainkit/nn/models.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct RunResult {
+  double seconds = 0;
+  double final_loss = 0;
+  double test_accuracy = 0;
+};
+
+RunResult run(const trainkit::data::ImageSet& train, const trainkit::data::ImageSet& test, torch::Device device,
+              std::optional<c10::ScalarType> autocast_dtype, bool scaler_on, int64_t steps) {
+  torch::manual_seed(0);
+  auto model = trainkit::nn::make_cnn();
+  model->to(device);
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
+  trainkit::amp::GradScaler scaler(device, trainkit::amp::GradScalerOptions().enabled(scaler_on));
+  trainkit::data::TensorLoader loader(train.images.to(device), train.labels.to(device),
+                                      trainkit::data::TensorLoaderOptions().batch_size(128).seed(0));
+  RunResult r;
+  const auto start = Clock::now();
+  double loss_sum = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    if (s % loader.num_batches() == 0) {
+      loader.set_epoch(s / loader.num_batches());
+    }
+    const auto b = loader.batch(s % loader.num_batches());
+    opt.zero_grad();
+    at::Tensor loss;
+    {
+      std::optional<trainkit::amp::Autocast> guard;
+      if (autocast_dtype) {
+        guard.emplace(device.type(), *autocast_dtype);
+      }
+      loss = torch::nn::functional::cross_entropy(model->forward(b.input), b.target).to(torch::kFloat32);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    if (s >= steps - 50) {
+      loss_sum += loss.item<double>();
+    }
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  r.final_loss = loss_sum / static_cast<double>(std::min<int64_t>(50, steps));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  int64_t correct = 0;
+  for (int64_t i = 0; i < test.images.size(0); i += 1000) {
+    const int64_t n = std::min<int64_t>(1000, test.images.size(0) - i);
+    std::optional<trainkit::amp::Autocast> guard;
+    if (autocast_dtype) {
+      guard.emplace(device.type(), *autocast_dtype);
+    }
+    const at::Tensor pred = model->forward(test.images.narrow(0, i, n).to(device)).argmax(1);
+    correct += pred.eq(test.labels.narrow(0, i, n).to(device)).sum().item<int64_t>();
+  }
+  r.test_accuracy = static_cast<double>(correct) / static_cast<double>(test.images.size(0));
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Mixed precision: bf16 autocast vs float32 on the CPU (fp16 + GradScaler on CUDA), and a "
+               "GradScaler trajectory with an injected overflow"};
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int64_t steps = 300;
+  std::string device_name = "cpu";
+  app.add_option("--data-dir", data_dir, "Fashion-MNIST directory")->capture_default_str();
+  app.add_option("--steps", steps, "Training steps per run (batch 128)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--device", device_name, "cpu, or cuda (float16 + GradScaler)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (device_name == "cuda" && !torch::cuda::is_available()) {
+      std::fprintf(stderr, "amp: --device cuda but no CUDA device is available\n");
+      return 2;
+    }
+    const torch::Device device(device_name == "cuda" ? torch::kCUDA : torch::kCPU);
+    const auto train = trainkit::data::load_mnist_split(data_dir, true);
+    const auto test = trainkit::data::load_mnist_split(data_dir, false);
+    const auto low = device.is_cuda() ? torch::kFloat16 : torch::kBFloat16;
+    fmt::print("Fashion-MNIST CNN, Adam 1e-3, batch 128, {} steps on {} ({} threads)\n", steps, device.str(),
+               torch::get_num_threads());
+    fmt::print("{:<34} {:>10} {:>12} {:>14}\n", "precision", "seconds", "loss (last 50)", "test accuracy");
+    // Warm-up runs first, so that neither measurement pays for creating the kernels' primitives.
+    run(train, test, device, std::nullopt, false, 10);
+    run(train, test, device, low, device.is_cuda(), 10);
+    const RunResult f32 = run(train, test, device, std::nullopt, false, steps);
+    fmt::print("{:<34} {:>10.2f} {:>12.4f} {:>14.4f}\n", "float32", f32.seconds, f32.final_loss, f32.test_accuracy);
+    const RunResult mixed = run(train, test, device, low, device.is_cuda(), steps);
+    fmt::print("{:<34} {:>10.2f} {:>12.4f} {:>14.4f}\n",
+               device.is_cuda() ? "float16 autocast + GradScaler" : "bfloat16 autocast", mixed.seconds,
+               mixed.final_loss, mixed.test_accuracy);
+    fmt::print("time ratio mixed / float32: {:.2f}\n\n", mixed.seconds / f32.seconds);
+
+    // A GradScaler trajectory: growth_interval 5, an overflow injected at steps 12 and 13.
+    fmt::print("GradScaler(init_scale 1024, growth_interval 5): inf injected into one gradient at steps 12, 13\n");
+    fmt::print("{:>5} {:>10} {:>8} {:>9}\n", "step", "scale", "tracker", "stepped");
+    torch::manual_seed(0);
+    auto model = torch::nn::Linear(4, 2);
+    model->to(device);
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+    trainkit::amp::GradScaler scaler(device, trainkit::amp::GradScalerOptions().init_scale(1024).growth_interval(5));
+    const at::Tensor x = torch::randn({8, 4}).to(device);
+    for (int s = 1; s <= 16; ++s) {
+      opt.zero_grad();
+      scaler.scale(model->forward(x).pow(2).mean()).backward();
+      if (s == 12 || s == 13) {
+        model->weight.mutable_grad()[0][0] = std::numeric_limits<float>::infinity();
+      }
+      const bool stepped = scaler.step(opt);
+      scaler.update();
+      fmt::print("{:>5} {:>10g} {:>8} {:>9}\n", s, scaler.get_scale(), scaler.get_growth_tracker(),
+                 stepped ? "yes" : "SKIPPED");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "amp: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
