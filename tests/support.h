@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <random>
+#include <exception>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -38,6 +39,17 @@ inline std::string source_path(const std::string& rel) { return std::string(TRAI
 
 /// A golden TOML file from tests/golden/.
 inline toml::table golden(const std::string& name) { return toml::parse_file(source_path("tests/golden/" + name)); }
+
+/// Matches an exception whose what() contains `text` (Catch2 v2's Contains matches strings only).
+class WhatContains : public Catch::MatcherBase<std::exception> {
+ public:
+  explicit WhatContains(std::string text) : text_(std::move(text)) {}
+  bool match(const std::exception& e) const override { return std::string(e.what()).find(text_) != std::string::npos; }
+  std::string describe() const override { return "what() contains \"" + text_ + "\""; }
+
+ private:
+  std::string text_;
+};
 
 /// The directory with Debian's Fashion-MNIST files (installed by scripts/setup.sh).
 inline std::string fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }

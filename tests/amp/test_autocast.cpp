@@ -14,18 +14,9 @@ using trainkit::amp::Autocast;
 using trainkit::amp::is_autocast_dtype_supported;
 using namespace trainkit::compat;
 
+using trainkit::test::WhatContains;
+
 namespace {
-
-/// Matches an exception whose what() contains `text` (Catch2 v2's Contains matches strings only).
-class WhatContains : public Catch::MatcherBase<std::exception> {
- public:
-  explicit WhatContains(std::string text) : text_(std::move(text)) {}
-  bool match(const std::exception& e) const override { return std::string(e.what()).find(text_) != std::string::npos; }
-  std::string describe() const override { return "what() contains \"" + text_ + "\""; }
-
- private:
-  std::string text_;
-};
 
 at::ScalarType mm_dtype(c10::Device device = torch::kCPU) {
   const auto a = torch::ones({4, 4}, torch::TensorOptions().device(device));

@@ -18,18 +18,9 @@ using trainkit::amp::GradScaler;
 using trainkit::amp::GradScalerOptions;
 using trainkit::amp::OptState;
 
+using trainkit::test::WhatContains;
+
 namespace {
-
-/// Matches an exception whose what() contains `text` (Catch2 v2's Contains matches strings only).
-class WhatContains : public Catch::MatcherBase<std::exception> {
- public:
-  explicit WhatContains(std::string text) : text_(std::move(text)) {}
-  bool match(const std::exception& e) const override { return std::string(e.what()).find(text_) != std::string::npos; }
-  std::string describe() const override { return "what() contains \"" + text_ + "\""; }
-
- private:
-  std::string text_;
-};
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
