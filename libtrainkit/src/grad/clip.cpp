@@ -54,9 +54,62 @@ std::vector<Chunk> chunks_of(const std::vector<at::Tensor>& grads, int64_t grain
 
 constexpr int64_t kGrain = 1 << 16;
 
+// The hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time (GCC's
+// function multiversioning), so one binary uses the widest vectors the CPU has.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define TRAINKIT_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TRAINKIT_MULTIVERSION
+#endif
+
+constexpr int64_t kLanes = 8;
+
+/// Σ x² in double with eight independent accumulators (vectorizable without reassociating a sum).
+template <class T>
+inline double sum_squares(const T* x, int64_t n) {
+  double acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t k = 0; k < kLanes; ++k) {
+      const double v = static_cast<double>(x[i + k]);
+      acc[k] += v * v;
+    }
+  }
+  double s = 0;
+  for (; i < n; ++i) {
+    const double v = static_cast<double>(x[i]);
+    s += v * v;
+  }
+  for (double a : acc) {
+    s += a;
+  }
+  return s;
+}
+
+TRAINKIT_MULTIVERSION double sum_squares_f32(const float* x, int64_t n) { return sum_squares(x, n); }
+TRAINKIT_MULTIVERSION double sum_squares_f64(const double* x, int64_t n) { return sum_squares(x, n); }
+TRAINKIT_MULTIVERSION void scale_f32(float* x, int64_t n, float c) {
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] *= c;
+  }
+}
+TRAINKIT_MULTIVERSION void scale_f64(double* x, int64_t n, double c) {
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] *= c;
+  }
+}
+
+double sum_squares_any(const float* x, int64_t n) { return sum_squares_f32(x, n); }
+double sum_squares_any(const double* x, int64_t n) { return sum_squares_f64(x, n); }
+void scale_any(float* x, int64_t n, float c) { scale_f32(x, n, c); }
+void scale_any(double* x, int64_t n, double c) { scale_f64(x, n, c); }
+
 /// Σ|x|^p (or max |x| for p = inf) over one chunk, accumulated in double.
 template <class T>
 double chunk_reduce(const T* x, int64_t n, double p) {
+  if (p == 2.0) {
+    return sum_squares_any(x, n);
+  }
   if (std::isinf(p)) {
     double m = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -65,38 +118,9 @@ double chunk_reduce(const T* x, int64_t n, double p) {
     }
     return m;
   }
-  // Eight independent accumulators: the compiler may vectorize across them without reassociating a sum.
-  constexpr int64_t kLanes = 8;
-  double acc[kLanes] = {};
-  int64_t i = 0;
   double s = 0;
-  if (p == 2.0) {
-    for (; i + kLanes <= n; i += kLanes) {
-      for (int64_t k = 0; k < kLanes; ++k) {
-        const double v = static_cast<double>(x[i + k]);
-        acc[k] += v * v;
-      }
-    }
-    for (; i < n; ++i) {
-      const double v = static_cast<double>(x[i]);
-      s += v * v;
-    }
-  } else if (p == 1.0) {
-    for (; i + kLanes <= n; i += kLanes) {
-      for (int64_t k = 0; k < kLanes; ++k) {
-        acc[k] += std::abs(static_cast<double>(x[i + k]));
-      }
-    }
-    for (; i < n; ++i) {
-      s += std::abs(static_cast<double>(x[i]));
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      s += std::pow(std::abs(static_cast<double>(x[i])), p);
-    }
-  }
-  for (int64_t k = 0; k < kLanes; ++k) {
-    s += acc[k];
+  for (int64_t i = 0; i < n; ++i) {
+    s += p == 1.0 ? std::abs(static_cast<double>(x[i])) : std::pow(std::abs(static_cast<double>(x[i])), p);
   }
   return s;
 }
@@ -132,11 +156,7 @@ void fused_scale(const std::vector<at::Tensor>& grads, T coef) {
   const auto chunks = chunks_of(grads, kGrain);
   at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      T* x = static_cast<T*>(chunks[static_cast<size_t>(c)].data);
-      const int64_t n = chunks[static_cast<size_t>(c)].n;
-      for (int64_t i = 0; i < n; ++i) {
-        x[i] *= coef;
-      }
+      scale_any(static_cast<T*>(chunks[static_cast<size_t>(c)].data), chunks[static_cast<size_t>(c)].n, coef);
     }
   });
 }
