@@ -43,7 +43,8 @@ LRScheduler::LRScheduler(torch::optim::Optimizer& optimizer) : optimizer_(optimi
   std::lock_guard<std::mutex> lock(reg.mutex);
   for (size_t i = 0; i < num_groups(); ++i) {
     const double lr = optimizer_.param_groups()[i].options().get_lr();
-    auto [it, inserted] = reg.entries.try_emplace(group_key(optimizer_, i), InitialLrRegistry::Entry{lr, 0});
+    group_keys_.push_back(group_key(optimizer_, i));
+    auto [it, inserted] = reg.entries.try_emplace(group_keys_.back(), InitialLrRegistry::Entry{lr, 0});
     ++it->second.refs;
     first_of_group_.push_back(inserted);
     base_lrs_.push_back(it->second.lr);
@@ -54,8 +55,9 @@ LRScheduler::LRScheduler(torch::optim::Optimizer& optimizer) : optimizer_(optimi
 LRScheduler::~LRScheduler() {
   auto& reg = InitialLrRegistry::instance();
   std::lock_guard<std::mutex> lock(reg.mutex);
-  for (size_t i = 0; i < base_lrs_.size() && i < num_groups(); ++i) {
-    const auto it = reg.entries.find(group_key(optimizer_, i));
+  // The keys recorded at construction: the optimizer may already be gone.
+  for (const void* key : group_keys_) {
+    const auto it = reg.entries.find(key);
     if (it != reg.entries.end() && --it->second.refs == 0) {
       reg.entries.erase(it);
     }

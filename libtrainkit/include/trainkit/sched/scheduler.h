@@ -86,7 +86,8 @@ class LRScheduler {
   int64_t last_epoch_ = -1;
   int64_t step_count_ = 0;
   bool is_initial_ = false;
-  std::vector<bool> first_of_group_;  // this scheduler recorded the group's initial_lr
+  std::vector<bool> first_of_group_;     // this scheduler recorded the group's initial_lr
+  std::vector<const void*> group_keys_;  // the groups' registry keys, for the destructor
 
   friend class SequentialLR;
   friend class ChainedScheduler;
