@@ -9,4 +9,5 @@
 #include "trainkit/nn.h"
 #include "trainkit/sched.h"
 #include "trainkit/train.h"
+#include "trainkit/tune.h"
 #include "trainkit/version.h"

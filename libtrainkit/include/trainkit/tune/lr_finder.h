@@ -1,0 +1,97 @@
+#pragma once
+/// @file
+/// The LR range test (Smith 2017, arXiv 1506.01186) with torch-lr-finder's semantics: the LR grows
+/// exponentially (or linearly) from start_lr to end_lr over num_iter steps while the loss is recorded,
+/// smoothed, and the test stops when it diverges. Model, optimizer and RNG state are restored afterwards.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "trainkit/data/tensor_loader.h"
+
+namespace trainkit::tune {
+
+/// Options of the range test (torch-lr-finder's names and defaults; start_lr is fastai's 1e-7).
+struct LRFinderOptions {
+  /// First LR (> 0).
+  TORCH_ARG(double, start_lr) = 1e-7;
+  /// Last LR (> start_lr).
+  TORCH_ARG(double, end_lr) = 10.0;
+  /// Steps of the test (>= 2).
+  TORCH_ARG(int64_t, num_iter) = 100;
+  /// "exp" (lr_i = start · (end/start)^(i/(n-1))) or "linear".
+  TORCH_ARG(std::string, step_mode) = "exp";
+  /// Loss smoothing: s_i = f · loss_i + (1 - f) · s_{i-1} (in [0, 1)).
+  TORCH_ARG(double, smooth_f) = 0.05;
+  /// Stop when the smoothed loss exceeds diverge_th × the best smoothed loss (> 1).
+  TORCH_ARG(double, diverge_th) = 5.0;
+  /// Micro-batches per step (the loss of each is divided by this).
+  TORCH_ARG(int64_t, accumulation_steps) = 1;
+};
+
+/// What the range test recorded, one entry per completed step.
+struct LRFinderResult {
+  std::vector<double> lrs;
+  std::vector<double> losses;           ///< raw loss of each step (validation loss with a val loader)
+  std::vector<double> smoothed_losses;  ///< torch-lr-finder's history["loss"]
+  bool diverged = false;                ///< stopped early by diverge_th
+};
+
+/// A suggested LR and where it comes from.
+struct Suggestion {
+  double lr = 0;
+  int64_t index = 0;   ///< into the result's vectors
+  std::string method;  ///< "steepest", "valley" or "minimum/10"
+};
+
+/// torch-lr-finder's suggestion: the LR where the smoothed loss falls fastest (numpy.gradient, central
+/// differences) after dropping skip_start first and skip_end last points. std::nullopt with `why` set
+/// when there are too few points or no descent at all.
+std::optional<Suggestion> suggest_steepest(const LRFinderResult& r, std::string* why = nullptr,
+                                           int64_t skip_start = 10, int64_t skip_end = 5);
+/// fastai's `valley`: the middle of the longest decreasing run of the smoothed loss, shifted toward its
+/// start. std::nullopt (with `why`) when the curve has fewer than 2 points.
+std::optional<Suggestion> suggest_valley(const LRFinderResult& r, std::string* why = nullptr);
+/// The LR of the minimum smoothed loss, divided by 10 (fastai's `minimum`), never below the tested range.
+std::optional<Suggestion> suggest_minimum(const LRFinderResult& r, std::string* why = nullptr);
+
+/// Runs range tests on a model with any torch::optim::Optimizer.
+class LRFinder {
+ public:
+  /// Maps a batch input to model output; and (output, target) to a scalar mean loss.
+  using ForwardFn = std::function<at::Tensor(const at::Tensor&)>;
+  using LossFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+
+  /// The loss defaults to cross-entropy.
+  LRFinder(std::shared_ptr<torch::nn::Module> module, ForwardFn forward, torch::optim::Optimizer& optimizer,
+           LossFn loss = nullptr);
+
+  /// Runs the test over consecutive batches of `train` (wrapping over epochs); with `val`, the recorded
+  /// loss of each step is the mean validation loss. Parameters, buffers, optimizer state (LRs included)
+  /// and the CPU RNG are restored bitwise afterwards, also when the test throws.
+  LRFinderResult range_test(data::TensorLoader& train, const data::TensorLoader* val = nullptr,
+                            const LRFinderOptions& options = {});
+
+ private:
+  std::shared_ptr<torch::nn::Module> module_;
+  ForwardFn forward_;
+  torch::optim::Optimizer& optimizer_;
+  LossFn loss_;
+};
+
+/// Writes `lr,loss,smoothed_loss` rows.
+void write_lr_finder_csv(const LRFinderResult& r, const std::string& path);
+/// Draws the smoothed loss against the LR (log x) with the suggestions marked.
+void write_lr_finder_svg(const LRFinderResult& r, const std::vector<Suggestion>& suggestions,
+                         const std::string& path, const std::string& title = "LR range test");
+
+}  // namespace trainkit::tune

@@ -1,0 +1,152 @@
+// LR finder: torch-lr-finder's steepest-descent suggestion reproduced on fixed series (golden); the
+// range test restores model, optimizer and RNG bitwise; suggestions stay finite and inside the range;
+// a curve without descent is reported, not guessed.
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "support.h"
+#include "train/state_compare.h"
+#include "trainkit/nn/models.h"
+#include "trainkit/tune/lr_finder.h"
+
+using namespace trainkit;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::vector<double> numbers(const toml::array& a) {
+  std::vector<double> out;
+  for (const auto& v : a) {
+    out.push_back(v.value<double>().value());
+  }
+  return out;
+}
+
+data::TensorLoader toy_loader() {
+  torch::manual_seed(2);
+  const at::Tensor x = torch::randn({256, 16});
+  const at::Tensor y = x.narrow(1, 0, 4).argmax(1);
+  return data::TensorLoader(x, y, data::TensorLoaderOptions().batch_size(32).seed(1));
+}
+
+}  // namespace
+
+TEST_CASE("steepest suggestion equals torch-lr-finder's on the same loss series", "[tune][lr_finder][golden]") {
+  const auto g = trainkit::test::golden("tune.toml");
+  for (const auto& node : *g["steepest"].as_array()) {
+    const auto& c = *node.as_table();
+    DYNAMIC_SECTION(c["name"].value<std::string>().value()) {
+      tune::LRFinderResult r;
+      r.lrs = numbers(*c["lrs"].as_array());
+      r.smoothed_losses = numbers(*c["smoothed"].as_array());
+      r.losses = r.smoothed_losses;
+      const auto s = tune::suggest_steepest(r);
+      REQUIRE(s.has_value());
+      CHECK(s->lr == c["suggested_lr"].value<double>().value());
+      for (const auto& other : {tune::suggest_valley(r), tune::suggest_minimum(r)}) {
+        REQUIRE(other.has_value());
+        CHECK(std::isfinite(other->lr));
+        CHECK(other->lr >= r.lrs.front());
+        CHECK(other->lr <= r.lrs.back());
+      }
+    }
+  }
+}
+
+TEST_CASE("the range test restores model, optimizer and RNG bitwise", "[tune][lr_finder]") {
+  auto loader = toy_loader();
+  torch::manual_seed(4);
+  auto model = nn::make_mlp(nn::MlpOptions().in_features(16).hidden({32}).dropout(0.1).num_classes(4));
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(3e-3));
+  for (int i = 0; i < 5; ++i) {  // give the optimizer some state
+    const auto b = loader.batch(i);
+    opt.zero_grad();
+    torch::nn::functional::cross_entropy(model->forward(b.input), b.target).backward();
+    opt.step();
+  }
+  // A copy of everything to compare with afterwards.
+  torch::manual_seed(4);
+  auto copy = nn::make_mlp(nn::MlpOptions().in_features(16).hidden({32}).dropout(0.1).num_classes(4));
+  torch::optim::Adam copy_opt(copy->parameters(), torch::optim::AdamOptions(3e-3));
+  {
+    torch::NoGradGuard ng;
+    for (size_t i = 0; i < copy->parameters().size(); ++i) {
+      copy->parameters()[i].copy_(model->parameters()[i]);
+    }
+  }
+  std::stringstream bytes;
+  torch::serialize::OutputArchive oa;
+  opt.save(oa);
+  oa.save_to(bytes);
+  torch::serialize::InputArchive ia;
+  ia.load_from(bytes);
+  copy_opt.load(ia);
+  torch::manual_seed(99);
+  const at::Tensor rng_expected = torch::rand({5});
+  torch::manual_seed(99);
+
+  tune::LRFinder finder(model.ptr(), [&model](const at::Tensor& x) { return model->forward(x); }, opt);
+  const auto r = finder.range_test(loader, nullptr, tune::LRFinderOptions().start_lr(1e-5).end_lr(10).num_iter(40));
+  CHECK(r.lrs.size() == r.smoothed_losses.size());
+  CHECK(r.lrs.front() == Approx(1e-5));
+  CHECK(r.diverged);  // lr 10 on Adam blows the loss up
+  CHECK(r.lrs.size() < 40);
+
+  CHECK(torch::equal(torch::rand({5}), rng_expected));
+  trainkit::test::require_bitwise_equal_modules(*model, *copy);
+  trainkit::test::require_bitwise_equal_adam(opt, *model, copy_opt, *copy);
+  CHECK(opt.param_groups()[0].options().get_lr() == 3e-3);
+  CHECK(model->is_training());
+
+  const auto steep = tune::suggest_steepest(r);
+  const auto valley = tune::suggest_valley(r);
+  for (const auto& s : {steep, valley, tune::suggest_minimum(r)}) {
+    if (s) {
+      CHECK(std::isfinite(s->lr));
+      CHECK(s->lr >= r.lrs.front());
+      CHECK(s->lr <= r.lrs.back());
+    }
+  }
+  trainkit::test::TempDir tmp("lrfind");
+  tune::write_lr_finder_csv(r, tmp.str("lr.csv"));
+  std::vector<tune::Suggestion> marks;
+  if (valley) marks.push_back(*valley);
+  tune::write_lr_finder_svg(r, marks, tmp.str("lr.svg"));
+  CHECK(std::filesystem::file_size(tmp.str("lr.csv")) > 20);
+  CHECK(std::filesystem::file_size(tmp.str("lr.svg")) > 200);
+}
+
+TEST_CASE("no usable descent is reported, and bad options are named", "[tune][lr_finder]") {
+  tune::LRFinderResult rising;
+  for (int i = 0; i < 30; ++i) {
+    rising.lrs.push_back(1e-6 * std::pow(10.0, i / 5.0));
+    rising.losses.push_back(1.0 + i);
+    rising.smoothed_losses.push_back(1.0 + i);
+  }
+  std::string why;
+  CHECK_FALSE(tune::suggest_steepest(rising, &why).has_value());
+  CHECK_THAT(why, Contains("never decreases"));
+  CHECK_FALSE(tune::suggest_valley(rising, &why).has_value());
+  tune::LRFinderResult few = rising;
+  few.lrs.resize(8);
+  few.smoothed_losses.resize(8);
+  CHECK_FALSE(tune::suggest_steepest(few, &why).has_value());
+  CHECK_THAT(why, Contains("at least 17 points"));
+
+  auto loader = toy_loader();
+  auto model = nn::make_mlp(nn::MlpOptions().in_features(16).num_classes(4));
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  tune::LRFinder finder(model.ptr(), [&model](const at::Tensor& x) { return model->forward(x); }, opt);
+  CHECK_THROWS_WITH(finder.range_test(loader, nullptr, tune::LRFinderOptions().start_lr(1).end_lr(0.5)),
+                    Contains("end_lr"));
+  CHECK_THROWS_WITH(finder.range_test(loader, nullptr, tune::LRFinderOptions().step_mode("log")), Contains("step_mode"));
+  CHECK_THROWS_WITH(finder.range_test(loader, nullptr, tune::LRFinderOptions().smooth_f(1.0)), Contains("smooth_f"));
+  const auto lin = finder.range_test(loader, &loader, tune::LRFinderOptions().start_lr(0.01).end_lr(0.1).num_iter(5)
+                                                           .step_mode("linear").diverge_th(1e9));
+  const std::vector<double> expected{0.01, 0.0325, 0.055, 0.0775, 0.1};
+  REQUIRE(lin.lrs.size() == expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    CHECK(lin.lrs[i] == Approx(expected[i]).epsilon(1e-14));
+  }
+}
