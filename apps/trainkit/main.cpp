@@ -1,4 +1,4 @@
-// trainkit: the command-line front end. Subcommands: train.
+// trainkit: the command-line front end. Subcommands: train, lr-find.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -15,9 +15,11 @@ namespace {
 
 constexpr int kExitUsage = 2;
 
-int run_train(const trainkit::train::TrainJobOptions& options) {
+/// Runs a job, mapping its errors to messages and exit codes (2: config or usage, 1: anything else).
+template <class Job>
+int run_job(Job job) {
   try {
-    trainkit::train::run_train_job(options);
+    job();
     return 0;
   } catch (const trainkit::train::ConfigError& e) {
     spdlog::error("config: {}", e.what());
@@ -59,6 +61,23 @@ int main(int argc, char** argv) {
   train->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 
+  trainkit::train::LrFindJobOptions lr_options;
+  double start_lr = lr_options.finder.start_lr();
+  double end_lr = lr_options.finder.end_lr();
+  int64_t num_iter = lr_options.finder.num_iter();
+  std::string step_mode = lr_options.finder.step_mode();
+  auto* lr_find = app.add_subcommand("lr-find", "LR range test on a train config's model, optimizer and data");
+  lr_find->add_option("--config", lr_options.config_path, "TOML config file (e.g. configs/fashion_mnist.toml)");
+  lr_find->add_option("--set", lr_options.overrides, "Override one key: section.key=value (repeatable)");
+  lr_find->add_option("--out", lr_options.out_dir, "Directory for lr_find.csv and lr_find.svg")->capture_default_str();
+  lr_find->add_option("--start-lr", start_lr, "First LR")->capture_default_str();
+  lr_find->add_option("--end-lr", end_lr, "Last LR")->capture_default_str();
+  lr_find->add_option("--num-iter", num_iter, "Steps")->capture_default_str();
+  lr_find->add_option("--step-mode", step_mode, "exp or linear")->capture_default_str();
+  lr_find->add_flag("--val", lr_options.use_val, "Record the validation loss instead of the training loss");
+  lr_find->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
@@ -72,7 +91,15 @@ int main(int argc, char** argv) {
       std::cerr << "train: --config is required\nRun with --help for more information.\n";
       return kExitUsage;
     }
-    return run_train(train_options);
+    return run_job([&] { trainkit::train::run_train_job(train_options); });
+  }
+  if (lr_find->parsed()) {
+    if (lr_options.config_path.empty()) {
+      std::cerr << "lr-find: --config is required\nRun with --help for more information.\n";
+      return kExitUsage;
+    }
+    lr_options.finder.start_lr(start_lr).end_lr(end_lr).num_iter(num_iter).step_mode(step_mode);
+    return run_job([&] { trainkit::train::run_lr_find_job(lr_options); });
   }
   return 0;
 }

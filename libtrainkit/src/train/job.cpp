@@ -101,55 +101,64 @@ data::ImageSet slice(const data::ImageSet& s, int64_t start, int64_t len) {
 
 }  // namespace
 
+RunSetup build_run_setup(const TrainConfig& config, const std::string& source) {
+  RunSetup setup;
+  if (config.train.device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      throw ConfigError(fmt::format("{}: train.device = \"cuda\" but no CUDA device is available", source));
+    }
+    setup.device = torch::Device(torch::kCUDA);
+  }
+  if (config.train.threads > 0) {
+    torch::set_num_threads(static_cast<int>(config.train.threads));
+  }
+  const data::ImageSet full_train = data::load_mnist_split(config.data.dir, true, config.data.limit_train);
+  const data::ImageSet test = data::load_mnist_split(config.data.dir, false, config.data.limit_test);
+  const int64_t n_all = full_train.images.size(0);
+  if (config.data.val_size >= n_all) {
+    throw ConfigError(fmt::format("{}: data.val_size ({}) must be smaller than the {} training examples", source,
+                                  config.data.val_size, n_all));
+  }
+  const int64_t n_train = n_all - config.data.val_size;
+  const torch::Device device = setup.device;
+  const auto to_device = [&device](const data::ImageSet& s) {
+    return data::ImageSet{s.images.to(device), s.labels.to(device)};
+  };
+  const data::ImageSet train_set = to_device(slice(full_train, 0, n_train));
+  setup.train = std::make_unique<data::TensorLoader>(train_set.images, train_set.labels,
+                                                     data::TensorLoaderOptions()
+                                                         .batch_size(config.train.batch_size)
+                                                         .shuffle(true)
+                                                         .seed(static_cast<uint64_t>(config.train.seed)));
+  if (config.data.val_size > 0) {
+    const data::ImageSet val_set = to_device(slice(full_train, n_train, config.data.val_size));
+    setup.val = std::make_unique<data::TensorLoader>(
+        val_set.images, val_set.labels,
+        data::TensorLoaderOptions().batch_size(config.train.eval_batch_size).shuffle(false));
+  }
+  const data::ImageSet test_set = to_device(test);
+  setup.test = std::make_unique<data::TensorLoader>(
+      test_set.images, test_set.labels, data::TensorLoaderOptions().batch_size(config.train.eval_batch_size).shuffle(false));
+  torch::manual_seed(static_cast<uint64_t>(config.train.seed));
+  setup.model = make_model(config.model);
+  setup.model->to(device);
+  setup.optimizer = make_optimizer(config.optimizer, setup.model->parameters());
+  return setup;
+}
+
 TrainJobResult run_train_job(const TrainJobOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
   const TrainConfig config = load_config(options.config_path, options.overrides);
   const RunPlan plan = plan_run(options);
 
-  torch::Device device(torch::kCPU);
-  if (config.train.device == "cuda") {
-    if (!torch::cuda::is_available()) {
-      throw ConfigError(fmt::format("{}: train.device = \"cuda\" but no CUDA device is available",
-                                    options.config_path));
-    }
-    device = torch::Device(torch::kCUDA);
-  }
-  if (config.train.threads > 0) {
-    torch::set_num_threads(static_cast<int>(config.train.threads));
-  }
-
-  const data::ImageSet full_train = data::load_mnist_split(config.data.dir, true, config.data.limit_train);
-  const data::ImageSet test = data::load_mnist_split(config.data.dir, false, config.data.limit_test);
-  const int64_t n_all = full_train.images.size(0);
-  if (config.data.val_size >= n_all) {
-    throw ConfigError(fmt::format("{}: data.val_size ({}) must be smaller than the {} training examples",
-                                  options.config_path, config.data.val_size, n_all));
-  }
-  const int64_t n_train = n_all - config.data.val_size;
-  const auto to_device = [&device](const data::ImageSet& s) {
-    return data::ImageSet{s.images.to(device), s.labels.to(device)};
-  };
-  const data::ImageSet train_set = to_device(slice(full_train, 0, n_train));
-  data::TensorLoader train_loader(train_set.images, train_set.labels,
-                                  data::TensorLoaderOptions()
-                                      .batch_size(config.train.batch_size)
-                                      .shuffle(true)
-                                      .seed(static_cast<uint64_t>(config.train.seed)));
-  std::unique_ptr<data::TensorLoader> val_loader;
-  if (config.data.val_size > 0) {
-    const data::ImageSet val_set = to_device(slice(full_train, n_train, config.data.val_size));
-    val_loader = std::make_unique<data::TensorLoader>(
-        val_set.images, val_set.labels,
-        data::TensorLoaderOptions().batch_size(config.train.eval_batch_size).shuffle(false));
-  }
-  const data::ImageSet test_set = to_device(test);
-  const data::TensorLoader test_loader(test_set.images, test_set.labels,
-                                       data::TensorLoaderOptions().batch_size(config.train.eval_batch_size).shuffle(false));
-
-  torch::manual_seed(static_cast<uint64_t>(config.train.seed));
-  torch::nn::Sequential model = make_model(config.model);
-  model->to(device);
-  const auto optimizer = make_optimizer(config.optimizer, model->parameters());
+  RunSetup setup = build_run_setup(config, options.config_path);
+  const torch::Device device = setup.device;
+  data::TensorLoader& train_loader = *setup.train;
+  const data::TensorLoader* val_loader = setup.val.get();
+  const data::TensorLoader& test_loader = *setup.test;
+  torch::nn::Sequential model = setup.model;
+  torch::optim::Optimizer* const optimizer = setup.optimizer.get();
+  const int64_t n_train = train_loader.size();
   Trainer trainer(model, *optimizer,
                   TrainerOptions()
                       .epochs(config.train.epochs)
@@ -220,9 +229,9 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   trainer.add_callback(std::make_shared<CheckpointCallback>(manager, config.checkpoint.every_steps));
 
   spdlog::info("training {} on {} ({} train, {} val, {} test examples) with {}, run directory {}",
-               config.model.name, device.str(), n_train, config.data.val_size, test_set.images.size(0),
+               config.model.name, device.str(), n_train, config.data.val_size, test_loader.size(),
                config.optimizer.name, plan.dir);
-  trainer.fit(train_loader, val_loader.get());
+  trainer.fit(train_loader, val_loader);
 
   const EvalResult test_result = trainer.evaluate(test_loader);
   TrainJobResult result;
@@ -253,6 +262,49 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   spdlog::info("test accuracy {:.4f}, test loss {:.4f} after {} epochs ({} steps) in {:.1f} s; {}",
                result.test_accuracy, result.test_loss, result.epochs, result.steps, result.wall_seconds,
                plan.dir);
+  return result;
+}
+
+}  // namespace trainkit::train
+
+namespace trainkit::train {
+
+LrFindJobResult run_lr_find_job(const LrFindJobOptions& options) {
+  const TrainConfig config = load_config(options.config_path, options.overrides);
+  if (options.use_val && config.data.val_size == 0) {
+    throw ConfigError(options.config_path + ": --val needs data.val_size > 0");
+  }
+  RunSetup setup = build_run_setup(config, options.config_path);
+  torch::nn::Sequential model = setup.model;
+  tune::LRFinder finder(model.ptr(), [model](const at::Tensor& x) mutable { return model->forward(x); },
+                        *setup.optimizer);
+  spdlog::info("LR range test: {} to {} over {} steps ({}), batch {}", options.finder.start_lr(),
+               options.finder.end_lr(), options.finder.num_iter(), options.finder.step_mode(), config.train.batch_size);
+  LrFindJobResult result;
+  result.curve = finder.range_test(*setup.train, options.use_val ? setup.val.get() : nullptr, options.finder);
+  if (result.curve.diverged) {
+    spdlog::info("stopped early at lr {:.3g}: the loss diverged", result.curve.lrs.back());
+  }
+  using Suggest = std::function<std::optional<tune::Suggestion>(const tune::LRFinderResult&, std::string*)>;
+  const std::vector<Suggest> methods = {
+      [](const tune::LRFinderResult& r, std::string* why) { return tune::suggest_steepest(r, why); },
+      tune::suggest_valley, tune::suggest_minimum};
+  for (const auto& suggest : methods) {
+    std::string why;
+    if (auto s = suggest(result.curve, &why)) {
+      spdlog::info("suggested lr ({}): {:.3g}", s->method, s->lr);
+      result.suggestions.push_back(*s);
+    } else {
+      spdlog::warn("no suggestion: {}", why);
+    }
+  }
+  std::filesystem::create_directories(options.out_dir);
+  const std::string csv = (std::filesystem::path(options.out_dir) / "lr_find.csv").string();
+  const std::string svg = (std::filesystem::path(options.out_dir) / "lr_find.svg").string();
+  tune::write_lr_finder_csv(result.curve, csv);
+  tune::write_lr_finder_svg(result.curve, result.suggestions, svg,
+                            fmt::format("LR range test ({})", options.config_path));
+  spdlog::info("wrote {} and {}", csv, svg);
   return result;
 }
 

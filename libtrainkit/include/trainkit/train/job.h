@@ -6,9 +6,16 @@
 /// `checkpoints/ckpt-<step>.tkpt` and `summary.json`.
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/optim/optimizer.h>
+
+#include "trainkit/data/tensor_loader.h"
+#include "trainkit/tune/lr_finder.h"
 
 namespace trainkit::train {
 
@@ -39,9 +46,43 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Data, model and optimizer built from a config: what `trainkit train` and `trainkit lr-find` share.
+struct RunSetup {
+  torch::Device device = torch::kCPU;
+  std::unique_ptr<data::TensorLoader> train;
+  std::unique_ptr<data::TensorLoader> val;  ///< null when data.val_size is 0
+  std::unique_ptr<data::TensorLoader> test;
+  torch::nn::Sequential model{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+
+struct TrainConfig;
+
+/// Loads the data, seeds, builds the model and the optimizer of `config`; errors name `source`.
+RunSetup build_run_setup(const TrainConfig& config, const std::string& source);
+
 /// Validates the config and the run directory before writing anything, trains, evaluates on the test
 /// set and writes the run directory. Throws ConfigError / UsageError (nothing written),
 /// data::DataError, CheckpointError.
 TrainJobResult run_train_job(const TrainJobOptions& options);
+
+/// What `trainkit lr-find` was asked to do.
+struct LrFindJobOptions {
+  std::string config_path;             ///< the training config (model, optimizer, data)
+  std::vector<std::string> overrides;  ///< `section.key=value`
+  std::string out_dir = "lr_find";     ///< where lr_find.csv and lr_find.svg go
+  tune::LRFinderOptions finder;        ///< range-test settings
+  bool use_val = false;                ///< record the validation loss instead of the training loss
+};
+
+/// The curve and the suggestions (steepest, valley, minimum/10; those that exist).
+struct LrFindJobResult {
+  tune::LRFinderResult curve;
+  std::vector<tune::Suggestion> suggestions;
+};
+
+/// Runs the LR range test on the config's model, optimizer and data and writes lr_find.csv and
+/// lr_find.svg to out_dir. Throws like run_train_job.
+LrFindJobResult run_lr_find_job(const LrFindJobOptions& options);
 
 }  // namespace trainkit::train
