@@ -184,3 +184,18 @@ TEST_CASE("trainkit train runs with bf16 autocast, a GradScaler, accumulation an
   CHECK(bad.code == 2);
   CHECK_THAT(bad.output, Contains("amp.dtype"));
 }
+
+TEST_CASE("trainkit lr-find writes the curve and suggestions", "[cli][tune]") {
+  TempDir tmp("cli-lrfind");
+  const std::string config = tiny_config(tmp);
+  const std::string out = tmp.str("lr");
+  const Run r = trainkit_cli("lr-find --config " + config + " --out " + out + " --num-iter 30 --start-lr 1e-5", tmp);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.output, Contains("suggested lr"));
+  CHECK_THAT(read_file(out + "/lr_find.csv"), Contains("lr,loss,smoothed_loss"));
+  CHECK(fs::file_size(out + "/lr_find.svg") > 500);
+  const Run bad = trainkit_cli("lr-find --config " + config + " --out " + out + " --start-lr -1", tmp);
+  CHECK(bad.code != 0);
+  CHECK_THAT(bad.output, Contains("start_lr"));
+}
