@@ -164,6 +164,7 @@ TEST_CASE("trainkit train resumes bitwise identically in a second process", "[cl
   CHECK_THAT(summary, Contains("\"test_accuracy\"") && Contains("\"steps\": 30") && Contains("\"finished\": true"));
   CHECK(fs::exists(split + "/config.toml"));
   CHECK(fs::exists(split + "/metrics.jsonl"));
+  CHECK_THAT(read_file(split + "/curves.svg"), Contains("validation accuracy") && Contains("<polyline"));
   CHECK(trainkit::train::CheckpointManager(split + "/checkpoints", 2).list().size() == 2);  // keep_last
 }
 

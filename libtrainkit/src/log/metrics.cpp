@@ -1,9 +1,13 @@
 #include "trainkit/log/metrics.h"
 
 #include <filesystem>
+#include <sstream>
+#include <vector>
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "trainkit/log/svg_plot.h"
 
 namespace trainkit::log {
 namespace {
@@ -51,6 +55,96 @@ void MetricsWriter::write(const MetricRow& row) {
   json_field(json, "val_accuracy", row.val_accuracy);
   jsonl_ << json << "}\n";
   jsonl_.flush();
+}
+
+}  // namespace trainkit::log
+
+namespace trainkit::log {
+namespace {
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  std::string field;
+  while (std::getline(ss, field, ',')) {
+    out.push_back(field);
+  }
+  if (!line.empty() && line.back() == ',') {
+    out.emplace_back();
+  }
+  return out;
+}
+
+}  // namespace
+
+void write_curves_svg(const std::string& metrics_csv, const std::string& svg_path, const std::string& title) {
+  std::ifstream in(metrics_csv);
+  if (!in) {
+    throw std::runtime_error(fmt::format("{}: cannot read", metrics_csv));
+  }
+  struct Xy {
+    std::vector<double> x, y;
+    void add(double a, const std::string& b) {
+      if (!b.empty()) {
+        x.push_back(a);
+        y.push_back(std::stod(b));
+      }
+    }
+  };
+  Xy train_loss, epoch_loss, val_loss, val_acc, lr;
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    const auto f = split_csv(line);
+    if (f.size() < 8) {
+      continue;
+    }
+    const double step = std::stod(f[1]);
+    if (f[0] == "train") {
+      train_loss.add(step, f[3]);
+      lr.add(step, f[4]);
+    } else if (f[0] == "epoch") {
+      epoch_loss.add(step, f[3]);
+      if (lr.x.empty() || lr.x.back() < step) {
+        lr.add(step, f[4]);
+      }
+      val_loss.add(step, f[6]);
+      val_acc.add(step, f[7]);
+    }
+  }
+  const auto panel = [&title](const std::string& what, const std::string& y_label, bool log_y) {
+    PlotOptions po;
+    po.title = fmt::format("{}: {}", title, what);
+    po.x_label = "step";
+    po.y_label = y_label;
+    po.log_y = log_y;
+    return SvgPlot(po);
+  };
+  SvgPlot loss = panel("loss", "loss", false);
+  loss.add_series({"train (interval mean)", train_loss.x, train_loss.y, false});
+  loss.add_series({"train (epoch mean)", epoch_loss.x, epoch_loss.y, true});
+  loss.add_series({"validation", val_loss.x, val_loss.y, true});
+  SvgPlot acc = panel("validation accuracy", "accuracy", false);
+  acc.add_series({"validation accuracy", val_acc.x, val_acc.y, true});
+  SvgPlot rate = panel("learning rate", "learning rate (group 0)", false);
+  rate.add_series({"lr", lr.x, lr.y, false});
+  // Three standalone plots stacked in one document (nested <svg> elements placed by their y attribute).
+  const int height = PlotOptions().height;
+  std::string doc = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">\n",
+      PlotOptions().width, 3 * height, PlotOptions().width, 3 * height);
+  int y = 0;
+  for (const SvgPlot* p : {&loss, &acc, &rate}) {
+    std::string part = p->render();
+    part.insert(4, fmt::format(" y=\"{}\"", y));  // after "<svg"
+    doc += part;
+    y += height;
+  }
+  doc += "</svg>\n";
+  std::ofstream out(svg_path);
+  if (!out || !(out << doc)) {
+    throw std::runtime_error(fmt::format("{}: cannot write", svg_path));
+  }
 }
 
 }  // namespace trainkit::log

@@ -252,6 +252,8 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   row.val_loss = result.test_loss;
   row.val_accuracy = result.test_accuracy;
   metrics->write(row);
+  log::write_curves_svg((fs::path(plan.dir) / "metrics.csv").string(), (fs::path(plan.dir) / "curves.svg").string(),
+                        fs::path(options.config_path).stem().string());
   write_file_atomic((fs::path(plan.dir) / "summary.json").string(),
                     fmt::format("{{\n  \"test_accuracy\": {:.6f},\n  \"test_loss\": {:.6f},\n  \"epochs\": {},\n"
                                 "  \"steps\": {},\n  \"finished\": {},\n  \"wall_seconds\": {:.3f},\n"

@@ -36,3 +36,12 @@ class MetricsWriter {
 };
 
 }  // namespace trainkit::log
+
+namespace trainkit::log {
+
+/// Draws `DIR/metrics.csv` (as MetricsWriter writes it) into one SVG with three stacked plots: training
+/// and validation loss, validation accuracy, and learning rate, against the step.
+/// Throws std::runtime_error naming the file when it cannot be read or written.
+void write_curves_svg(const std::string& metrics_csv, const std::string& svg_path, const std::string& title);
+
+}  // namespace trainkit::log
