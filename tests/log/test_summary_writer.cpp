@@ -150,7 +150,8 @@ DecodedValue decode_summary_event(const std::string& event) {
   }
   const Field* summary = find(fields, 5);
   REQUIRE(summary != nullptr);
-  const Field* value = find(parse_message(summary->bytes), 1);
+  const auto summary_fields = parse_message(summary->bytes);
+  const Field* value = find(summary_fields, 1);
   REQUIRE(value != nullptr);
   out.value = parse_message(value->bytes);
   return out;
@@ -223,8 +224,8 @@ TEST_CASE("make_histogram bins as PyTorch", "[log][tensorboard]") {
     CHECK(h.bucket == std::vector<double>{0, 2, 0, 1});
     // all equal: numpy widens the range by 0.5 on each side
     const auto same = make_histogram({2, 2}, 2);
-    CHECK(same.bucket_limit == std::vector<double>{1.5, 2.0, 2.5});
-    CHECK(same.bucket == std::vector<double>{0, 0, 2});
+    CHECK(same.bucket_limit == std::vector<double>{2.0, 2.5});
+    CHECK(same.bucket == std::vector<double>{0, 2});
   }
   SECTION("default TensorFlow bins") {
     const auto h = make_histogram({0.5, -3.0, 0.5});
@@ -234,6 +235,10 @@ TEST_CASE("make_histogram bins as PyTorch", "[log][tensorboard]") {
     CHECK(h.bucket_limit.front() <= -3.0);
     CHECK(h.bucket_limit.back() > 0.5);
     CHECK(h.bucket_limit.back() < 0.5 * 1.1 + 1e-9);
+    // From PyTorch: make_histogram(np.array([0.5, -3, 0.5]), SummaryWriter(...).default_bins)
+    CHECK(h.bucket.size() == 588);
+    CHECK(h.bucket_limit.front() == Approx(-3.1665833053880363).epsilon(1e-14));
+    CHECK(h.bucket_limit.back() == Approx(0.5177616740489182).epsilon(1e-14));
   }
   CHECK_THROWS_AS(make_histogram({}), std::invalid_argument);
   CHECK_THROWS_AS(make_histogram({1.0, std::nan("")}), std::invalid_argument);
