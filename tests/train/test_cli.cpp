@@ -174,13 +174,18 @@ TEST_CASE("trainkit train runs with bf16 autocast, a GradScaler, accumulation an
   const std::string out = tmp.str("run");
   const Run r = trainkit_cli("train --config " + config + " --out " + out +
                                  " --set train.epochs=1 --set amp.enabled=true --set amp.grad_scaler=true"
-                                 " --set grad.accumulation_steps=3 --set grad.clip_norm=1.0",
+                                 " --set grad.accumulation_steps=3 --set grad.clip_norm=1.0 --set log.tensorboard=true",
                              tmp);
   INFO(r.output);
   REQUIRE(r.code == 0);
   // 10 micro-batches in windows of 3: 4 optimizer steps (3, 3, 3, 1)
   CHECK_THAT(read_file(out + "/summary.json"), Contains("\"steps\": 4"));
   CHECK_THAT(read_file(out + "/config.toml"), Contains("[amp]") && Contains("grad_scaler = true"));
+  bool has_events = false;
+  for (const auto& e : fs::directory_iterator(out)) {
+    has_events = has_events || e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  CHECK(has_events);
   const Run bad = trainkit_cli("train --config " + config + " --out " + out + "2 --set amp.dtype=float64", tmp);
   CHECK(bad.code == 2);
   CHECK_THAT(bad.output, Contains("amp.dtype"));

@@ -14,8 +14,9 @@ double lr_of(Trainer& trainer) {
 
 }  // namespace
 
-LoggingCallback::LoggingCallback(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar)
-    : metrics_(std::move(metrics)), every_steps_(every_steps), bar_(bar) {
+LoggingCallback::LoggingCallback(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar,
+                                 std::shared_ptr<log::SummaryWriter> tensorboard)
+    : metrics_(std::move(metrics)), tensorboard_(std::move(tensorboard)), every_steps_(every_steps), bar_(bar) {
   TORCH_CHECK(every_steps_ >= 1, "LoggingCallback: invalid every_steps: ", every_steps_);
 }
 
@@ -47,6 +48,11 @@ bool LoggingCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
       row.lr = lr_of(trainer);
       row.samples_per_second = last_rate_;
       metrics_->write(row);
+    }
+    if (tensorboard_) {
+      tensorboard_->add_scalar("train/loss", last_loss_, event.step);
+      tensorboard_->add_scalar("train/lr", lr_of(trainer), event.step);
+      tensorboard_->add_scalar("train/samples_per_second", last_rate_, event.step);
     }
     if (!bar_) {
       spdlog::info("epoch {} step {} batch {}/{} loss {:.4f} lr {:.3g} {:.0f} samples/s", event.epoch + 1,
@@ -83,11 +89,23 @@ bool LoggingCallback::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
   if (metrics_) {
     metrics_->write(row);
   }
+  if (tensorboard_) {
+    tensorboard_->add_scalar("epoch/train_loss", event.train_loss, event.step);
+    if (event.val) {
+      tensorboard_->add_scalar("val/loss", event.val->loss, event.step);
+      tensorboard_->add_scalar("val/accuracy", event.val->accuracy, event.step);
+    }
+  }
   last_ = Clock::now();  // evaluation time is not training time
   return false;
 }
 
-void LoggingCallback::on_train_end(Trainer&) { progress_.finish(); }
+void LoggingCallback::on_train_end(Trainer&) {
+  progress_.finish();
+  if (tensorboard_) {
+    tensorboard_->flush();
+  }
+}
 
 CheckpointCallback::CheckpointCallback(std::shared_ptr<CheckpointManager> manager, int64_t every_steps)
     : manager_(std::move(manager)), every_steps_(every_steps) {}

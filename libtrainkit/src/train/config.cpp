@@ -256,6 +256,8 @@ const std::vector<Key>& keys() {
       TRAINKIT_KEY(log, progress, "\"auto\" or \"bar\" or \"lines\"",
                    "Console: a progress bar (auto: when stderr is a terminal) or plain lines",
                    as_choice(n, w, {"auto", "bar", "lines"})),
+      TRAINKIT_KEY(log, tensorboard, "boolean", "Also write TensorBoard event files into the run directory",
+                   as_bool(n, w)),
   };
   return table;
 }

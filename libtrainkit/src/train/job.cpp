@@ -224,7 +224,11 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   write_file_atomic((fs::path(plan.dir) / "config.toml").string(), to_toml(config));
   auto metrics = std::make_shared<log::MetricsWriter>(plan.dir, resumed);
   const bool bar = config.log.progress == "bar" || (config.log.progress == "auto" && log::is_terminal(stderr));
-  auto logging = std::make_shared<LoggingCallback>(metrics, config.log.every_steps, bar);
+  std::shared_ptr<log::SummaryWriter> tensorboard;
+  if (config.log.tensorboard) {
+    tensorboard = std::make_shared<log::SummaryWriter>(plan.dir);
+  }
+  auto logging = std::make_shared<LoggingCallback>(metrics, config.log.every_steps, bar, tensorboard);
   trainer.add_callback(logging);
   trainer.add_callback(std::make_shared<CheckpointCallback>(manager, config.checkpoint.every_steps));
 
@@ -252,6 +256,11 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   row.val_loss = result.test_loss;
   row.val_accuracy = result.test_accuracy;
   metrics->write(row);
+  if (tensorboard) {
+    tensorboard->add_scalar("test/accuracy", result.test_accuracy, result.steps);
+    tensorboard->add_scalar("test/loss", result.test_loss, result.steps);
+    tensorboard->close();
+  }
   log::write_curves_svg((fs::path(plan.dir) / "metrics.csv").string(), (fs::path(plan.dir) / "curves.svg").string(),
                         fs::path(options.config_path).stem().string());
   write_file_atomic((fs::path(plan.dir) / "summary.json").string(),

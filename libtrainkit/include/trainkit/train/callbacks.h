@@ -10,6 +10,7 @@
 
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/progress.h"
+#include "trainkit/log/summary_writer.h"
 #include "trainkit/train/checkpoint.h"
 #include "trainkit/train/trainer.h"
 
@@ -17,11 +18,14 @@ namespace trainkit::train {
 
 /// Every `every_steps` steps: one "train" metrics row (mean loss over the interval, LR of group 0,
 /// samples/s) and a console line, or a progress bar redrawn each step when `bar`. At each epoch end: an
-/// "epoch" row with validation loss and accuracy. Reads the loss from the device only at those points.
+/// "epoch" row with validation loss and accuracy. The same values go to TensorBoard when a writer is given
+/// (tags train/loss, train/lr, train/samples_per_second, epoch/train_loss, val/loss, val/accuracy).
+/// Reads the loss from the device only at those points.
 class LoggingCallback : public Callback {
  public:
-  /// `metrics` may be null (console only).
-  LoggingCallback(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar);
+  /// `metrics` and `tensorboard` may be null.
+  LoggingCallback(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar,
+                  std::shared_ptr<log::SummaryWriter> tensorboard = nullptr);
   void on_train_begin(Trainer& trainer) override;
   bool on_step_end(Trainer& trainer, const StepEvent& event) override;
   bool on_epoch_end(Trainer& trainer, const EpochEvent& event) override;
@@ -35,6 +39,7 @@ class LoggingCallback : public Callback {
  private:
   using Clock = std::chrono::steady_clock;
   std::shared_ptr<log::MetricsWriter> metrics_;
+  std::shared_ptr<log::SummaryWriter> tensorboard_;
   int64_t every_steps_;
   bool bar_;
   log::ProgressBar progress_;

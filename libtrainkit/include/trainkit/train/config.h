@@ -86,6 +86,7 @@ struct CheckpointConfig {
 struct LogConfig {
   int64_t every_steps = 100;
   std::string progress = "auto";
+  bool tensorboard = false;
 };
 
 /// The whole configuration; default-constructed it is the documented defaults.
