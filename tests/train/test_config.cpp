@@ -110,6 +110,7 @@ TEST_CASE("the effective config reads back to the same values", "[train][config]
 
 TEST_CASE("shipped configs parse and docs/config.md is the generated key table", "[train][config]") {
   CHECK_NOTHROW(trainkit::train::load_config(trainkit::test::source_path("configs/fashion_mnist.toml")));
+  CHECK_NOTHROW(trainkit::train::load_config(trainkit::test::source_path("configs/fashion_mnist_constant_lr.toml")));
   std::ifstream doc(trainkit::test::source_path("docs/config.md"));
   REQUIRE(doc);
   std::stringstream text;
