@@ -150,24 +150,16 @@ class Args {
       const std::string key(k.str());
       if (used_.count(key) == 0) {
         throw std::invalid_argument(fmt::format("{}: unknown key '{}' for {} (known: {})", where_, key, type,
-                                                fmt::join(used_names(), ", ")));
+                                                fmt::join(used_, ", ")));
       }
-    }
-  }
-  /// Marks keys as known (for the error message) without reading them.
-  void known(std::initializer_list<const char*> keys) {
-    for (const char* k : keys) {
-      names_.insert(k);
     }
   }
 
  private:
   const toml::node* use(const std::string& key) {
     used_.insert(key);
-    names_.insert(key);
     return table_.get(key);
   }
-  std::set<std::string> used_names() const { return names_; }
   [[noreturn]] void fail(const std::string& key, const std::string& expected, const toml::node& node) const {
     std::ostringstream got;
     node.visit([&got](const auto& v) { got << v; });
@@ -179,8 +171,7 @@ class Args {
 
   const toml::table& table_;
   std::string where_;
-  std::set<std::string> used_;
-  std::set<std::string> names_;
+  std::set<std::string> used_;  // keys read so far: the known keys of this type
 };
 
 /// Prefixes an error from a scheduler's constructor with where its table came from.
@@ -331,7 +322,6 @@ std::shared_ptr<LRScheduler> build(const toml::table& table, torch::optim::Optim
     throw std::invalid_argument(fmt::format("{}: unknown type \"{}\" (one of {})", where, type,
                                             fmt::join(scheduler_types(), ", ")));
   }
-  a.known({"interval"});
   if (where.find(".schedulers[") == std::string::npos) {
     a.str("interval");  // read by make_scheduler; mark as known here
   }

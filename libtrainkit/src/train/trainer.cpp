@@ -43,11 +43,15 @@ void Trainer::set_autocast(c10::DeviceType device, c10::ScalarType dtype) {
   autocast_ = std::make_pair(device, dtype);
 }
 
-at::Tensor Trainer::forward_loss(const data::Batch& batch) {
-  std::optional<amp::Autocast> guard;
-  if (autocast_) {
-    guard.emplace(autocast_->first, autocast_->second);
+std::optional<amp::Autocast> Trainer::autocast_region() const {
+  if (!autocast_) {
+    return std::nullopt;
   }
+  return std::optional<amp::Autocast>(std::in_place, autocast_->first, autocast_->second);
+}
+
+at::Tensor Trainer::forward_loss(const data::Batch& batch) {
+  const auto guard = autocast_region();
   const at::Tensor loss = loss_(forward_(batch.input), batch.target);
   // Under autocast the loss is reported and backpropagated from float32, whatever the forward's precision.
   return autocast_ ? loss.to(torch::kFloat32) : loss;
@@ -107,10 +111,7 @@ EvalResult Trainer::evaluate(const data::TensorLoader& loader) {
   int64_t samples = 0;
   for (int64_t i = 0; i < loader.num_batches(); ++i) {
     const data::Batch b = loader.batch(i);
-    std::optional<amp::Autocast> guard;
-    if (autocast_) {
-      guard.emplace(autocast_->first, autocast_->second);
-    }
+    const auto guard = autocast_region();
     const at::Tensor out = forward_(b.input);
     const int64_t n = b.target.size(0);
     loss_sum += loss_(out, b.target).to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);

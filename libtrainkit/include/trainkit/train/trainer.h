@@ -17,6 +17,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include "trainkit/amp/autocast.h"
 #include "trainkit/amp/grad_scaler.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/sched/scheduler.h"
@@ -159,6 +160,8 @@ class Trainer {
  private:
   std::vector<at::Tensor> optimizer_params() const;
   at::Tensor forward_loss(const data::Batch& batch);
+  /// An autocast region when set_autocast() was called, else nothing.
+  std::optional<amp::Autocast> autocast_region() const;
 
   std::shared_ptr<torch::nn::Module> module_;
   ForwardFn forward_;
