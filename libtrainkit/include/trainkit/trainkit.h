@@ -7,6 +7,7 @@
 #include "trainkit/grad.h"
 #include "trainkit/log.h"
 #include "trainkit/nn.h"
+#include "trainkit/optim.h"
 #include "trainkit/sched.h"
 #include "trainkit/train.h"
 #include "trainkit/tune.h"

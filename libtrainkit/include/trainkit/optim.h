@@ -1,0 +1,11 @@
+#pragma once
+/// @file
+/// trainkit::optim: Adam/AdamW, SGD, LARS and LAMB as torch::optim::Optimizer subclasses, each with a fused
+/// single-pass CPU kernel and an ATen reference path.
+
+#include "trainkit/optim/adam.h"
+#include "trainkit/optim/lamb.h"
+#include "trainkit/optim/lars.h"
+#include "trainkit/optim/param_groups.h"
+#include "trainkit/optim/scaled_step.h"
+#include "trainkit/optim/sgd.h"

@@ -1,0 +1,126 @@
+#pragma once
+/// @file
+/// Adam and AdamW written from scratch on LibTorch tensors, with a fused single-pass CPU kernel.
+/// Same numbers as PyTorch's torch.optim.Adam / AdamW (Kingma & Ba 2015, arXiv 1412.6980;
+/// Loshchilov & Hutter 2019, arXiv 1711.05101).
+
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/optim/optimizer.h>
+
+#include "trainkit/optim/scaled_step.h"
+#include "trainkit/sched/cyclic.h"
+
+namespace trainkit::optim {
+
+/// Options of Adam (PyTorch's names and defaults). Also the options of one param group.
+struct AdamOptions : public torch::optim::OptimizerCloneableOptions<AdamOptions>, public sched::CyclableMomentum {
+  using betas_t = std::tuple<double, double>;
+  AdamOptions() = default;
+  /// Options with learning rate `lr`.
+  AdamOptions(double lr) : lr_(lr) {}  // NOLINT(google-explicit-constructor): AdamOptions(1e-3) reads like Python
+  /// Learning rate (>= 0).
+  TORCH_ARG(double, lr) = 1e-3;
+  /// Coefficients (β1, β2) of the running averages of the gradient and its square, each in [0, 1).
+  TORCH_ARG(betas_t, betas) = std::make_tuple(0.9, 0.999);
+  /// Added to the denominator for numerical stability (>= 0).
+  TORCH_ARG(double, eps) = 1e-8;
+  /// L2 penalty added to the gradient: g ← g + weight_decay·p (>= 0).
+  TORCH_ARG(double, weight_decay) = 0;
+  /// Use the maximum of past squared-gradient averages (Reddi et al. 2018, "On the Convergence of Adam").
+  TORCH_ARG(bool, amsgrad) = false;
+  /// Maximize the objective instead of minimizing it.
+  TORCH_ARG(bool, maximize) = false;
+  /// Kernel choice: unset = the fused CPU kernel where every tensor of the group allows it (contiguous
+  /// float32/float64 on the CPU, one dtype), else the ATen reference path; true = fused, or throw;
+  /// false = always the reference path.
+  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+  double get_lr() const override { return lr_; }
+  void set_lr(const double lr) override { lr_ = lr; }
+  /// β1, the momentum that CyclicLR/OneCycleLR cycle.
+  double cycled_momentum() const override { return std::get<0>(betas_); }
+  void set_cycled_momentum(double momentum) override { std::get<0>(betas_) = momentum; }
+};
+
+/// Options of AdamW: Adam's, with decoupled weight decay p ← p·(1 - lr·weight_decay) and its default 1e-2.
+struct AdamWOptions : public torch::optim::OptimizerCloneableOptions<AdamWOptions>,
+                      public sched::CyclableMomentum {
+  using betas_t = std::tuple<double, double>;
+  AdamWOptions() = default;
+  /// Options with learning rate `lr`.
+  AdamWOptions(double lr) : lr_(lr) {}  // NOLINT(google-explicit-constructor)
+  /// Learning rate (>= 0).
+  TORCH_ARG(double, lr) = 1e-3;
+  /// Coefficients (β1, β2), each in [0, 1).
+  TORCH_ARG(betas_t, betas) = std::make_tuple(0.9, 0.999);
+  /// Added to the denominator for numerical stability (>= 0).
+  TORCH_ARG(double, eps) = 1e-8;
+  /// Decoupled weight decay coefficient (>= 0).
+  TORCH_ARG(double, weight_decay) = 1e-2;
+  /// Use the maximum of past squared-gradient averages.
+  TORCH_ARG(bool, amsgrad) = false;
+  /// Maximize the objective instead of minimizing it.
+  TORCH_ARG(bool, maximize) = false;
+  /// Kernel choice, as AdamOptions::fused.
+  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+  double get_lr() const override { return lr_; }
+  void set_lr(const double lr) override { lr_ = lr; }
+  double cycled_momentum() const override { return std::get<0>(betas_); }
+  void set_cycled_momentum(double momentum) override { std::get<0>(betas_) = momentum; }
+};
+
+/// Per-parameter state of Adam and AdamW (PyTorch's state_dict names).
+struct AdamParamState : public torch::optim::OptimizerCloneableParamState<AdamParamState> {
+  /// Steps taken for this parameter.
+  TORCH_ARG(int64_t, step) = 0;
+  /// Running average of the gradient.
+  TORCH_ARG(at::Tensor, exp_avg);
+  /// Running average of the squared gradient.
+  TORCH_ARG(at::Tensor, exp_avg_sq);
+  /// Running maximum of exp_avg_sq (amsgrad only).
+  TORCH_ARG(at::Tensor, max_exp_avg_sq);
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+};
+/// AdamW keeps the same state as Adam.
+using AdamWParamState = AdamParamState;
+
+/// Adam. Parameters without a gradient are skipped; sparse gradients are rejected.
+class Adam : public torch::optim::Optimizer, public ScaledStep {
+ public:
+  /// Param groups may carry their own AdamOptions (layer-wise LR, no decay for biases ...).
+  explicit Adam(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, AdamOptions defaults = {});
+  explicit Adam(std::vector<at::Tensor> params, AdamOptions defaults = {});
+
+  at::Tensor step(LossClosure closure = nullptr) override;
+  void step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+};
+
+/// AdamW (decoupled weight decay).
+class AdamW : public torch::optim::Optimizer, public ScaledStep {
+ public:
+  explicit AdamW(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, AdamWOptions defaults = {});
+  explicit AdamW(std::vector<at::Tensor> params, AdamWOptions defaults = {});
+
+  at::Tensor step(LossClosure closure = nullptr) override;
+  void step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+};
+
+}  // namespace trainkit::optim

@@ -1,0 +1,88 @@
+#pragma once
+/// @file
+/// LAMB, layer-wise adaptive moments (You et al. 2019, arXiv 1904.00962), with timm's semantics and defaults
+/// (timm.optim.Lamb), and a fused CPU path.
+
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/optim/optimizer.h>
+
+#include "trainkit/optim/scaled_step.h"
+#include "trainkit/sched/cyclic.h"
+
+namespace trainkit::optim {
+
+/// Options of Lamb (timm's names and defaults).
+struct LambOptions : public torch::optim::OptimizerCloneableOptions<LambOptions>, public sched::CyclableMomentum {
+  using betas_t = std::tuple<double, double>;
+  LambOptions() = default;
+  /// Options with learning rate `lr`.
+  LambOptions(double lr) : lr_(lr) {}  // NOLINT(google-explicit-constructor)
+  /// Learning rate (>= 0).
+  TORCH_ARG(double, lr) = 1e-3;
+  /// Divide the moments by (1 - β^t) as Adam does.
+  TORCH_ARG(bool, bias_correction) = true;
+  /// Coefficients (β1, β2), each in [0, 1).
+  TORCH_ARG(betas_t, betas) = std::make_tuple(0.9, 0.999);
+  /// Added to the denominator (>= 0).
+  TORCH_ARG(double, eps) = 1e-6;
+  /// Weight decay added to the update (>= 0): u = m̂/(√v̂ + eps) + wd·p.
+  TORCH_ARG(double, weight_decay) = 0.01;
+  /// m ← β1·m + (1-β1)·g when true, m ← β1·m + g when false.
+  TORCH_ARG(bool, grad_averaging) = true;
+  /// Global gradient-norm clip over all groups before the step (unset = none). As in timm, the value of
+  /// the optimizer's defaults applies; per-group values are ignored.
+  TORCH_ARG(std::optional<double>, max_grad_norm) = 1.0;
+  /// Clip the trust ratio at 1 (LAMBC).
+  TORCH_ARG(bool, trust_clip) = false;
+  /// Adapt every parameter; by default only those with weight_decay ≠ 0 are adapted.
+  TORCH_ARG(bool, always_adapt) = false;
+  /// Kernel choice: unset = fused where possible, true = fused or throw, false = ATen reference path.
+  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+  double get_lr() const override { return lr_; }
+  void set_lr(const double lr) override { lr_ = lr; }
+  double cycled_momentum() const override { return std::get<0>(betas_); }
+  void set_cycled_momentum(double momentum) override { std::get<0>(betas_) = momentum; }
+};
+
+/// Per-parameter state of Lamb.
+struct LambParamState : public torch::optim::OptimizerCloneableParamState<LambParamState> {
+  /// Running average of the gradient.
+  TORCH_ARG(at::Tensor, exp_avg);
+  /// Running average of the squared gradient.
+  TORCH_ARG(at::Tensor, exp_avg_sq);
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+};
+
+/// LAMB: gradients divided by max(‖g‖_global / max_grad_norm, 1); Adam moments; u = m̂/(√v̂ + eps) + wd·p;
+/// where weight_decay ≠ 0 (or always_adapt) the step is scaled by the trust ratio ‖w‖/‖u‖ (1 where either
+/// is 0); p ← p - lr·ratio·u. The step count is kept per param group, as timm does.
+class Lamb : public torch::optim::Optimizer, public ScaledStep {
+ public:
+  explicit Lamb(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, LambOptions defaults = {});
+  explicit Lamb(std::vector<at::Tensor> params, LambOptions defaults = {});
+
+  at::Tensor step(LossClosure closure = nullptr) override;
+  void step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+  /// Steps taken by each param group.
+  const std::vector<int64_t>& group_steps() const { return group_steps_; }
+
+ private:
+  void step_impl(const at::Tensor& inv_scale);
+  std::vector<int64_t> group_steps_;
+};
+
+}  // namespace trainkit::optim

@@ -1,0 +1,76 @@
+#pragma once
+/// @file
+/// LARS, layer-wise adaptive rate scaling (You et al. 2017, arXiv 1708.03888), with timm's semantics and
+/// defaults (timm.optim.Lars; LARC clipping as NVIDIA apex), and a fused CPU path.
+
+#include <optional>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/optim/optimizer.h>
+
+#include "trainkit/optim/scaled_step.h"
+#include "trainkit/sched/cyclic.h"
+
+namespace trainkit::optim {
+
+/// Options of Lars (timm's defaults; timm calls trust_coefficient `trust_coeff`).
+struct LarsOptions : public torch::optim::OptimizerCloneableOptions<LarsOptions>, public sched::CyclableMomentum {
+  LarsOptions() = default;
+  /// Options with learning rate `lr`.
+  LarsOptions(double lr) : lr_(lr) {}  // NOLINT(google-explicit-constructor)
+  /// Learning rate (>= 0).
+  TORCH_ARG(double, lr) = 1.0;
+  /// Momentum factor (>= 0).
+  TORCH_ARG(double, momentum) = 0;
+  /// Dampening of the momentum.
+  TORCH_ARG(double, dampening) = 0;
+  /// Weight decay (>= 0), added to the gradient before the trust ratio scales it.
+  TORCH_ARG(double, weight_decay) = 0;
+  /// Nesterov momentum (needs momentum > 0 and dampening = 0).
+  TORCH_ARG(bool, nesterov) = false;
+  /// Trust coefficient η: ratio = η·‖w‖ / (‖g‖ + wd·‖w‖ + eps).
+  TORCH_ARG(double, trust_coefficient) = 0.001;
+  /// Added to the trust ratio's denominator.
+  TORCH_ARG(double, eps) = 1e-8;
+  /// LARC: clip the ratio so that the effective LR never exceeds lr (ratio ← min(ratio / lr, 1)).
+  TORCH_ARG(bool, trust_clip) = false;
+  /// Adapt every parameter; by default only those with weight_decay ≠ 0 are adapted.
+  TORCH_ARG(bool, always_adapt) = false;
+  /// Kernel choice: unset = fused where possible, true = fused or throw, false = ATen reference path.
+  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+  double get_lr() const override { return lr_; }
+  void set_lr(const double lr) override { lr_ = lr; }
+  double cycled_momentum() const override { return momentum_; }
+  void set_cycled_momentum(double momentum) override { momentum_ = momentum; }
+};
+
+/// Per-parameter state of Lars.
+struct LarsParamState : public torch::optim::OptimizerCloneableParamState<LarsParamState> {
+  /// The momentum buffer (created on the first step with momentum).
+  TORCH_ARG(at::Tensor, momentum_buffer);
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+};
+
+/// LARS: where weight_decay ≠ 0 (or always_adapt), d = ratio·(g + wd·p) with the trust ratio above (1 where
+/// ‖w‖ or ‖g‖ is 0); then SGD momentum on d and p ← p - lr·d. Use weight_decay_param_groups() to keep
+/// biases and norm weights (ndim ≤ 1) out of decay and adaptation.
+class Lars : public torch::optim::Optimizer, public ScaledStep {
+ public:
+  explicit Lars(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, LarsOptions defaults = {});
+  explicit Lars(std::vector<at::Tensor> params, LarsOptions defaults = {});
+
+  at::Tensor step(LossClosure closure = nullptr) override;
+  void step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+};
+
+}  // namespace trainkit::optim

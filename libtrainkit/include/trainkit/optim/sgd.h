@@ -1,0 +1,69 @@
+#pragma once
+/// @file
+/// SGD with momentum / nesterov, written from scratch with a fused single-pass CPU kernel; same numbers as
+/// torch.optim.SGD. The baseline LARS is measured against.
+
+#include <optional>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/optim/optimizer.h>
+
+#include "trainkit/optim/scaled_step.h"
+#include "trainkit/sched/cyclic.h"
+
+namespace trainkit::optim {
+
+/// Options of Sgd (PyTorch's names and defaults).
+struct SgdOptions : public torch::optim::OptimizerCloneableOptions<SgdOptions>, public sched::CyclableMomentum {
+  SgdOptions() = default;
+  /// Options with learning rate `lr`.
+  SgdOptions(double lr) : lr_(lr) {}  // NOLINT(google-explicit-constructor)
+  /// Learning rate (>= 0).
+  TORCH_ARG(double, lr) = 1e-3;
+  /// Momentum factor (>= 0); 0 = plain SGD.
+  TORCH_ARG(double, momentum) = 0;
+  /// Dampening of the momentum: b ← momentum·b + (1 - dampening)·g.
+  TORCH_ARG(double, dampening) = 0;
+  /// L2 penalty added to the gradient (>= 0).
+  TORCH_ARG(double, weight_decay) = 0;
+  /// Nesterov momentum (needs momentum > 0 and dampening = 0).
+  TORCH_ARG(bool, nesterov) = false;
+  /// Maximize the objective instead of minimizing it.
+  TORCH_ARG(bool, maximize) = false;
+  /// Kernel choice: unset = fused where possible, true = fused or throw, false = ATen reference path.
+  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+  double get_lr() const override { return lr_; }
+  void set_lr(const double lr) override { lr_ = lr; }
+  double cycled_momentum() const override { return momentum_; }
+  void set_cycled_momentum(double momentum) override { momentum_ = momentum; }
+};
+
+/// Per-parameter state of Sgd.
+struct SgdParamState : public torch::optim::OptimizerCloneableParamState<SgdParamState> {
+  /// The momentum buffer (created on the first step with momentum).
+  TORCH_ARG(at::Tensor, momentum_buffer);
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+};
+
+/// Stochastic gradient descent: d = g + wd·p; b ← momentum·b + (1-dampening)·d (b = d at first);
+/// d = nesterov ? d + momentum·b : b; p ← p - lr·d.
+class Sgd : public torch::optim::Optimizer, public ScaledStep {
+ public:
+  explicit Sgd(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, SgdOptions defaults = {});
+  explicit Sgd(std::vector<at::Tensor> params, SgdOptions defaults = {});
+
+  at::Tensor step(LossClosure closure = nullptr) override;
+  void step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+};
+
+}  // namespace trainkit::optim

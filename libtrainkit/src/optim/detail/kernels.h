@@ -1,0 +1,85 @@
+#pragma once
+// Fused single-pass CPU kernels shared by trainkit's optimizers (Adam/AdamW, SGD/LARS, LAMB), and the
+// chunking that spreads many tensors over threads with no per-tensor dispatch.
+//
+// Every kernel takes raw pointers of one contiguous slice and the hyperparameters folded into a few
+// per-tensor coefficients, so that variants (Adam vs AdamW, SGD vs LARS, maximize, L2 vs decoupled decay)
+// are the same loop with different coefficients instead of separate code.
+
+#include <cstdint>
+#include <vector>
+
+namespace trainkit::optim::detail {
+
+/// Elements per work item: large enough to amortize scheduling, small enough to balance threads.
+constexpr int64_t kChunkGrain = 1 << 15;
+
+/// A slice [begin, begin + n) of the `tensor`-th tensor of a group.
+struct Chunk {
+  int64_t tensor;
+  int64_t begin;
+  int64_t n;
+};
+
+/// Splits tensors of the given sizes into chunks of at most `grain` elements.
+std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, int64_t grain = kChunkGrain);
+
+/// Adam/AdamW in one pass, per element (PyTorch's single-tensor Adam, folded):
+///   g' = grad_mul·g + l2·p;  m ← m + (1-β1)(g' - m);  v ← β2·v + (1-β2)·g'²;
+///   v̂ = amsgrad ? max(v̂, v) : v;  p ← decay·p - step_size · m / (√v̂ / bc2_sqrt + eps)
+/// grad_mul = ±1 (maximize) times the gradient unscale factor; l2 = Adam's weight decay; decay =
+/// 1 - lr·wd for AdamW; neg_step_size = -lr / (1 - β1^t); bc2_sqrt = √(1 - β2^t). The m update is
+/// ATen's lerp: m + w(g' - m) when w = 1-β1 < 0.5 (lerp_weight = w, lerp_from_m), else g' + (w-1)(g' - m).
+template <class T>
+struct AdamCoef {
+  T grad_mul, l2, decay, lerp_weight, beta2, one_minus_beta2, eps, bc2_sqrt, neg_step_size;
+  bool lerp_from_m;
+};
+/// `vmax` is null unless amsgrad.
+void adam_kernel(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, const AdamCoef<float>& c);
+void adam_kernel(double* p, const double* g, double* m, double* v, double* vmax, int64_t n,
+                 const AdamCoef<double>& c);
+
+/// How the SGD kernel treats the momentum buffer.
+enum class MomentumMode { kNone, kFirst, kRunning };
+
+/// SGD with momentum/nesterov and the LARS trust ratio, per element:
+///   d = trust·(grad_mul·g + l2·p);  first: b = d;  running: b ← momentum·b + keep·d  (keep = 1 - dampening)
+///   d ← nesterov ? d + momentum·b : b   (none: d);   p ← p - lr·d
+template <class T>
+struct SgdCoef {
+  T grad_mul, l2, trust, momentum, keep, lr;
+  bool nesterov;
+};
+void sgd_kernel(float* p, const float* g, float* buf, int64_t n, const SgdCoef<float>& c, MomentumMode mode);
+void sgd_kernel(double* p, const double* g, double* buf, int64_t n, const SgdCoef<double>& c, MomentumMode mode);
+
+/// Σa² and Σb² in double (eight independent accumulators each).
+void sum_squares2(const float* a, const float* b, int64_t n, double& sa, double& sb);
+void sum_squares2(const double* a, const double* b, int64_t n, double& sa, double& sb);
+/// Σa² in double.
+double sum_squares(const float* a, int64_t n);
+double sum_squares(const double* a, int64_t n);
+
+/// LAMB (timm's semantics), per element:
+///   g' = grad_mul·g;  m ← beta1·m + beta3·g' (as a lerp when beta3 = 1-β1);  v ← β2·v + (1-β2)·g'²;
+///   u = (m·inv_bc1) / (√v · inv_bc2_sqrt + eps) + wd·p
+template <class T>
+struct LambCoef {
+  T grad_mul, beta1, beta3, beta2, one_minus_beta2, inv_bc1, inv_bc2_sqrt, eps, wd;
+  bool lerp;
+};
+/// Pass 1 when the trust ratio is needed: updates m and v, adds Σp² and Σu² to the sums.
+void lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n, const LambCoef<float>& c,
+                  double& sum_p2, double& sum_u2);
+void lamb_moments(const double* p, const double* g, double* m, double* v, int64_t n, const LambCoef<double>& c,
+                  double& sum_p2, double& sum_u2);
+/// Pass 2: p ← p - step·u, with u recomputed from the updated m and v.
+void lamb_apply(float* p, const float* m, const float* v, int64_t n, const LambCoef<float>& c, float step);
+void lamb_apply(double* p, const double* m, const double* v, int64_t n, const LambCoef<double>& c, double step);
+/// One pass when no trust ratio is needed: updates m and v and applies p ← p - step·u.
+void lamb_moments_apply(float* p, const float* g, float* m, float* v, int64_t n, const LambCoef<float>& c, float step);
+void lamb_moments_apply(double* p, const double* g, double* m, double* v, int64_t n, const LambCoef<double>& c,
+                        double step);
+
+}  // namespace trainkit::optim::detail

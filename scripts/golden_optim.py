@@ -1,0 +1,112 @@
+"""Golden trajectories for trainkit::optim, written by scripts/gen_golden.py.
+
+Oracles: torch.optim.Adam / AdamW / SGD from the pinned wheel, and timm's own Lars and Lamb.
+The problem is small and fixed: four float64 parameters in two param groups, loss
+sum_k sum(w_k * (p_k - t_k)^2) + 0.3 * sum(sin(2 p_k)), with w_k = linspace(0.5, 2, n) and
+t_k = linspace(-1, 1, n) in each parameter's shape (the C++ test builds the same loss).
+"""
+import os
+
+import torch
+from timm.optim import Lamb, Lars
+
+SHAPES = [(4, 3), (3,), (2, 5), (1,)]
+GROUPS = [[0, 1], [2, 3]]   # parameter indices per param group
+RECORD = [1, 2, 3, 10, 50, 100, 250, 500]
+
+
+def _fmt(v):
+    return repr(float(v))
+
+
+def _initial():
+    torch.manual_seed(0)
+    return [torch.randn(s, dtype=torch.float64) for s in SHAPES]
+
+
+def _loss(params):
+    total = 0
+    for p in params:
+        n = p.numel()
+        w = torch.linspace(0.5, 2.0, n, dtype=torch.float64).view(p.shape)
+        t = torch.linspace(-1.0, 1.0, n, dtype=torch.float64).view(p.shape)
+        total = total + (w * (p - t) ** 2).sum() + 0.3 * torch.sin(2 * p).sum()
+    return total
+
+
+def _run(make, steps):
+    params = [torch.nn.Parameter(p.clone()) for p in _initial()]
+    opt = make([params[i] for i in GROUPS[0]], [params[i] for i in GROUPS[1]])
+    records = []
+    for step in range(1, steps + 1):
+        opt.zero_grad()
+        _loss(params).backward()
+        opt.step()
+        if step in RECORD:
+            records.append((step, [p.detach().flatten().tolist() for p in params]))
+    return records
+
+
+# name -> (optimizer, defaults for group 0, overrides for group 1)
+def _cases():
+    cases = []
+    for cls, name in ((torch.optim.Adam, "adam"), (torch.optim.AdamW, "adamw")):
+        for wd in (0.0, 0.1):
+            for amsgrad in (False, True):
+                for maximize in (False, True):
+                    kw = dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd, amsgrad=amsgrad,
+                              maximize=maximize)
+                    g1 = dict(lr=5e-3, betas=(0.85, 0.995), weight_decay=wd / 2)
+                    cases.append((name, cls, kw, g1, 500))
+    for kw in (dict(lr=0.05), dict(lr=0.05, momentum=0.9), dict(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=0.01),
+               dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01), dict(lr=0.02, momentum=0.5, maximize=True)):
+        cases.append(("sgd", torch.optim.SGD, kw, dict(lr=kw["lr"] / 2), 200))
+    for kw in (dict(lr=0.5, momentum=0.9, weight_decay=1e-3),
+               dict(lr=0.5, momentum=0.9, weight_decay=1e-3, nesterov=True, trust_coeff=0.01),
+               dict(lr=0.5, momentum=0.9, dampening=0.2, weight_decay=1e-3, trust_clip=True),
+               dict(lr=0.5, momentum=0.0, weight_decay=0.0, always_adapt=True, eps=1e-6),
+               dict(lr=0.05, momentum=0.9, weight_decay=0.0)):
+        cases.append(("lars", Lars, kw, dict(lr=kw["lr"] / 2, weight_decay=0.0), 200))
+    for kw in (dict(lr=1e-2),
+               dict(lr=1e-2, bias_correction=False, weight_decay=0.0, always_adapt=True),
+               dict(lr=1e-2, grad_averaging=False, max_grad_norm=None, trust_clip=True),
+               dict(lr=2e-2, betas=(0.8, 0.99), eps=1e-8, weight_decay=0.05, max_grad_norm=0.5),
+               dict(lr=1e-2, weight_decay=0.0)):
+        cases.append(("lamb", Lamb, kw, dict(lr=kw["lr"] / 2, weight_decay=0.0), 200))
+    return cases
+
+
+def gen_optim(out_dir, header):
+    path = os.path.join(out_dir, "optim.toml")
+    with open(path, "w") as f:
+        f.write(header)
+        f.write("# Parameter trajectories of torch.optim.Adam/AdamW/SGD and timm.optim.Lars/Lamb (timm {}) on\n"
+                "# the fixed float64 problem of scripts/golden_optim.py; two param groups.\n".format(
+                    __import__("timm").__version__))
+        f.write("shapes = [{}]\n".format(", ".join("[" + ", ".join(str(d) for d in s) + "]" for s in SHAPES)))
+        f.write("groups = [{}]\n".format(", ".join("[" + ", ".join(str(i) for i in g) + "]" for g in GROUPS)))
+        f.write("initial = [{}]\n".format(", ".join(
+            "[" + ", ".join(_fmt(x) for x in p.flatten().tolist()) + "]" for p in _initial())))
+        for name, cls, kw, g1, steps in _cases():
+            def make(params0, params1, cls=cls, kw=kw, g1=g1):
+                return cls([dict(params=params0), dict(params=params1, **g1)], **kw)
+            f.write("\n[[case]]\noptimizer = \"{}\"\nsteps = {}\n".format(name, steps))
+            for k, v in kw.items():
+                f.write("{} = {}\n".format(k, _value(v)))
+            f.write("group1 = {{ {} }}\n".format(", ".join("{} = {}".format(k, _value(v)) for k, v in g1.items())))
+            for step, values in _run(make, steps):
+                f.write("[[case.record]]\nstep = {}\nparams = [{}]\n".format(step, ", ".join(
+                    "[" + ", ".join(_fmt(x) for x in p) + "]" for p in values)))
+    print("wrote", path)
+
+
+def _value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "\"none\""
+    if isinstance(v, tuple):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    if isinstance(v, int):
+        return _fmt(v)
+    return _fmt(v)

@@ -1,0 +1,474 @@
+// trainkit::optim against independent references: torch.optim.Adam/AdamW/SGD and timm's Lars/Lamb
+// trajectories (tests/golden/optim.toml, float64, fused and reference paths), fused == reference on larger
+// float32/float64 problems, save/load round trips, convergence, validation, the GradScaler hook.
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "support.h"
+#include "trainkit/optim.h"
+#include "trainkit/sched/cyclic.h"
+
+using namespace trainkit::optim;
+using trainkit::test::WhatContains;
+
+namespace {
+
+using OptimizerPtr = std::unique_ptr<torch::optim::Optimizer>;
+
+std::vector<int64_t> shape_of(const toml::node& node) {
+  std::vector<int64_t> shape;
+  for (const auto& d : *node.as_array()) {
+    shape.push_back(d.value<int64_t>().value());
+  }
+  return shape;
+}
+
+std::vector<double> doubles_of(const toml::node& node) {
+  std::vector<double> out;
+  for (const auto& v : *node.as_array()) {
+    out.push_back(v.value<double>().value());
+  }
+  return out;
+}
+
+/// The golden problem's loss (scripts/golden_optim.py): Σ w(p - t)² + 0.3 Σ sin(2p).
+at::Tensor golden_loss(const std::vector<at::Tensor>& params) {
+  at::Tensor total = torch::zeros({}, torch::kFloat64);
+  for (const auto& p : params) {
+    const int64_t n = p.numel();
+    const auto w = torch::linspace(0.5, 2.0, n, torch::kFloat64).view(p.sizes());
+    const auto t = torch::linspace(-1.0, 1.0, n, torch::kFloat64).view(p.sizes());
+    total = total + (w * (p - t).pow(2)).sum() + 0.3 * torch::sin(2 * p).sum();
+  }
+  return total;
+}
+
+double num(const toml::table& t, const char* key, double fallback) { return t[key].value<double>().value_or(fallback); }
+bool flag(const toml::table& t, const char* key, bool fallback) { return t[key].value<bool>().value_or(fallback); }
+
+std::tuple<double, double> betas_of(const toml::table& t, std::tuple<double, double> fallback) {
+  if (const auto* a = t["betas"].as_array()) {
+    return {a->get(0)->value<double>().value(), a->get(1)->value<double>().value()};
+  }
+  return fallback;
+}
+
+/// Options for one golden case: the case's keys, then the group-1 overrides on top.
+template <class Options>
+Options adam_options(const toml::table& t, Options o) {
+  return o.lr(num(t, "lr", o.lr()))
+      .betas(betas_of(t, o.betas()))
+      .eps(num(t, "eps", o.eps()))
+      .weight_decay(num(t, "weight_decay", o.weight_decay()))
+      .amsgrad(flag(t, "amsgrad", o.amsgrad()))
+      .maximize(flag(t, "maximize", o.maximize()));
+}
+SgdOptions sgd_options(const toml::table& t, SgdOptions o) {
+  return o.lr(num(t, "lr", o.lr()))
+      .momentum(num(t, "momentum", o.momentum()))
+      .dampening(num(t, "dampening", o.dampening()))
+      .weight_decay(num(t, "weight_decay", o.weight_decay()))
+      .nesterov(flag(t, "nesterov", o.nesterov()))
+      .maximize(flag(t, "maximize", o.maximize()));
+}
+LarsOptions lars_options(const toml::table& t, LarsOptions o) {
+  return o.lr(num(t, "lr", o.lr()))
+      .momentum(num(t, "momentum", o.momentum()))
+      .dampening(num(t, "dampening", o.dampening()))
+      .weight_decay(num(t, "weight_decay", o.weight_decay()))
+      .nesterov(flag(t, "nesterov", o.nesterov()))
+      .trust_coefficient(num(t, "trust_coeff", o.trust_coefficient()))
+      .eps(num(t, "eps", o.eps()))
+      .trust_clip(flag(t, "trust_clip", o.trust_clip()))
+      .always_adapt(flag(t, "always_adapt", o.always_adapt()));
+}
+LambOptions lamb_options(const toml::table& t, LambOptions o) {
+  o.lr(num(t, "lr", o.lr()))
+      .bias_correction(flag(t, "bias_correction", o.bias_correction()))
+      .betas(betas_of(t, o.betas()))
+      .eps(num(t, "eps", o.eps()))
+      .weight_decay(num(t, "weight_decay", o.weight_decay()))
+      .grad_averaging(flag(t, "grad_averaging", o.grad_averaging()))
+      .trust_clip(flag(t, "trust_clip", o.trust_clip()))
+      .always_adapt(flag(t, "always_adapt", o.always_adapt()));
+  if (t["max_grad_norm"].is_string()) {
+    o.max_grad_norm(std::nullopt);
+  } else if (t["max_grad_norm"].is_number()) {
+    o.max_grad_norm(num(t, "max_grad_norm", 1.0));
+  }
+  return o;
+}
+
+template <class Opt, class Options>
+OptimizerPtr make_two_groups(const std::vector<at::Tensor>& g0, const std::vector<at::Tensor>& g1, Options base,
+                             Options group1) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(g0, std::make_unique<Options>(base));
+  groups.emplace_back(g1, std::make_unique<Options>(group1));
+  return std::make_unique<Opt>(groups, base);
+}
+
+/// Builds the optimizer of a golden case on two param groups, on the fused or the reference path.
+OptimizerPtr make_case_optimizer(const toml::table& c, const std::vector<at::Tensor>& g0,
+                                 const std::vector<at::Tensor>& g1, bool fused) {
+  const std::string name = c["optimizer"].value<std::string>().value();
+  const toml::table& o1 = *c["group1"].as_table();
+  if (name == "adam") {
+    const auto base = adam_options(c, AdamOptions()).fused(fused);
+    return make_two_groups<Adam>(g0, g1, base, adam_options(o1, base));
+  }
+  if (name == "adamw") {
+    const auto base = adam_options(c, AdamWOptions()).fused(fused);
+    return make_two_groups<AdamW>(g0, g1, base, adam_options(o1, base));
+  }
+  if (name == "sgd") {
+    const auto base = sgd_options(c, SgdOptions()).fused(fused);
+    return make_two_groups<Sgd>(g0, g1, base, sgd_options(o1, base));
+  }
+  if (name == "lars") {
+    const auto base = lars_options(c, LarsOptions()).fused(fused);
+    return make_two_groups<Lars>(g0, g1, base, lars_options(o1, base));
+  }
+  const auto base = lamb_options(c, LambOptions()).fused(fused);
+  return make_two_groups<Lamb>(g0, g1, base, lamb_options(o1, base));
+}
+
+void require_close_values(const at::Tensor& got, const std::vector<double>& want, double rel) {
+  const at::Tensor flat = got.detach().flatten().contiguous();
+  REQUIRE(flat.numel() == static_cast<int64_t>(want.size()));
+  const double* g = flat.data_ptr<double>();
+  for (size_t k = 0; k < want.size(); ++k) {
+    INFO("element " << k << ": got " << g[k] << " want " << want[k]);
+    REQUIRE(std::abs(g[k] - want[k]) <= rel * std::abs(want[k]) + 1e-13);
+  }
+}
+
+/// Fresh parameters of random values for the comparison tests.
+std::vector<at::Tensor> random_params(const std::vector<std::vector<int64_t>>& shapes, at::ScalarType dtype,
+                                      uint64_t seed) {
+  torch::manual_seed(seed);
+  std::vector<at::Tensor> out;
+  for (const auto& s : shapes) {
+    out.push_back(torch::randn(s, torch::TensorOptions().dtype(dtype)).requires_grad_());
+  }
+  return out;
+}
+
+std::vector<at::Tensor> clones(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : params) {
+    out.push_back(p.detach().clone().requires_grad_());
+  }
+  return out;
+}
+
+/// Gives every parameter a gradient that depends on the parameter (so trajectories can diverge).
+void set_grads(const std::vector<at::Tensor>& params, int step) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    p.mutable_grad() = torch::sin(p * (1.0 + 0.1 * static_cast<double>(i)) + 0.05 * step) + 0.1 * p;
+  }
+}
+
+/// A factory for each optimizer with non-default options, so every branch of each kernel is exercised.
+using Factory = std::function<OptimizerPtr(const std::vector<at::Tensor>&, std::optional<bool> fused)>;
+std::vector<std::pair<std::string, Factory>> factories() {
+  return {
+      {"Adam", [](const auto& p, auto f) { return std::make_unique<Adam>(p, AdamOptions(1e-2).weight_decay(0.1).fused(f)); }},
+      {"Adam amsgrad maximize",
+       [](const auto& p, auto f) {
+         return std::make_unique<Adam>(p, AdamOptions(1e-2).amsgrad(true).maximize(true).fused(f));
+       }},
+      {"AdamW", [](const auto& p, auto f) { return std::make_unique<AdamW>(p, AdamWOptions(1e-2).fused(f)); }},
+      {"Sgd nesterov",
+       [](const auto& p, auto f) {
+         return std::make_unique<Sgd>(p, SgdOptions(0.05).momentum(0.9).nesterov(true).weight_decay(1e-3).fused(f));
+       }},
+      {"Sgd dampening",
+       [](const auto& p, auto f) {
+         return std::make_unique<Sgd>(p, SgdOptions(0.05).momentum(0.9).dampening(0.5).fused(f));
+       }},
+      {"Lars",
+       [](const auto& p, auto f) {
+         return std::make_unique<Lars>(p, LarsOptions(0.5).momentum(0.9).weight_decay(1e-3).trust_clip(true).fused(f));
+       }},
+      {"Lamb", [](const auto& p, auto f) { return std::make_unique<Lamb>(p, LambOptions(1e-2).fused(f)); }},
+      {"Lamb no clip, always adapt",
+       [](const auto& p, auto f) {
+         return std::make_unique<Lamb>(
+             p, LambOptions(1e-2).max_grad_norm(std::nullopt).weight_decay(0).always_adapt(true).fused(f));
+       }},
+  };
+}
+
+double max_rel_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double scale = b[i].abs().max().item<double>() + 1e-30;
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("optimizers match torch.optim and timm trajectories (float64, two param groups)",
+          "[optim][golden][adam][sgd][lars][lamb]") {
+  const auto g = trainkit::test::golden("optim.toml");
+  const auto& shapes = *g["shapes"].as_array();
+  const auto& initial = *g["initial"].as_array();
+  const auto& groups = *g["groups"].as_array();
+  int case_index = 0;
+  for (const auto& node : *g["case"].as_array()) {
+    const auto& c = *node.as_table();
+    for (const bool fused : {true, false}) {
+      DYNAMIC_SECTION("case " << case_index << " (" << c["optimizer"].value<std::string>().value() << ")"
+                              << (fused ? " fused" : " reference")) {
+        std::vector<at::Tensor> params;
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          params.push_back(
+              torch::tensor(doubles_of(*initial.get(i)), torch::kFloat64).view(shape_of(*shapes.get(i))).requires_grad_());
+        }
+        std::vector<at::Tensor> g0;
+        std::vector<at::Tensor> g1;
+        for (const auto& idx : *groups.get(0)->as_array()) {
+          g0.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
+        }
+        for (const auto& idx : *groups.get(1)->as_array()) {
+          g1.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
+        }
+        auto opt = make_case_optimizer(c, g0, g1, fused);
+        const auto& records = *c["record"].as_array();
+        size_t next = 0;
+        const int64_t steps = c["steps"].value<int64_t>().value();
+        for (int64_t step = 1; step <= steps; ++step) {
+          opt->zero_grad();
+          golden_loss(params).backward();
+          opt->step();
+          if (next < records.size() && (*records.get(next)->as_table())["step"].value<int64_t>().value() == step) {
+            const auto& rec = *records.get(next)->as_table();
+            INFO("step " << step);
+            const auto& want = *rec["params"].as_array();
+            for (size_t i = 0; i < params.size(); ++i) {
+              INFO("parameter " << i);
+              require_close_values(params[i], doubles_of(*want.get(i)), 1e-9);
+            }
+            ++next;
+          }
+        }
+        REQUIRE(next == records.size());
+      }
+    }
+    ++case_index;
+  }
+}
+
+TEST_CASE("fused kernels equal the ATen reference path on many tensors and chunks", "[optim][fused]") {
+  // 300 small tensors plus two that span many chunks, so chunking and threading are exercised.
+  std::vector<std::vector<int64_t>> shapes(300, std::vector<int64_t>{7, 5});
+  shapes.push_back({1000, 130});
+  shapes.push_back({70001});
+  for (const auto& [name, make] : factories()) {
+    for (const auto dtype : {at::kFloat, at::kDouble}) {
+      DYNAMIC_SECTION(name << (dtype == at::kFloat ? " float32" : " float64")) {
+        auto a = random_params(shapes, dtype, 3);
+        auto b = clones(a);
+        auto fused = make(a, true);
+        auto reference = make(b, false);
+        for (int step = 0; step < 6; ++step) {
+          set_grads(a, step);
+          set_grads(b, step);
+          fused->step();
+          reference->step();
+        }
+        const double tol = dtype == at::kFloat ? 2e-5 : 1e-12;
+        CHECK(max_rel_diff(a, b) <= tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("save, load and keep stepping equals uninterrupted stepping", "[optim][serialize]") {
+  const std::vector<std::vector<int64_t>> shapes{{6, 4}, {4}, {3, 3}};
+  for (const auto& [name, make] : factories()) {
+    DYNAMIC_SECTION(name) {
+      auto a = random_params(shapes, at::kDouble, 5);
+      auto b = clones(a);
+      auto first = make(a, std::nullopt);
+      for (int step = 0; step < 4; ++step) {
+        set_grads(a, step);
+        first->step();
+      }
+      std::ostringstream saved;
+      {
+        torch::serialize::OutputArchive archive;
+        first->save(archive);
+        archive.save_to(saved);
+      }
+      // A fresh optimizer on copies of the parameters as they are now, state loaded from the archive.
+      {
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < a.size(); ++i) {
+          b[i].copy_(a[i]);
+        }
+      }
+      auto second = make(b, std::nullopt);
+      {
+        std::istringstream in(saved.str());
+        torch::serialize::InputArchive archive;
+        archive.load_from(in);
+        second->load(archive);
+      }
+      for (int step = 4; step < 9; ++step) {
+        set_grads(a, step);
+        set_grads(b, step);
+        first->step();
+        second->step();
+      }
+      for (size_t i = 0; i < a.size(); ++i) {
+        CHECK(torch::equal(a[i], b[i]));
+      }
+    }
+  }
+}
+
+TEST_CASE("every optimizer fits a small regression", "[optim][convergence]") {
+  torch::manual_seed(0);
+  const auto x = torch::randn({256, 8});
+  const auto w_true = torch::randn({8, 1});
+  const auto y = x.mm(w_true) + 0.5;
+  const std::vector<std::pair<std::string, std::function<OptimizerPtr(std::vector<at::Tensor>)>>> makers{
+      {"Adam", [](auto p) { return std::make_unique<Adam>(p, AdamOptions(0.05)); }},
+      {"AdamW", [](auto p) { return std::make_unique<AdamW>(p, AdamWOptions(0.05).weight_decay(1e-4)); }},
+      {"Sgd", [](auto p) { return std::make_unique<Sgd>(p, SgdOptions(0.05).momentum(0.9)); }},
+      {"Lars", [](auto p) { return std::make_unique<Lars>(p, LarsOptions(1.0).momentum(0.9).always_adapt(true).trust_coefficient(0.01)); }},
+      {"Lamb", [](auto p) { return std::make_unique<Lamb>(p, LambOptions(0.05).weight_decay(0)); }},
+  };
+  for (const auto& [name, make] : makers) {
+    DYNAMIC_SECTION(name) {
+      torch::manual_seed(1);
+      auto w = (0.1 * torch::randn({8, 1})).requires_grad_();
+      auto b = torch::zeros({1}).requires_grad_();
+      auto opt = make({w, b});
+      const auto loss_fn = [&] { return (x.mm(w) + b - y).pow(2).mean(); };
+      const double start = loss_fn().item<double>();
+      double last = start;
+      std::vector<double> lr0;
+      for (const auto& group : opt->param_groups()) {
+        lr0.push_back(group.options().get_lr());
+      }
+      for (int step = 0; step < 300; ++step) {
+        for (size_t i = 0; i < lr0.size(); ++i) {  // linear decay to 0, so LARS's relative steps shrink too
+          opt->param_groups()[i].options().set_lr(lr0[i] * (1.0 - step / 300.0));
+        }
+        last = opt->step([&] {
+                      opt->zero_grad();
+                      auto loss = loss_fn();
+                      loss.backward();
+                      return loss;
+                    })
+                   .item<double>();
+      }
+      INFO(name << ": loss " << start << " -> " << last);
+      CHECK(last < start * 1e-2);
+    }
+  }
+}
+
+TEST_CASE("invalid hyperparameters and inputs are rejected with the name and value", "[optim][validation]") {
+  auto p = torch::zeros({3}, torch::requires_grad());
+  CHECK_THROWS_MATCHES(Adam({p}, AdamOptions(-1.0)), std::invalid_argument, WhatContains("learning rate (lr): -1"));
+  CHECK_THROWS_MATCHES(Adam({p}, AdamOptions().betas({1.0, 0.999})), std::invalid_argument,
+                       WhatContains("betas[0]"));
+  CHECK_THROWS_MATCHES(AdamW({p}, AdamWOptions().betas({0.9, -0.1})), std::invalid_argument,
+                       WhatContains("betas[1], must be in [0, 1)): -0.1"));
+  CHECK_THROWS_MATCHES(AdamW({p}, AdamWOptions().eps(-1e-8)), std::invalid_argument, WhatContains("eps"));
+  CHECK_THROWS_MATCHES(Sgd({p}, SgdOptions(0.1).nesterov(true)), std::invalid_argument,
+                       WhatContains("nesterov momentum requires a momentum > 0"));
+  CHECK_THROWS_MATCHES(Lars({p}, LarsOptions().weight_decay(-1)), std::invalid_argument, WhatContains("weight_decay: -1"));
+  CHECK_THROWS_MATCHES(Lamb({p}, LambOptions().max_grad_norm(0.0)), std::invalid_argument,
+                       WhatContains("max_grad_norm"));
+  // A bad value in one param group is caught too.
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<at::Tensor>{p}, std::make_unique<SgdOptions>(SgdOptions(-0.5)));
+  CHECK_THROWS_MATCHES(Sgd(groups, SgdOptions(0.1)), std::invalid_argument, WhatContains("-0.5"));
+
+  SECTION("fused=true on tensors the kernel cannot take") {
+    auto half = torch::zeros({4}, torch::TensorOptions().dtype(torch::kBFloat16).requires_grad(true));
+    half.mutable_grad() = torch::ones({4}, torch::kBFloat16);
+    Adam opt({half}, AdamOptions().fused(true));
+    CHECK_THROWS_WITH(opt.step(), Catch::Matchers::Contains("fused=true but param group 0") &&
+                                      Catch::Matchers::Contains("BFloat16"));
+    Adam auto_path({half}, AdamOptions());
+    CHECK_NOTHROW(auto_path.step());  // unset: the reference path takes bfloat16
+  }
+  SECTION("sparse gradients") {
+    auto q = torch::zeros({4}, torch::requires_grad());
+    q.mutable_grad() = torch::zeros({4}).to_sparse();
+    Lamb opt({q}, LambOptions().max_grad_norm(std::nullopt));
+    CHECK_THROWS_WITH(opt.step(), Catch::Matchers::Contains("parameter 0 of param group 0 has a sparse gradient"));
+  }
+}
+
+TEST_CASE("schedulers drive trainkit optimizers, momentum and beta1 included", "[optim][sched]") {
+  auto p = torch::zeros({2}, torch::requires_grad());
+  Adam adam({p}, AdamOptions(1e-3));
+  trainkit::sched::OneCycleLR adam_cycle(adam, trainkit::sched::OneCycleLROptions({0.01}).total_steps(10));
+  CHECK(std::get<0>(static_cast<AdamOptions&>(adam.param_groups()[0].options()).betas()) == Approx(0.95));
+  CHECK(adam.param_groups()[0].options().get_lr() == Approx(0.01 / 25));
+  Sgd sgd({p}, SgdOptions(0.1).momentum(0.9));
+  trainkit::sched::OneCycleLR sgd_cycle(sgd, trainkit::sched::OneCycleLROptions({0.1}).total_steps(10));
+  CHECK(static_cast<SgdOptions&>(sgd.param_groups()[0].options()).momentum() == Approx(0.95));
+  // The manual adjustment of one group's LR (the notes' one-liner) works as in LibTorch.
+  sgd.param_groups()[0].options().set_lr(0.001);
+  CHECK(static_cast<SgdOptions&>(sgd.param_groups()[0].options()).lr() == 0.001);
+}
+
+TEST_CASE("weight_decay_param_groups keeps biases and norm weights out of decay", "[optim][lars]") {
+  torch::nn::Sequential net(torch::nn::Linear(4, 3), torch::nn::BatchNorm1d(3), torch::nn::Linear(3, 2));
+  const auto groups = weight_decay_param_groups(net->parameters(), LarsOptions(0.1).weight_decay(1e-4));
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0].params().size() == 4);  // 2 biases + norm weight and bias
+  CHECK(static_cast<const LarsOptions&>(groups[0].options()).weight_decay() == 0.0);
+  CHECK(groups[1].params().size() == 2);
+  CHECK(static_cast<const LarsOptions&>(groups[1].options()).weight_decay() == 1e-4);
+  Lars opt(groups, LarsOptions(0.1));
+  CHECK(opt.param_groups().size() == 2);
+}
+
+TEST_CASE("step_scaled unscales inside the kernel and skips on overflow", "[optim][amp]") {
+  const std::vector<std::vector<int64_t>> shapes{{40, 3}, {3}};
+  for (const auto& [name, make] : factories()) {
+    for (const bool fused : {true, false}) {
+      DYNAMIC_SECTION(name << (fused ? " fused" : " reference")) {
+        auto a = random_params(shapes, at::kFloat, 9);
+        auto b = clones(a);
+        auto opt_a = make(a, fused);
+        auto opt_b = make(b, fused);
+        auto* scaled = dynamic_cast<ScaledStep*>(opt_a.get());
+        REQUIRE(scaled != nullptr);
+        const auto inv_scale = torch::full({}, 1.0f / 1024.0f);
+        for (int step = 0; step < 3; ++step) {
+          set_grads(a, step);
+          set_grads(b, step);
+          for (auto& p : a) {
+            p.mutable_grad().mul_(1024.0f);  // scaled gradients, as GradScaler leaves them
+          }
+          scaled->step_scaled(inv_scale, torch::zeros({}));
+          opt_b->step();
+        }
+        CHECK(max_rel_diff(a, b) <= 1e-6);
+        const auto before = clones(a);
+        scaled->step_scaled(inv_scale, torch::ones({}));
+        for (size_t i = 0; i < a.size(); ++i) {
+          CHECK(torch::equal(a[i], before[i]));
+        }
+      }
+    }
+  }
+}
