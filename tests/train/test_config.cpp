@@ -52,7 +52,10 @@ TEST_CASE("config errors name the source, the key and what was expected", "[trai
   SECTION("arguments that do not apply to the optimizer") {
     CHECK_THROWS_WITH(parse_config("[optimizer]\nmomentum = 0.9\n", "e.toml"),
                       Contains("optimizer.momentum does not apply") && Contains("adam"));
-    CHECK_THROWS_WITH(parse_config("[optimizer]\nname = \"sgd\"\n", "e.toml"), Contains("optimizer.lr is required"));
+    CHECK_THROWS_WITH(parse_config("[optimizer]\nname = \"adam\"\ntrust_coefficient = 0.01\n", "e.toml"),
+                      Contains("optimizer.trust_coefficient does not apply to optimizer \"adam\" (only to lars)"));
+    CHECK_THROWS_WITH(parse_config("[optimizer]\nname = \"lars\"\nmax_grad_norm = 1.0\n", "e.toml"),
+                      Contains("optimizer.max_grad_norm does not apply"));
     CHECK_THROWS_WITH(parse_config("[optimizer]\nname = \"sgd\"\nlr = 0.1\nnesterov = true\n", "e.toml"),
                       Contains("nesterov") && Contains("momentum > 0"));
   }
@@ -74,6 +77,16 @@ TEST_CASE("overrides given with --set are typed and validated like the file", "[
   CHECK(*c.optimizer.momentum == 0.0);
   CHECK(c.model.channels == std::vector<int64_t>{8, 16});
   CHECK(c.data.dir == "/tmp/x y");
+  // Unset arguments take the optimizer's own defaults (timm's for LARS and LAMB).
+  const auto lamb = parse_config("[optimizer]\nname = \"lamb\"\n", "h.toml");
+  CHECK(*lamb.optimizer.lr == 1e-3);
+  CHECK(*lamb.optimizer.eps == 1e-6);
+  CHECK(*lamb.optimizer.weight_decay == 0.01);
+  CHECK(*lamb.optimizer.max_grad_norm == 1.0);
+  const auto lars = parse_config("[optimizer]\nname = \"lars\"\nno_decay_1d = true\n", "h.toml");
+  CHECK(*lars.optimizer.lr == 1.0);
+  CHECK(*lars.optimizer.trust_coefficient == 0.001);
+  CHECK(lars.optimizer.no_decay_1d);
   CHECK_THROWS_WITH(parse_config("", "g.toml", {"train.epoch=5"}),
                     Contains("--set train.epoch=5") && Contains("unknown key"));
   CHECK_THROWS_WITH(parse_config("", "g.toml", {"train.epochs=-1"}),

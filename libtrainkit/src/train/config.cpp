@@ -14,11 +14,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/sgd.h>
 #include <torch/torch.h>
 
+#include "trainkit/optim.h"
 #include "trainkit/sched/factory.h"
 
 namespace trainkit::train {
@@ -206,21 +204,37 @@ const std::vector<Key>& keys() {
                    as_float(n, w, 0.0, 1.0, false, true)),
       TRAINKIT_KEY(model, batch_norm, "boolean", "cnn: batch normalization after each convolution",
                    as_bool(n, w)),
-      TRAINKIT_KEY(optimizer, name, "\"adam\" or \"adamw\" or \"sgd\"", "Optimizer (LibTorch's)",
-                   as_choice(n, w, {"adam", "adamw", "sgd"})),
-      TRAINKIT_KEY(optimizer, lr, "number > 0", "Learning rate (required for sgd)",
-                   as_float(n, w, 0.0, kInf, true)),
-      TRAINKIT_KEY(optimizer, betas, "[number, number] in [0, 1)", "adam/adamw: (beta1, beta2)",
+      TRAINKIT_KEY(optimizer, name, "\"adam\", \"adamw\", \"sgd\", \"lars\" or \"lamb\"",
+                   "Optimizer (trainkit's own, fused CPU kernels; docs: README, Optimizers)",
+                   as_choice(n, w, {"adam", "adamw", "sgd", "lars", "lamb"})),
+      TRAINKIT_KEY(optimizer, lr, "number > 0", "Learning rate", as_float(n, w, 0.0, kInf, true)),
+      TRAINKIT_KEY(optimizer, betas, "[number, number] in [0, 1)", "adam/adamw/lamb: (beta1, beta2)",
                    as_betas(n, w)),
-      TRAINKIT_KEY(optimizer, eps, "number >= 0", "adam/adamw: term added to the denominator",
-                   as_float(n, w, 0.0, kInf)),
+      TRAINKIT_KEY(optimizer, eps, "number >= 0", "adam/adamw/lamb: term added to the denominator; lars: to "
+                   "the trust ratio's denominator", as_float(n, w, 0.0, kInf)),
       TRAINKIT_KEY(optimizer, weight_decay, "number >= 0",
-                   "L2 penalty (adam, sgd) or decoupled decay (adamw)", as_float(n, w, 0.0, kInf)),
-      TRAINKIT_KEY(optimizer, amsgrad, "boolean", "adam/adamw: AMSGrad variant", as_bool(n, w)),
-      TRAINKIT_KEY(optimizer, momentum, "number >= 0", "sgd: momentum factor", as_float(n, w, 0.0, kInf)),
-      TRAINKIT_KEY(optimizer, dampening, "number >= 0", "sgd: dampening for momentum",
+                   "L2 penalty (adam, sgd), decoupled decay (adamw), decay inside the adapted update (lars, lamb)",
                    as_float(n, w, 0.0, kInf)),
-      TRAINKIT_KEY(optimizer, nesterov, "boolean", "sgd: Nesterov momentum (needs momentum > 0, dampening 0)",
+      TRAINKIT_KEY(optimizer, amsgrad, "boolean", "adam/adamw: AMSGrad variant", as_bool(n, w)),
+      TRAINKIT_KEY(optimizer, momentum, "number >= 0", "sgd/lars: momentum factor", as_float(n, w, 0.0, kInf)),
+      TRAINKIT_KEY(optimizer, dampening, "number >= 0", "sgd/lars: dampening for momentum",
+                   as_float(n, w, 0.0, kInf)),
+      TRAINKIT_KEY(optimizer, nesterov, "boolean",
+                   "sgd/lars: Nesterov momentum (needs momentum > 0, dampening 0)", as_bool(n, w)),
+      TRAINKIT_KEY(optimizer, trust_coefficient, "number > 0", "lars: trust coefficient (timm's trust_coeff)",
+                   as_float(n, w, 0.0, kInf, true)),
+      TRAINKIT_KEY(optimizer, trust_clip, "boolean", "lars: LARC clipping of the ratio; lamb: ratio clipped at 1",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(optimizer, always_adapt, "boolean",
+                   "lars/lamb: adapt every parameter, also those with weight_decay 0", as_bool(n, w)),
+      TRAINKIT_KEY(optimizer, bias_correction, "boolean", "lamb: Adam's bias correction of the moments",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(optimizer, grad_averaging, "boolean", "lamb: m = b1 m + (1-b1) g (false: m = b1 m + g)",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(optimizer, max_grad_norm, "number >= 0", "lamb: global gradient-norm clip (0 = none)",
+                   as_float(n, w, 0.0, kInf)),
+      TRAINKIT_KEY(optimizer, no_decay_1d, "boolean",
+                   "Parameters with ndim <= 1 (biases, norm weights) in a group with weight_decay 0",
                    as_bool(n, w)),
       TRAINKIT_KEY(train, epochs, "integer >= 1", "Passes over the training set", as_int(n, w, 1)),
       TRAINKIT_KEY(train, batch_size, "integer >= 1", "Training batch size", as_int(n, w, 1)),
@@ -365,47 +379,80 @@ void apply_override(TrainConfig& config, const std::string& override_text) {
   key->read(config, *parsed.get("v"), where);
 }
 
-/// Checks that optimizer arguments apply to the chosen optimizer and fills unset ones with its defaults.
+/// Checks that optimizer arguments apply to the chosen optimizer and fills unset ones with its defaults
+/// (read from the optimizer's own options type, so each default is written once).
 void resolve_optimizer(OptimizerConfig& o, const std::string& source) {
-  const bool adam_family = o.name == "adam" || o.name == "adamw";
-  const std::vector<std::pair<const char*, bool>> given = {
-      {"betas", o.betas.has_value()},      {"eps", o.eps.has_value()},
-      {"amsgrad", o.amsgrad.has_value()},  {"momentum", o.momentum.has_value()},
-      {"dampening", o.dampening.has_value()}, {"nesterov", o.nesterov.has_value()}};
-  for (const auto& [name, present] : given) {
-    const std::string n(name);
-    const bool adam_only = n == "betas" || n == "eps" || n == "amsgrad";
-    if (present && adam_only != adam_family) {
-      throw ConfigError(fmt::format("{}: optimizer.{} does not apply to optimizer \"{}\"", source, n, o.name));
+  using List = std::vector<std::string>;
+  const std::vector<std::tuple<const char*, bool, List>> optional_keys = {
+      {"betas", o.betas.has_value(), {"adam", "adamw", "lamb"}},
+      {"eps", o.eps.has_value(), {"adam", "adamw", "lars", "lamb"}},
+      {"amsgrad", o.amsgrad.has_value(), {"adam", "adamw"}},
+      {"momentum", o.momentum.has_value(), {"sgd", "lars"}},
+      {"dampening", o.dampening.has_value(), {"sgd", "lars"}},
+      {"nesterov", o.nesterov.has_value(), {"sgd", "lars"}},
+      {"trust_coefficient", o.trust_coefficient.has_value(), {"lars"}},
+      {"trust_clip", o.trust_clip.has_value(), {"lars", "lamb"}},
+      {"always_adapt", o.always_adapt.has_value(), {"lars", "lamb"}},
+      {"bias_correction", o.bias_correction.has_value(), {"lamb"}},
+      {"grad_averaging", o.grad_averaging.has_value(), {"lamb"}},
+      {"max_grad_norm", o.max_grad_norm.has_value(), {"lamb"}}};
+  for (const auto& [key, present, applies] : optional_keys) {
+    if (present && std::find(applies.begin(), applies.end(), o.name) == applies.end()) {
+      throw ConfigError(fmt::format("{}: optimizer.{} does not apply to optimizer \"{}\" (only to {})", source, key,
+                                    o.name, fmt::join(applies, ", ")));
     }
   }
+  const auto betas_of = [](const auto& d) {
+    return std::array<double, 2>{std::get<0>(d.betas()), std::get<1>(d.betas())};
+  };
+  const auto common = [&o](const auto& d) {
+    o.lr = o.lr.value_or(d.lr());
+    o.weight_decay = o.weight_decay.value_or(d.weight_decay());
+  };
   if (o.name == "adam" || o.name == "adamw") {
-    const auto set = [&o](auto defaults) {
-      o.lr = o.lr.value_or(defaults.lr());
-      o.betas = o.betas.value_or(std::array<double, 2>{std::get<0>(defaults.betas()), std::get<1>(defaults.betas())});
-      o.eps = o.eps.value_or(defaults.eps());
-      o.weight_decay = o.weight_decay.value_or(defaults.weight_decay());
-      o.amsgrad = o.amsgrad.value_or(defaults.amsgrad());
+    const auto set = [&](const auto& d) {
+      common(d);
+      o.betas = o.betas.value_or(betas_of(d));
+      o.eps = o.eps.value_or(d.eps());
+      o.amsgrad = o.amsgrad.value_or(d.amsgrad());
     };
     if (o.name == "adam") {
-      set(torch::optim::AdamOptions());
+      set(optim::AdamOptions());
     } else {
-      set(torch::optim::AdamWOptions());
+      set(optim::AdamWOptions());
     }
-  } else {
-    if (!o.lr) {
-      throw ConfigError(fmt::format("{}: optimizer.lr is required for optimizer \"sgd\"", source));
+  } else if (o.name == "sgd" || o.name == "lars") {
+    const auto set = [&](const auto& d) {
+      common(d);
+      o.momentum = o.momentum.value_or(d.momentum());
+      o.dampening = o.dampening.value_or(d.dampening());
+      o.nesterov = o.nesterov.value_or(d.nesterov());
+    };
+    if (o.name == "sgd") {
+      set(optim::SgdOptions());
+    } else {
+      const optim::LarsOptions d;
+      set(d);
+      o.trust_coefficient = o.trust_coefficient.value_or(d.trust_coefficient());
+      o.eps = o.eps.value_or(d.eps());
+      o.trust_clip = o.trust_clip.value_or(d.trust_clip());
+      o.always_adapt = o.always_adapt.value_or(d.always_adapt());
     }
-    const torch::optim::SGDOptions defaults(*o.lr);
-    o.momentum = o.momentum.value_or(defaults.momentum());
-    o.dampening = o.dampening.value_or(defaults.dampening());
-    o.weight_decay = o.weight_decay.value_or(defaults.weight_decay());
-    o.nesterov = o.nesterov.value_or(defaults.nesterov());
     if (*o.nesterov && (*o.momentum <= 0 || *o.dampening != 0)) {
       throw ConfigError(fmt::format("{}: optimizer.nesterov = true needs momentum > 0 and dampening = 0 "
                                     "(got momentum {}, dampening {})",
                                     source, *o.momentum, *o.dampening));
     }
+  } else {
+    const optim::LambOptions d;
+    common(d);
+    o.betas = o.betas.value_or(betas_of(d));
+    o.eps = o.eps.value_or(d.eps());
+    o.bias_correction = o.bias_correction.value_or(d.bias_correction());
+    o.grad_averaging = o.grad_averaging.value_or(d.grad_averaging());
+    o.max_grad_norm = o.max_grad_norm.value_or(d.max_grad_norm().value_or(0.0));
+    o.trust_clip = o.trust_clip.value_or(d.trust_clip());
+    o.always_adapt = o.always_adapt.value_or(d.always_adapt());
   }
 }
 
@@ -415,15 +462,7 @@ void validate_scheduler(const TrainConfig& config, const std::string& source) {
   if (config.scheduler.empty()) {
     return;
   }
-  const at::Tensor p = torch::zeros({1});
-  std::unique_ptr<torch::optim::Optimizer> opt;
-  const auto& o = config.optimizer;
-  if (o.name == "sgd") {
-    opt = std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{p},
-                                              torch::optim::SGDOptions(*o.lr).momentum(*o.momentum));
-  } else {
-    opt = std::make_unique<torch::optim::Adam>(std::vector<at::Tensor>{p}, torch::optim::AdamOptions(*o.lr));
-  }
+  const auto opt = make_optimizer(config.optimizer, {torch::zeros({1}, torch::requires_grad())});
   try {
     sched::make_scheduler(config.scheduler, *opt, source + ": [scheduler]",
                           sched::SchedulerContext{config.train.epochs, 1});
@@ -433,6 +472,65 @@ void validate_scheduler(const TrainConfig& config, const std::string& source) {
 }
 
 }  // namespace
+
+namespace {
+
+/// One group, or the no-decay split, of `params` with `options`.
+template <class Optimizer, class Options>
+std::unique_ptr<torch::optim::Optimizer> build(const std::vector<at::Tensor>& params, const Options& options,
+                                               bool no_decay_1d) {
+  if (no_decay_1d) {
+    return std::make_unique<Optimizer>(optim::weight_decay_param_groups(params, options), options);
+  }
+  return std::make_unique<Optimizer>(params, options);
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& o,
+                                                        const std::vector<at::Tensor>& params) {
+  const auto adam_like = [&o](auto options) {
+    return options.betas({(*o.betas)[0], (*o.betas)[1]}).eps(*o.eps).weight_decay(*o.weight_decay).amsgrad(*o.amsgrad);
+  };
+  if (o.name == "adam") {
+    return build<optim::Adam>(params, adam_like(optim::AdamOptions(*o.lr)), o.no_decay_1d);
+  }
+  if (o.name == "adamw") {
+    return build<optim::AdamW>(params, adam_like(optim::AdamWOptions(*o.lr)), o.no_decay_1d);
+  }
+  if (o.name == "sgd") {
+    return build<optim::Sgd>(params,
+                             optim::SgdOptions(*o.lr)
+                                 .momentum(*o.momentum)
+                                 .dampening(*o.dampening)
+                                 .weight_decay(*o.weight_decay)
+                                 .nesterov(*o.nesterov),
+                             o.no_decay_1d);
+  }
+  if (o.name == "lars") {
+    return build<optim::Lars>(params,
+                              optim::LarsOptions(*o.lr)
+                                  .momentum(*o.momentum)
+                                  .dampening(*o.dampening)
+                                  .weight_decay(*o.weight_decay)
+                                  .nesterov(*o.nesterov)
+                                  .trust_coefficient(*o.trust_coefficient)
+                                  .eps(*o.eps)
+                                  .trust_clip(*o.trust_clip)
+                                  .always_adapt(*o.always_adapt),
+                              o.no_decay_1d);
+  }
+  optim::LambOptions lamb(*o.lr);
+  lamb.betas({(*o.betas)[0], (*o.betas)[1]})
+      .eps(*o.eps)
+      .weight_decay(*o.weight_decay)
+      .bias_correction(*o.bias_correction)
+      .grad_averaging(*o.grad_averaging)
+      .trust_clip(*o.trust_clip)
+      .always_adapt(*o.always_adapt);
+  lamb.max_grad_norm(*o.max_grad_norm > 0 ? std::optional<double>(*o.max_grad_norm) : std::nullopt);
+  return build<optim::Lamb>(params, lamb, o.no_decay_1d);
+}
 
 TrainConfig parse_config(const std::string& toml_text, const std::string& source,
                          const std::vector<std::string>& overrides) {

@@ -36,24 +36,6 @@ std::string default_run_dir(const std::string& config_path) {
   return (fs::path("runs") / fmt::format("{}-{}", fs::path(config_path).stem().string(), stamp)).string();
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& o,
-                                                        const std::vector<at::Tensor>& params) {
-  const auto adam_args = [&o](auto options) {
-    return options.betas({(*o.betas)[0], (*o.betas)[1]}).eps(*o.eps).weight_decay(*o.weight_decay).amsgrad(*o.amsgrad);
-  };
-  if (o.name == "adam") {
-    return std::make_unique<torch::optim::Adam>(params, adam_args(torch::optim::AdamOptions(*o.lr)));
-  }
-  if (o.name == "adamw") {
-    return std::make_unique<torch::optim::AdamW>(params, adam_args(torch::optim::AdamWOptions(*o.lr)));
-  }
-  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(*o.lr)
-                                                         .momentum(*o.momentum)
-                                                         .dampening(*o.dampening)
-                                                         .weight_decay(*o.weight_decay)
-                                                         .nesterov(*o.nesterov));
-}
-
 torch::nn::Sequential make_model(const ModelConfig& m) {
   if (m.name == "mlp") {
     return nn::make_mlp(nn::MlpOptions().hidden({m.hidden}).dropout(m.dropout));

@@ -4,10 +4,18 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+namespace at {
+class Tensor;
+}
+namespace torch::optim {
+class Optimizer;
+}
 
 namespace trainkit::train {
 
@@ -46,6 +54,13 @@ struct OptimizerConfig {
   std::optional<double> momentum;
   std::optional<double> dampening;
   std::optional<bool> nesterov;
+  std::optional<double> trust_coefficient;
+  std::optional<bool> trust_clip;
+  std::optional<bool> always_adapt;
+  std::optional<bool> bias_correction;
+  std::optional<bool> grad_averaging;
+  std::optional<double> max_grad_norm;  ///< lamb: 0 = no global clip
+  bool no_decay_1d = false;
 };
 
 /// `[train]`: the loop.
@@ -118,5 +133,11 @@ std::string to_toml(const TrainConfig& config);
 
 /// A Markdown table of every key: `key | type | default | meaning`.
 std::string config_keys_markdown();
+
+/// The optimizer a resolved `[optimizer]` table describes, over `params`: trainkit's own Adam, AdamW, Sgd,
+/// Lars or Lamb (fused CPU kernels). With `no_decay_1d`, parameters with ndim <= 1 get their own group
+/// with weight_decay 0 (and so no LARS/LAMB adaptation).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
+                                                        const std::vector<at::Tensor>& params);
 
 }  // namespace trainkit::train
