@@ -13,6 +13,7 @@
 #include "support.h"
 #include "trainkit/amp.h"
 #include "trainkit/compat.h"
+#include "trainkit/optim/adam.h"
 
 using trainkit::amp::GradScaler;
 using trainkit::amp::GradScalerOptions;
@@ -530,4 +531,44 @@ TEST_CASE("GradScaler on CUDA", "[amp][scaler][cuda]") {
   CHECK(torch::equal(lin->weight, before));
   CHECK(scaler.get_scale() == 1024.0);
   CHECK(scaler.get_growth_tracker() == 0);
+}
+
+TEST_CASE("GradScaler hands unscaling to a fused trainkit optimizer (ScaledStep)", "[amp][scaler][optim]") {
+  // Same steps as unscale_() followed by a plain step; an overflow skips the step and backs the scale off,
+  // and the gradients stay as they were (scaled) on the fused path.
+  const auto run = [](bool explicit_unscale, bool overflow_at_2) {
+    torch::manual_seed(0);
+    auto w = torch::randn({64, 8}).requires_grad_();
+    auto b = torch::randn({8}).requires_grad_();
+    trainkit::optim::Adam opt({w, b}, trainkit::optim::AdamOptions(1e-2));
+    trainkit::amp::GradScaler scaler(c10::kCPU, trainkit::amp::GradScalerOptions().init_scale(256.0));
+    std::vector<bool> stepped;
+    for (int step = 0; step < 4; ++step) {
+      opt.zero_grad();
+      auto loss = (w.sin().sum(1) + b.sum()).pow(2).mean();
+      scaler.scale(loss).backward();
+      if (overflow_at_2 && step == 2) {
+        torch::NoGradGuard no_grad;
+        w.mutable_grad()[3][1] = std::numeric_limits<float>::infinity();
+      }
+      if (explicit_unscale) {
+        scaler.unscale_(opt);
+      }
+      stepped.push_back(scaler.step(opt));
+      scaler.update();
+    }
+    return std::make_tuple(w.detach().clone(), b.detach().clone(), stepped, scaler.get_scale());
+  };
+  const auto [w1, b1, s1, scale1] = run(false, false);
+  const auto [w2, b2, s2, scale2] = run(true, false);
+  CHECK(torch::allclose(w1, w2, 1e-6, 1e-7));
+  CHECK(torch::allclose(b1, b2, 1e-6, 1e-7));
+  CHECK(scale1 == scale2);
+  const auto [w3, b3, s3, scale3] = run(false, true);
+  const auto [w4, b4, s4, scale4] = run(true, true);
+  CHECK(s3 == std::vector<bool>{true, true, false, true});
+  CHECK(s3 == s4);
+  CHECK(scale3 == 128.0);
+  CHECK(scale3 == scale4);
+  CHECK(torch::allclose(w3, w4, 1e-6, 1e-7));
 }

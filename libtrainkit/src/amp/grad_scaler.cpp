@@ -11,6 +11,9 @@
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
+#include "optim/detail/common.h"
+#include "trainkit/optim/scaled_step.h"
+
 namespace trainkit::amp {
 namespace {
 
@@ -38,6 +41,40 @@ void check_growth_interval(int64_t v) {
 /// A copy of `t` on `device` (Python's _MultiDeviceReplicator serves one per device).
 at::Tensor copy_to(const at::Tensor& t, c10::Device device) {
   return t.to(t.options().device(device), /*non_blocking=*/true, /*copy=*/true);
+}
+
+/// The gradients of `opt` when the fused CPU check can take them all (contiguous float32/float64 on the
+/// CPU, one dtype), else nothing.
+std::optional<std::vector<at::Tensor>> fused_checkable_grads(const torch::optim::Optimizer& opt) {
+  std::vector<at::Tensor> grads;
+  for (const auto& group : opt.param_groups()) {
+    for (const auto& p : group.params()) {
+      if (p.grad().defined()) {
+        if (p.grad().layout() != at::kStrided) {
+          return std::nullopt;
+        }
+        grads.push_back(p.grad());
+      }
+    }
+  }
+  if (grads.empty() || !optim::detail::fusable(grads, nullptr)) {
+    return std::nullopt;
+  }
+  return grads;
+}
+
+/// Whether any gradient holds an inf or NaN: one read-only pass, threaded over chunks.
+bool any_nonfinite(const std::vector<at::Tensor>& grads) {
+  const auto chunks = optim::detail::make_chunks(optim::detail::numels_of(grads));
+  std::vector<double> probe(chunks.size(), 0.0);
+  const bool f32 = grads.front().scalar_type() == at::kFloat;
+  optim::detail::for_each_chunk(chunks, [&](const optim::detail::Chunk& c) {
+    const auto t = static_cast<size_t>(c.tensor);
+    probe[static_cast<size_t>(&c - chunks.data())] =
+        f32 ? optim::detail::nonfinite_probe(grads[t].data_ptr<float>() + c.begin, c.n)
+            : optim::detail::nonfinite_probe(grads[t].data_ptr<double>() + c.begin, c.n);
+  });
+  return std::any_of(probe.begin(), probe.end(), [](double v) { return v != 0.0; });
 }
 
 }  // namespace
@@ -172,6 +209,20 @@ bool GradScaler::step(torch::optim::Optimizer& opt) {
     throw std::logic_error("step() has already been called since the last update()");
   }
   if (state.stage == OptState::READY) {
+    // A fused trainkit optimizer unscales inside its own pass: check for overflow (read-only), then let it
+    // step with the inverse scale, skipping when an inf or NaN was found; the gradients stay scaled.
+    auto* scaled = dynamic_cast<optim::ScaledStep*>(&opt);
+    if (scaled != nullptr && scale_.device().is_cpu()) {
+      if (const auto grads = fused_checkable_grads(opt)) {
+        const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
+        const bool overflow = any_nonfinite(*grads);
+        const at::Tensor found_inf = at::full({}, overflow ? 1.0f : 0.0f, scale_.options());
+        state.found_inf_per_device = {{c10::Device(c10::kCPU), found_inf}};
+        scaled->step_scaled(inv_scale, found_inf);
+        state.stage = OptState::STEPPED;
+        return !overflow;
+      }
+    }
     unscale_(opt);
   }
   if (state.found_inf_per_device.empty()) {

@@ -463,9 +463,16 @@ void validate_scheduler(const TrainConfig& config, const std::string& source) {
     return;
   }
   const auto opt = make_optimizer(config.optimizer, {torch::zeros({1}, torch::requires_grad())});
+  // The data is not loaded yet: estimate the steps per epoch from the MNIST-format training file's
+  // 60 000 examples (the job builds the scheduler again with the real count before training).
+  const int64_t examples = (config.data.limit_train > 0 ? std::min<int64_t>(config.data.limit_train, 60000) : 60000) -
+                           config.data.val_size;
+  const int64_t steps_per_epoch = std::max<int64_t>(
+      1, (std::max<int64_t>(examples, 1) + config.train.batch_size - 1) / config.train.batch_size /
+             std::max<int64_t>(config.grad.accumulation_steps, 1));
   try {
     sched::make_scheduler(config.scheduler, *opt, source + ": [scheduler]",
-                          sched::SchedulerContext{config.train.epochs, 1});
+                          sched::SchedulerContext{config.train.epochs, steps_per_epoch});
   } catch (const std::invalid_argument& e) {
     throw ConfigError(e.what());
   }

@@ -139,6 +139,25 @@ inline double sum_squares_loop(const T* __restrict__ a, int64_t n) {
 }
 
 template <class T>
+inline double nonfinite_probe_loop(const T* __restrict__ x, int64_t n) {
+  T acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int k = 0; k < 16; ++k) {
+      acc[k] += x[i + k] * T(0);
+    }
+  }
+  T s = 0;
+  for (; i < n; ++i) {
+    s += x[i] * T(0);
+  }
+  for (T a : acc) {
+    s += a;
+  }
+  return static_cast<double>(s);
+}
+
+template <class T>
 inline T lamb_first_moment(T m, T g, const LambCoef<T>& c) {
   return c.lerp ? m + c.beta3 * (g - m) : c.beta1 * m + c.beta3 * g;
 }
@@ -238,6 +257,8 @@ TRAINKIT_MULTIVERSION void sum_squares2_f64(const double* a, const double* b, in
 }
 TRAINKIT_MULTIVERSION double sum_squares_f32(const float* a, int64_t n) { return sum_squares_loop(a, n); }
 TRAINKIT_MULTIVERSION double sum_squares_f64(const double* a, int64_t n) { return sum_squares_loop(a, n); }
+TRAINKIT_MULTIVERSION double nonfinite_probe_f32(const float* x, int64_t n) { return nonfinite_probe_loop(x, n); }
+TRAINKIT_MULTIVERSION double nonfinite_probe_f64(const double* x, int64_t n) { return nonfinite_probe_loop(x, n); }
 TRAINKIT_MULTIVERSION void lamb_moments_f32(const float* p, const float* g, float* m, float* v, int64_t n,
                                             const LambCoef<float>& c, double& sp, double& su) {
   lamb_moments_loop(p, g, m, v, n, c, sp, su);
@@ -286,6 +307,8 @@ void sum_squares2(const double* a, const double* b, int64_t n, double& sa, doubl
 }
 double sum_squares(const float* a, int64_t n) { return sum_squares_f32(a, n); }
 double sum_squares(const double* a, int64_t n) { return sum_squares_f64(a, n); }
+double nonfinite_probe(const float* x, int64_t n) { return nonfinite_probe_f32(x, n); }
+double nonfinite_probe(const double* x, int64_t n) { return nonfinite_probe_f64(x, n); }
 void lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n, const LambCoef<float>& c,
                   double& sum_p2, double& sum_u2) {
   lamb_moments_f32(p, g, m, v, n, c, sum_p2, sum_u2);

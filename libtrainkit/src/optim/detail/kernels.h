@@ -61,6 +61,11 @@ void sum_squares2(const double* a, const double* b, int64_t n, double& sa, doubl
 double sum_squares(const float* a, int64_t n);
 double sum_squares(const double* a, int64_t n);
 
+/// 0 when every x is finite, NaN otherwise (Σ x·0, read-only, vectorized): the overflow check that lets
+/// GradScaler hand unscaling to a fused optimizer instead of rewriting the gradients.
+double nonfinite_probe(const float* x, int64_t n);
+double nonfinite_probe(const double* x, int64_t n);
+
 /// LAMB (timm's semantics), per element:
 ///   g' = grad_mul·g;  m ← beta1·m + beta3·g' (as a lerp when beta3 = 1-β1);  v ← β2·v + (1-β2)·g'²;
 ///   u = (m·inv_bc1) / (√v · inv_bc2_sqrt + eps) + wd·p
