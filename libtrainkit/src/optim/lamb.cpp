@@ -68,10 +68,10 @@ struct LambGroup {
 
 template <class T>
 void fused_group(const LambGroup& g, const LambOptions& o, const detail::LambCoef<T>& coef, bool adapt) {
-  const auto chunks = detail::make_chunks(detail::numels_of(g.params));
+  const auto numels = detail::numels_of(g.params);
   const T lr = static_cast<T>(o.lr());
   if (!adapt) {
-    detail::for_each_chunk(chunks, [&](const detail::Chunk& c) {
+    detail::for_each_chunk(detail::make_chunks(numels), [&](const detail::Chunk& c) {
       const auto t = static_cast<size_t>(c.tensor);
       detail::lamb_moments_apply(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin,
                                  g.exp_avgs[t].data_ptr<T>() + c.begin, g.exp_avg_sqs[t].data_ptr<T>() + c.begin, c.n,
@@ -79,39 +79,44 @@ void fused_group(const LambGroup& g, const LambOptions& o, const detail::LambCoe
     });
     return;
   }
-  std::vector<double> sp(chunks.size(), 0.0);
-  std::vector<double> su(chunks.size(), 0.0);
-  at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t ci = begin; ci < end; ++ci) {
-      const detail::Chunk& c = chunks[static_cast<size_t>(ci)];
+  std::vector<T> steps(g.params.size(), lr);
+  // Moments and norms, then the trust-ratio-scaled update, block by block so that the second pass
+  // re-reads m, v and p from cache.
+  for (const auto& [first, last] : detail::make_blocks(numels)) {
+    const auto chunks = detail::make_chunks(numels, first, last);
+    std::vector<double> sp(chunks.size(), 0.0);
+    std::vector<double> su(chunks.size(), 0.0);
+    at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t ci = begin; ci < end; ++ci) {
+        const detail::Chunk& c = chunks[static_cast<size_t>(ci)];
+        const auto t = static_cast<size_t>(c.tensor);
+        detail::lamb_moments(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin,
+                             g.exp_avgs[t].data_ptr<T>() + c.begin, g.exp_avg_sqs[t].data_ptr<T>() + c.begin, c.n,
+                             coef, sp[static_cast<size_t>(ci)], su[static_cast<size_t>(ci)]);
+      }
+    });
+    // Per-tensor sums combined in chunk order, so the result does not depend on the thread count.
+    std::vector<double> wp(g.params.size(), 0.0);
+    std::vector<double> wu(g.params.size(), 0.0);
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      wp[static_cast<size_t>(chunks[c].tensor)] += sp[c];
+      wu[static_cast<size_t>(chunks[c].tensor)] += su[c];
+    }
+    for (size_t t = first; t < last; ++t) {
+      const double w_norm = std::sqrt(wp[t]);
+      const double u_norm = std::sqrt(wu[t]);
+      double ratio = (w_norm > 0 && u_norm > 0) ? w_norm / u_norm : 1.0;
+      if (o.trust_clip()) {
+        ratio = std::min(ratio, 1.0);
+      }
+      steps[t] = static_cast<T>(o.lr() * ratio);
+    }
+    detail::for_each_chunk(chunks, [&](const detail::Chunk& c) {
       const auto t = static_cast<size_t>(c.tensor);
-      detail::lamb_moments(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin,
-                           g.exp_avgs[t].data_ptr<T>() + c.begin, g.exp_avg_sqs[t].data_ptr<T>() + c.begin, c.n, coef,
-                           sp[static_cast<size_t>(ci)], su[static_cast<size_t>(ci)]);
-    }
-  });
-  // Per-tensor sums combined in chunk order, so the result does not depend on the thread count.
-  std::vector<double> wp(g.params.size(), 0.0);
-  std::vector<double> wu(g.params.size(), 0.0);
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    wp[static_cast<size_t>(chunks[c].tensor)] += sp[c];
-    wu[static_cast<size_t>(chunks[c].tensor)] += su[c];
+      detail::lamb_apply(g.params[t].data_ptr<T>() + c.begin, g.exp_avgs[t].data_ptr<T>() + c.begin,
+                         g.exp_avg_sqs[t].data_ptr<T>() + c.begin, c.n, coef, steps[t]);
+    });
   }
-  std::vector<T> steps(g.params.size());
-  for (size_t t = 0; t < g.params.size(); ++t) {
-    const double w_norm = std::sqrt(wp[t]);
-    const double u_norm = std::sqrt(wu[t]);
-    double ratio = (w_norm > 0 && u_norm > 0) ? w_norm / u_norm : 1.0;
-    if (o.trust_clip()) {
-      ratio = std::min(ratio, 1.0);
-    }
-    steps[t] = static_cast<T>(o.lr() * ratio);
-  }
-  detail::for_each_chunk(chunks, [&](const detail::Chunk& c) {
-    const auto t = static_cast<size_t>(c.tensor);
-    detail::lamb_apply(g.params[t].data_ptr<T>() + c.begin, g.exp_avgs[t].data_ptr<T>() + c.begin,
-                       g.exp_avg_sqs[t].data_ptr<T>() + c.begin, c.n, coef, steps[t]);
-  });
 }
 
 /// timm's _single_tensor_lamb, op for op, with no host sync.

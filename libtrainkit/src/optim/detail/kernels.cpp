@@ -19,8 +19,30 @@
 namespace trainkit::optim::detail {
 
 std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, int64_t grain) {
-  std::vector<Chunk> chunks;
+  return make_chunks(numels, 0, numels.size(), grain);
+}
+
+std::vector<std::pair<size_t, size_t>> make_blocks(const std::vector<int64_t>& numels, int64_t target) {
+  std::vector<std::pair<size_t, size_t>> blocks;
+  size_t first = 0;
+  int64_t size = 0;
   for (size_t t = 0; t < numels.size(); ++t) {
+    if (size > 0 && size + numels[t] > target) {
+      blocks.emplace_back(first, t);
+      first = t;
+      size = 0;
+    }
+    size += numels[t];
+  }
+  if (first < numels.size()) {
+    blocks.emplace_back(first, numels.size());
+  }
+  return blocks;
+}
+
+std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, size_t first, size_t last, int64_t grain) {
+  std::vector<Chunk> chunks;
+  for (size_t t = first; t < last; ++t) {
     for (int64_t begin = 0; begin < numels[t]; begin += grain) {
       chunks.push_back({static_cast<int64_t>(t), begin, std::min(grain, numels[t] - begin)});
     }
@@ -86,6 +108,8 @@ inline void sgd_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__
   }
 }
 
+// Reductions keep kLanes independent double accumulators: one AVX-512 register, which GCC vectorizes at full
+// width (a 2-D set of accumulators made it fall back to 16-byte vectors).
 constexpr int kLanes = 8;
 
 template <class T>
@@ -172,7 +196,6 @@ inline void lamb_moments_loop(const T* __restrict__ p, const T* __restrict__ g, 
                               T* __restrict__ v, int64_t n, const LambCoef<T> c, double& sum_p2, double& sum_u2) {
   double acc_p[kLanes] = {};
   double acc_u[kLanes] = {};
-  int64_t i = 0;
   const auto one = [&](int64_t j, double& ap, double& au) {
     const T gj = c.grad_mul * g[j];
     const T mj = lamb_first_moment(m[j], gj, c);
@@ -183,6 +206,7 @@ inline void lamb_moments_loop(const T* __restrict__ p, const T* __restrict__ g, 
     ap += static_cast<double>(p[j]) * static_cast<double>(p[j]);
     au += static_cast<double>(u) * static_cast<double>(u);
   };
+  int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (int k = 0; k < kLanes; ++k) {
       one(i + k, acc_p[k], acc_u[k]);

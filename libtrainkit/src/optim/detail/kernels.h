@@ -6,7 +6,9 @@
 // per-tensor coefficients, so that variants (Adam vs AdamW, SGD vs LARS, maximize, L2 vs decoupled decay)
 // are the same loop with different coefficients instead of separate code.
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace trainkit::optim::detail {
@@ -23,6 +25,19 @@ struct Chunk {
 
 /// Splits tensors of the given sizes into chunks of at most `grain` elements.
 std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, int64_t grain = kChunkGrain);
+/// The same for tensors [first, last) only (Chunk::tensor stays the index into `numels`).
+std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, std::size_t first, std::size_t last,
+                               int64_t grain = kChunkGrain);
+
+/// Elements per block of the two-phase optimizers (LARS, LAMB): a per-tensor norm must be complete before
+/// that tensor is updated, so they run phase 1 and phase 2 block by block; a block of this size
+/// (4 MB per float32 stream) is still in the last-level cache when phase 2 reads it again.
+constexpr int64_t kBlockElements = 1 << 20;
+
+/// Consecutive tensors grouped into [first, last) blocks of about `target` elements; a larger tensor is a
+/// block of its own.
+std::vector<std::pair<std::size_t, std::size_t>> make_blocks(const std::vector<int64_t>& numels,
+                                                   int64_t target = kBlockElements);
 
 /// Adam/AdamW in one pass, per element (PyTorch's single-tensor Adam, folded):
 ///   g' = grad_mul·g + l2·p;  m ← m + (1-β1)(g' - m);  v ← β2·v + (1-β2)·g'²;

@@ -34,9 +34,30 @@ struct MomentumGroup {
 
 template <class T>
 void fused_momentum(const MomentumGroup& g, const MomentumHyper& h, double grad_mul) {
-  const auto chunks = make_chunks(numels_of(g.params));
-  std::vector<double> trust(g.params.size(), 1.0);
-  if (h.adapt) {
+  const auto numels = numels_of(g.params);
+  std::vector<SgdCoef<T>> coefs;
+  std::vector<MomentumMode> modes;
+  for (size_t t = 0; t < g.params.size(); ++t) {
+    coefs.push_back({static_cast<T>(grad_mul), static_cast<T>(h.weight_decay), T(1), static_cast<T>(h.momentum),
+                     static_cast<T>(1 - h.dampening), static_cast<T>(h.lr), h.nesterov});
+    modes.push_back(h.momentum == 0 ? MomentumMode::kNone
+                                    : (g.first[t] ? MomentumMode::kFirst : MomentumMode::kRunning));
+  }
+  const auto update = [&](const std::vector<Chunk>& chunks) {
+    for_each_chunk(chunks, [&](const Chunk& c) {
+      const auto t = static_cast<size_t>(c.tensor);
+      T* buf = h.momentum == 0 ? nullptr : g.buffers[t].data_ptr<T>() + c.begin;
+      sgd_kernel(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin, buf, c.n, coefs[t],
+                 modes[t]);
+    });
+  };
+  if (!h.adapt) {
+    update(make_chunks(numels));
+    return;
+  }
+  // LARS: norms of w and g, then the update, block by block so that the update re-reads from cache.
+  for (const auto& [first, last] : make_blocks(numels)) {
+    const auto chunks = make_chunks(numels, first, last);
     // Per-chunk partial sums, combined per tensor in chunk order: independent of the thread count.
     std::vector<double> sp(chunks.size(), 0.0);
     std::vector<double> sg(chunks.size(), 0.0);
@@ -54,24 +75,11 @@ void fused_momentum(const MomentumGroup& g, const MomentumHyper& h, double grad_
       wp[static_cast<size_t>(chunks[c].tensor)] += sp[c];
       wg[static_cast<size_t>(chunks[c].tensor)] += sg[c];
     }
-    for (size_t t = 0; t < g.params.size(); ++t) {
-      trust[t] = lars_trust_ratio(std::sqrt(wp[t]), std::abs(grad_mul) * std::sqrt(wg[t]), h);
+    for (size_t t = first; t < last; ++t) {
+      coefs[t].trust = static_cast<T>(lars_trust_ratio(std::sqrt(wp[t]), std::abs(grad_mul) * std::sqrt(wg[t]), h));
     }
+    update(chunks);
   }
-  std::vector<SgdCoef<T>> coefs;
-  std::vector<MomentumMode> modes;
-  for (size_t t = 0; t < g.params.size(); ++t) {
-    coefs.push_back({static_cast<T>(grad_mul), static_cast<T>(h.weight_decay), static_cast<T>(trust[t]),
-                     static_cast<T>(h.momentum), static_cast<T>(1 - h.dampening), static_cast<T>(h.lr), h.nesterov});
-    modes.push_back(h.momentum == 0 ? MomentumMode::kNone
-                                    : (g.first[t] ? MomentumMode::kFirst : MomentumMode::kRunning));
-  }
-  for_each_chunk(chunks, [&](const Chunk& c) {
-    const auto t = static_cast<size_t>(c.tensor);
-    T* buf = h.momentum == 0 ? nullptr : g.buffers[t].data_ptr<T>() + c.begin;
-    sgd_kernel(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin, buf, c.n, coefs[t],
-               modes[t]);
-  });
 }
 
 /// timm's _single_tensor_lars / PyTorch's single-tensor SGD, op for op, with no host sync.
