@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -159,12 +160,12 @@ TEST_CASE("2-rank DDP equals one process on the full batch", "[dist][ddp]") {
                                     tmp);
       INFO(run.output);
       REQUIRE(run.code == 0);
-      // 13 layers of 8x8+8 float64 (576 B) and a head: a 1 KiB cap makes 7 buckets.
-      CHECK_THAT(run.output, Contains("[rank 0] rank 0: buckets 7"));
-      CHECK_THAT(run.output, Contains("[rank 1] rank 1: buckets 7"));
+      // 13 layers of 8x8+8 float64 (576 B) and a head: a 1 KiB cap makes 6 buckets (two layers each, the head with one).
+      CHECK_THAT(run.output, Contains("[rank 0] rank 0: buckets 6"));
+      CHECK_THAT(run.output, Contains("[rank 1] rank 1: buckets 6"));
       if (std::string(v.args).empty()) {
         // All but the bucket holding the first layer start while backward still runs.
-        CHECK_THAT(run.output, Contains("started during backward 6"));
+        CHECK_THAT(run.output, Contains("started during backward 5"));
       } else {
         CHECK_THAT(run.output, Contains("started during backward 0"));
       }
@@ -385,4 +386,59 @@ TEST_CASE("TensorLoader shards like DistributedSampler", "[dist][data]") {
   }
   CHECK_THROWS_WITH(trainkit::data::TensorLoader(x, y, trainkit::data::TensorLoaderOptions().num_replicas(2).rank(2)),
                     Contains("rank 2 not in [0, num_replicas=2)"));
+}
+
+namespace {
+
+double summary_value(const std::string& json, const std::string& key) {
+  const auto at = json.find("\"" + key + "\": ");
+  REQUIRE(at != std::string::npos);
+  return std::stod(json.substr(at + key.size() + 4));
+}
+
+}  // namespace
+
+TEST_CASE("trainkit train under the launcher: [distributed], rank 0 writes, same model as one process", "[dist][cli]") {
+  TempDir tmp("dist-train");
+  // No dropout or batch norm, so that 2 ranks x 25 and 1 process x 50 compute the same gradients: the
+  // sharded loader gives the two ranks exactly the samples of the single process's batch.
+  const std::string config = tmp.str("tiny.toml");
+  std::ofstream(config) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n"
+                           "[model]\nchannels = [4, 8]\nhidden = 16\ndropout = 0.0\nbatch_norm = false\n"
+                           "[train]\nepochs = 2\nbatch_size = 25\nseed = 3\nthreads = 1\n"
+                           "[log]\nevery_steps = 5\nprogress = \"lines\"\n"
+                           "[distributed]\nbackend = \"gloo\"\ntimeout = 20\nbucket_cap_mb = 0.01\n";
+  const std::string cli = TRAINKIT_CLI_PATH;
+  const Run two = shell(cli + " launch --nproc 2 --master-port 0 -- " + cli + " train --config " + config + " --out " +
+                            tmp.str("two"),
+                        tmp, "two.txt");
+  INFO(two.output);
+  REQUIRE(two.code == 0);
+  CHECK_THAT(two.output, Contains("[rank 0]"));
+  CHECK_THAT(two.output, Contains("distributed: 2 ranks, backend gloo"));
+  CHECK(two.output.find("[rank 1] [") == std::string::npos);  // rank 1 logs warnings only
+  const Run one = shell(cli + " train --config " + config + " --set train.batch_size=50 --out " + tmp.str("one"), tmp,
+                        "one.txt");
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  const std::string two_summary = read_text(tmp.str("two/summary.json"));
+  const std::string one_summary = read_text(tmp.str("one/summary.json"));
+  CHECK(summary_value(two_summary, "steps") == 20);  // 500 samples / (2 x 25) x 2 epochs
+  CHECK(summary_value(one_summary, "steps") == 20);
+  // float32 sums in another order: equal to rounding, far below what one step changes.
+  CHECK(std::abs(summary_value(two_summary, "test_loss") - summary_value(one_summary, "test_loss")) < 1e-4);
+  CHECK(std::filesystem::exists(tmp.str("two/metrics.csv")));
+  CHECK(std::filesystem::exists(tmp.str("two/checkpoints")));
+}
+
+TEST_CASE("trainkit train: bad distributed environment is a usage error", "[dist][cli]") {
+  TempDir tmp("dist-train-bad");
+  const std::string config = tmp.str("tiny.toml");
+  std::ofstream(config) << "[data]\nlimit_train = 600\nlimit_test = 200\n[train]\nepochs = 1\n";
+  const Run run = shell("WORLD_SIZE=2 " + std::string(TRAINKIT_CLI_PATH) + " train --config " + config + " --out " +
+                            tmp.str("run"),
+                        tmp);
+  CHECK(run.code == 2);
+  CHECK_THAT(run.output, Contains("WORLD_SIZE=2 is set but RANK is not"));
+  CHECK_FALSE(std::filesystem::exists(tmp.str("run")));
 }

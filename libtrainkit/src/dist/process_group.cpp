@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -112,6 +113,7 @@ struct Work::Impl {
   std::string what;
   std::vector<at::Tensor> divide;  // AVG: divided by `world` after the sum
   int64_t world = 1;
+  std::string timeout;  // for the error message, e.g. "30 s"
   bool done = false;
 };
 
@@ -123,7 +125,8 @@ void Work::wait() {
   try {
     impl_->work->wait();
   } catch (const std::exception& e) {
-    throw DistError(impl_->what + " failed (a peer exited, hung past the timeout or lost its connection): " + error_text(e));
+    throw DistError(impl_->what + " failed (a peer exited, lost its connection, or did not join within the " +
+                    impl_->timeout + " timeout): " + error_text(e));
   }
   for (auto& t : impl_->divide) {
     t.div_(static_cast<double>(impl_->world));
@@ -221,6 +224,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const InitOptions& options) {
   return group;
 }
 
+namespace {
+std::string seconds_text(std::chrono::milliseconds ms) {
+  std::ostringstream out;
+  out << static_cast<double>(ms.count()) / 1000.0 << " s";
+  return out.str();
+}
+}  // namespace
+
 std::string ProcessGroup::backend_name(const c10::Device& device) const {
   if (world_size() == 1) return "none";
   if (device.is_cuda()) return impl_->nccl ? "nccl" : "(none for CUDA)";
@@ -234,6 +245,7 @@ Work ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
   TORCH_CHECK(tensor.is_contiguous(), "all_reduce: the tensor must be contiguous");
   auto impl = std::make_shared<Work::Impl>();
   impl->what = "all_reduce of " + std::to_string(tensor.numel()) + " elements on rank " + std::to_string(rank());
+  impl->timeout = seconds_text(options_.timeout());
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);
   opts.timeout = options_.timeout();
@@ -259,6 +271,7 @@ Work ProcessGroup::broadcast(at::Tensor tensor, int64_t root) {
   TORCH_CHECK(tensor.is_contiguous(), "broadcast: the tensor must be contiguous");
   auto impl = std::make_shared<Work::Impl>();
   impl->what = "broadcast from rank " + std::to_string(root) + " on rank " + std::to_string(rank());
+  impl->timeout = seconds_text(options_.timeout());
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   opts.timeout = options_.timeout();
