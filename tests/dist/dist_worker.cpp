@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
@@ -118,6 +119,26 @@ int main(int argc, char** argv) {
     if (zero) {
       std::printf("rank %lld: optimizer state %lld bytes (shard of %zu parameters)\n", static_cast<long long>(rank),
                   static_cast<long long>(zero->local_state_bytes()), zero->shard(rank).size());
+      // Sharded checkpoint round trip: save, load into a fresh ZeRO over the same parameters, save again.
+      auto serialized = [](const trainkit::dist::ZeroRedundancyOptimizer& z) {
+        torch::serialize::OutputArchive archive;
+        z.save(archive);
+        std::ostringstream out;
+        archive.save_to(out);
+        return out.str();
+      };
+      const std::string first = serialized(*zero);
+      trainkit::dist::ZeroRedundancyOptimizer fresh(
+          net->parameters(), pg, [](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+            return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-2));
+          });
+      std::istringstream in(first);
+      torch::serialize::InputArchive archive;
+      archive.load_from(in);
+      fresh.load(archive);
+      std::printf("rank %lld: zero checkpoint round trip %s\n", static_cast<long long>(rank),
+                  serialized(fresh) == first && fresh.local_state_bytes() == zero->local_state_bytes() ? "equal"
+                                                                                                   : "DIFFERS");
     }
     torch::save(td::snapshot(*net), out + "/rank" + std::to_string(rank) + ".pt");
   } catch (const std::exception& e) {

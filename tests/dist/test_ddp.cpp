@@ -201,6 +201,8 @@ TEST_CASE("ZeRO-1 over 2 ranks equals the unsharded optimizer", "[dist][zero]") 
   const auto rank0 = load_params(tmp.str("rank0.pt"));
   CHECK(max_diff(rank0, load_params(tmp.str("rank1.pt"))) == 0.0);
   CHECK(max_diff(rank0, expected) <= 1e-10);
+  CHECK_THAT(run.output, Contains("[rank 0] rank 0: zero checkpoint round trip equal"));
+  CHECK_THAT(run.output, Contains("[rank 1] rank 1: zero checkpoint round trip equal"));
   // Each rank holds about half of Adam's state; the two shards add up to the whole.
   int64_t sum = 0;
   for (int r = 0; r < 2; ++r) {
