@@ -5,6 +5,7 @@
 //   fault  train with a checkpoint per step on rank 0; rank 1 kills itself (SIGKILL) at step 5
 //   hang   as fault, but rank 1 stops itself (SIGSTOP) at step 5: the others must time out
 //   env    helpers: barrier, mean of the ranks, broadcast of rank 0's value
+//   unused like ddp, with an extra Linear that gets no gradient (--find-unused decides what happens)
 #include <signal.h>
 #include <unistd.h>
 
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   bool no_overlap = false;
   std::string compression = "none";
   app.add_option("--mode", mode, "ddp, zero, fault, hang or env")
-      ->check(CLI::IsMember({"ddp", "zero", "fault", "hang", "env"}))
+      ->check(CLI::IsMember({"ddp", "zero", "fault", "hang", "env", "unused"}))
       ->capture_default_str();
   app.add_option("--out", out, "Directory for rank<r>.pt and checkpoints")->capture_default_str();
   app.add_option("--steps", steps, "Optimizer steps")->capture_default_str();
@@ -41,6 +42,8 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-kb", bucket_kb, "DDP bucket cap (first bucket too), KiB")->capture_default_str();
   app.add_flag("--no-overlap", no_overlap, "All-reduce after backward instead of from the hooks");
   app.add_option("--compression", compression, "none, fp16 or bf16")->capture_default_str();
+  bool find_unused = false;
+  app.add_flag("--find-unused", find_unused, "DDP's find_unused_parameters");
   CLI11_PARSE(app, argc, argv);
 
   int64_t rank = -1;
@@ -60,12 +63,17 @@ int main(int argc, char** argv) {
 
     // Each rank starts from a different initialisation: DDP's broadcast makes rank 0's the common one.
     auto net = td::make_chain_net(7 + static_cast<uint64_t>(rank));
-    trainkit::dist::DistributedDataParallel ddp(net, pg,
+    // "unused": the chain plus a Linear that forward never calls (its parameters come last).
+    auto holder = std::make_shared<torch::nn::Module>();
+    holder->register_module("chain", net);
+    if (mode == "unused") holder->register_module("extra", torch::nn::Linear(8, 8));
+    trainkit::dist::DistributedDataParallel ddp(holder, pg,
                                                 trainkit::dist::DistributedDataParallelOptions()
                                                     .bucket_cap_mb(bucket_kb / 1024.0)
                                                     .first_bucket_mb(bucket_kb / 1024.0)
                                                     .overlap(!no_overlap)
-                                                    .compression(compression));
+                                                    .compression(compression)
+                                                    .find_unused_parameters(find_unused));
     const bool faulty = mode == "fault" || mode == "hang";
     const int64_t total_steps = faulty ? 100000 : steps;
     const auto data = td::make_data((faulty ? 1 : total_steps) * world * accum * td::kMicro);
@@ -140,7 +148,7 @@ int main(int argc, char** argv) {
                   serialized(fresh) == first && fresh.local_state_bytes() == zero->local_state_bytes() ? "equal"
                                                                                                    : "DIFFERS");
     }
-    torch::save(td::snapshot(*net), out + "/rank" + std::to_string(rank) + ".pt");
+    torch::save(td::snapshot(*holder), out + "/rank" + std::to_string(rank) + ".pt");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dist_worker: rank %lld: %s\n", static_cast<long long>(rank), e.what());
     std::fflush(stderr);

@@ -180,15 +180,38 @@ TEST_CASE("2-rank DDP equals one process on the full batch", "[dist][ddp]") {
   }
 }
 
-TEST_CASE("2-rank DDP with fp16 gradient compression stays close to the exact run", "[dist][ddp]") {
-  TempDir tmp("ddp-fp16");
-  const Run run = launch_worker("--mode ddp --steps 4 --bucket-kb 1 --compression fp16 --out " + tmp.str(), tmp);
-  INFO(run.output);
-  REQUIRE(run.code == 0);
-  const auto rank0 = load_params(tmp.str("rank0.pt"));
-  const double d = max_diff(rank0, reference(4, 2, 1, false));
-  CHECK(d > 0.0);  // compression does round
-  CHECK(d < 1e-3);
+TEST_CASE("2-rank DDP with fp16/bf16 gradient compression stays close to the exact run", "[dist][ddp]") {
+  for (const char* compression : {"fp16", "bf16"}) {
+    DYNAMIC_SECTION(compression) {
+      TempDir tmp("ddp-compress");
+      const Run run = launch_worker(
+          "--mode ddp --steps 4 --bucket-kb 1 --compression " + std::string(compression) + " --out " + tmp.str(), tmp);
+      INFO(run.output);
+      REQUIRE(run.code == 0);
+      const auto rank0 = load_params(tmp.str("rank0.pt"));
+      CHECK(max_diff(rank0, load_params(tmp.str("rank1.pt"))) == 0.0);
+      const double d = max_diff(rank0, reference(4, 2, 1, false));
+      CHECK(d > 0.0);  // compression does round
+      CHECK(d < (std::string(compression) == "fp16" ? 1e-3 : 1e-2));
+    }
+  }
+}
+
+TEST_CASE("2-rank DDP: a parameter without gradient is an error, or zero with find_unused_parameters",
+          "[dist][ddp]") {
+  TempDir tmp("ddp-unused");
+  const Run strict = launch_worker("--mode unused --steps 2 --out " + tmp.str(), tmp, "TRAINKIT_DIST_TIMEOUT=5");
+  INFO(strict.output);
+  CHECK(strict.code != 0);
+  CHECK_THAT(strict.output, Contains("2 parameter(s) got no gradient in this backward: extra.weight, extra.bias"));
+  CHECK_THAT(strict.output, Contains("find_unused_parameters(true)"));
+  const Run lenient = launch_worker("--mode unused --find-unused --steps 4 --bucket-kb 1 --out " + tmp.str(), tmp);
+  INFO(lenient.output);
+  REQUIRE(lenient.code == 0);
+  auto rank0 = load_params(tmp.str("rank0.pt"));
+  REQUIRE(rank0.size() == 28);
+  rank0.resize(26);  // the chain's parameters: as if the extra layer did not exist
+  CHECK(max_diff(rank0, reference(4, 2, 1, false)) <= 1e-10);
 }
 
 TEST_CASE("ZeRO-1 over 2 ranks equals the unsharded optimizer", "[dist][zero]") {
