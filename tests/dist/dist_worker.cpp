@@ -6,10 +6,12 @@
 //   hang   as fault, but rank 1 stops itself (SIGSTOP) at step 5: the others must time out
 //   env    helpers: barrier, mean of the ranks, broadcast of rank 0's value
 //   unused like ddp, with an extra Linear that gets no gradient (--find-unused decides what happens)
+//   scaler like ddp with a GradScaler; rank 1's loss is inf at step 2: every rank must skip that step
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 #include <sstream>
 
@@ -17,6 +19,7 @@
 #include <torch/torch.h>
 
 #include "dist/dist_common.h"
+#include "trainkit/amp/grad_scaler.h"
 #include "trainkit/dist/ddp.h"
 #include "trainkit/dist/process_group.h"
 #include "trainkit/dist/zero.h"
@@ -34,7 +37,7 @@ int main(int argc, char** argv) {
   bool no_overlap = false;
   std::string compression = "none";
   app.add_option("--mode", mode, "ddp, zero, fault, hang or env")
-      ->check(CLI::IsMember({"ddp", "zero", "fault", "hang", "env", "unused"}))
+      ->check(CLI::IsMember({"ddp", "zero", "fault", "hang", "env", "unused", "scaler"}))
       ->capture_default_str();
   app.add_option("--out", out, "Directory for rank<r>.pt and checkpoints")->capture_default_str();
   app.add_option("--steps", steps, "Optimizer steps")->capture_default_str();
@@ -89,6 +92,8 @@ int main(int argc, char** argv) {
       plain = std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(td::kLr).momentum(0.9));
     }
 
+    trainkit::amp::GradScaler scaler(c10::kCPU, trainkit::amp::GradScalerOptions().init_scale(1024.0).enabled(mode == "scaler"));
+    std::string skipped;
     for (int64_t step = 0; step < total_steps; ++step) {
       if (plain) plain->zero_grad();
       if (zero) zero->zero_grad();
@@ -97,7 +102,9 @@ int main(int argc, char** argv) {
         auto x = td::rows(data.first, s, k, rank, world, accum, td::kMicro);
         auto y = td::rows(data.second, s, k, rank, world, accum, td::kMicro);
         auto backward = [&] {
-          (torch::nn::functional::cross_entropy(net->forward(x), y) / static_cast<double>(accum)).backward();
+          at::Tensor loss = torch::nn::functional::cross_entropy(net->forward(x), y) / static_cast<double>(accum);
+          if (mode == "scaler" && rank == 1 && step == 2) loss = loss * std::numeric_limits<double>::infinity();
+          scaler.scale(loss).backward();
         };
         if (k + 1 < accum) {
           auto guard = ddp.no_sync();
@@ -106,7 +113,10 @@ int main(int argc, char** argv) {
           backward();
         }
       }
-      if (plain) plain->step();
+      if (plain) {
+        if (!scaler.step(*plain)) skipped += " " + std::to_string(step);
+        scaler.update();
+      }
       if (zero) zero->step();
       if (faulty) {
         if (rank == 0) {
@@ -121,6 +131,10 @@ int main(int argc, char** argv) {
           ::raise(mode == "fault" ? SIGKILL : SIGSTOP);
         }
       }
+    }
+    if (mode == "scaler") {
+      std::printf("rank %lld: skipped steps:%s; scale %g\n", static_cast<long long>(rank), skipped.c_str(),
+                  scaler.get_scale());
     }
     std::printf("rank %lld: buckets %zu, started during backward %lld\n", static_cast<long long>(rank),
                 ddp.bucket_indices().size(), static_cast<long long>(ddp.buckets_started_early()));

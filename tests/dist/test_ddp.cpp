@@ -214,6 +214,17 @@ TEST_CASE("2-rank DDP: a parameter without gradient is an error, or zero with fi
   CHECK(max_diff(rank0, reference(4, 2, 1, false)) <= 1e-10);
 }
 
+TEST_CASE("2-rank DDP with a GradScaler: an inf on one rank makes every rank skip the step", "[dist][ddp]") {
+  TempDir tmp("ddp-scaler");
+  const Run run = launch_worker("--mode scaler --steps 5 --bucket-kb 1 --out " + tmp.str(), tmp);
+  INFO(run.output);
+  REQUIRE(run.code == 0);
+  // Only rank 1's loss was inf, but the averaged gradients carry it to rank 0 too.
+  CHECK_THAT(run.output, Contains("[rank 0] rank 0: skipped steps: 2; scale 512"));
+  CHECK_THAT(run.output, Contains("[rank 1] rank 1: skipped steps: 2; scale 512"));
+  CHECK(max_diff(load_params(tmp.str("rank0.pt")), load_params(tmp.str("rank1.pt"))) == 0.0);
+}
+
 TEST_CASE("ZeRO-1 over 2 ranks equals the unsharded optimizer", "[dist][zero]") {
   TempDir tmp("zero");
   const Run run = launch_worker("--mode zero --steps 4 --bucket-kb 1 --out " + tmp.str(), tmp);
