@@ -305,6 +305,20 @@ TEST_CASE("The launcher stops the others and names the failing rank", "[dist][la
   CHECK(run.seconds < 25.0);
 }
 
+TEST_CASE("The launcher forwards SIGTERM to the ranks", "[dist][launch]") {
+  TempDir tmp("launch-signal");
+  const std::string rank_cmd = "trap \"echo got TERM; exit 7\" TERM; echo ready; while :; do sleep 0.1; done";
+  const Run run = shell("{ " + std::string(TRAINKIT_CLI_PATH) + " launch --nproc 2 --master-port 0 -- sh -c '" +
+                            rank_cmd + "' & p=$!; sleep 2; kill -TERM $p; wait $p; echo launcher exit $?; }",
+                        tmp);
+  INFO(run.output);
+  CHECK_THAT(run.output, Contains("[rank 0] got TERM"));
+  CHECK_THAT(run.output, Contains("[rank 1] got TERM"));
+  CHECK_THAT(run.output, Contains("launch: interrupted by signal 15"));
+  CHECK_THAT(run.output, Contains("launcher exit 143"));
+  CHECK(run.seconds < 15.0);
+}
+
 TEST_CASE("Launcher: bad input", "[dist][launch]") {
   using trainkit::dist::LaunchOptions;
   CHECK_THROWS_WITH(trainkit::dist::launch(LaunchOptions().nproc(0).command({"true"})), Contains("--nproc"));

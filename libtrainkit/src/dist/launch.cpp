@@ -167,6 +167,7 @@ int launch(const LaunchOptions& options) {
   int interrupted = 0;
   bool stopping = false;
   clock::time_point kill_at{};
+  clock::time_point all_exited_at{};
   auto signal_all = [&](int sig) {
     for (auto& rk : ranks) {
       if (rk.running) ::kill(rk.pid, sig);
@@ -187,6 +188,22 @@ int launch(const LaunchOptions& options) {
     bool any_running = false;
     for (auto& rk : ranks) any_running = any_running || rk.running;
     if (fds.empty() && !any_running) break;
+    if (!any_running && all_exited_at == clock::time_point{}) all_exited_at = clock::now();
+    if (!any_running && clock::now() - all_exited_at > std::chrono::seconds(1)) {
+      // A rank's own children may keep its output pipes open: stop reading once the ranks are gone.
+      for (auto& rk : ranks) {
+        for (Stream* st : {&rk.out, &rk.err}) {
+          if (st->fd >= 0) {
+            const std::string prefix =
+                options.prefix_output() ? "[rank " + std::to_string(&rk - ranks.data()) + "] " : "";
+            emit(*st, prefix, "", 0, true);
+            ::close(st->fd);
+            st->fd = -1;
+          }
+        }
+      }
+      break;
+    }
     if (!fds.empty()) {
       ::poll(fds.data(), fds.size(), 100);
     } else {
