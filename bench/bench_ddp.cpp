@@ -13,7 +13,6 @@
 #include <map>
 
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "trainkit/data/idx.h"
@@ -153,6 +152,7 @@ int main(int argc, char** argv) {
   int64_t warmup = 5;
   int64_t steps = 60;
   int64_t repeats = 10;
+  int64_t rounds = 3;
   std::string json;
   std::string worker;
   bool overlap = true;
@@ -165,6 +165,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "Untimed steps first")->capture_default_str();
   app.add_option("--steps", steps, "Timed steps")->capture_default_str();
   app.add_option("--repeats", repeats, "All-reduce rounds (median)")->capture_default_str();
+  app.add_option("--rounds", rounds, "Rounds of the training configurations (median)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--json", json, "Also write the results as JSON here");
   app.add_option("--worker", worker, "(internal) run as a rank: train or allreduce");
   app.add_option("--overlap", overlap, "(internal) overlap for --worker train");
@@ -207,13 +210,18 @@ int main(int argc, char** argv) {
     const std::vector<Config> configs = {{"1 rank x 1 thread", 1, true},
                                          {"2 ranks x 1 thread, overlap on", 2, true},
                                          {"2 ranks x 1 thread, overlap off", 2, false}};
-    std::vector<double> train_rates;
-    for (const auto& c : configs) {
-      auto args = common;
-      args.insert(args.begin(), {"--worker", "train", "--overlap", c.overlap ? "true" : "false"});
-      run(c.nproc, args);
-      train_rates.push_back(results.at("samples_per_s"));
+    // Rounds interleave the configurations, so that a change in the machine's load hits them alike.
+    std::vector<std::vector<double>> rates(configs.size());
+    for (int64_t round = 0; round < rounds; ++round) {
+      for (size_t i = 0; i < configs.size(); ++i) {
+        auto args = common;
+        args.insert(args.begin(), {"--worker", "train", "--overlap", configs[i].overlap ? "true" : "false"});
+        run(configs[i].nproc, args);
+        rates[i].push_back(results.at("samples_per_s"));
+      }
     }
+    std::vector<double> train_rates;
+    for (const auto& r : rates) train_rates.push_back(median(r));
     // The CNN's gradient tensors, and many small tensors.
     std::vector<std::string> cnn_sizes;
     {
@@ -232,11 +240,13 @@ int main(int argc, char** argv) {
 
     std::printf("\nbench_ddp: Fashion-MNIST CNN, global batch %lld, %lld timed steps, Adam, Gloo on loopback\n",
                 static_cast<long long>(batch_size), static_cast<long long>(steps));
+    std::printf("(median of %lld interleaved rounds; min-max in brackets)\n", static_cast<long long>(rounds));
     std::printf("| configuration | samples/s | vs 1 rank | scaling efficiency |\n|---|---:|---:|---:|\n");
     for (size_t i = 0; i < configs.size(); ++i) {
       const double ratio = train_rates[i] / train_rates[0];
-      std::printf("| %s | %.0f | %.2fx | %.2f |\n", configs[i].name, train_rates[i], ratio,
-                  ratio / static_cast<double>(configs[i].nproc));
+      std::printf("| %s | %.0f [%.0f-%.0f] | %.2fx | %.2f |\n", configs[i].name, train_rates[i],
+                  *std::min_element(rates[i].begin(), rates[i].end()), *std::max_element(rates[i].begin(), rates[i].end()),
+                  ratio, ratio / static_cast<double>(configs[i].nproc));
     }
     std::printf("\n| all-reduce, 2 ranks | tensors | MiB | per tensor ms | bucketed (25 MiB) ms | flat ms | "
                 "bucketed vs per tensor | flat GB/s |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
