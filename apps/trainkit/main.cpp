@@ -1,4 +1,4 @@
-// trainkit: the command-line front end. Subcommands: train, lr-find.
+// trainkit: the command-line front end. Subcommands: train, lr-find, launch.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -6,6 +6,10 @@
 
 #include "trainkit/compat.h"
 #include "trainkit/data/idx.h"
+#include "trainkit/features.h"
+#if TRAINKIT_WITH_DISTRIBUTED
+#include "trainkit/dist/launch.h"
+#endif
 #include "trainkit/train/checkpoint.h"
 #include "trainkit/train/config.h"
 #include "trainkit/train/job.h"
@@ -78,6 +82,22 @@ int main(int argc, char** argv) {
   lr_find->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 
+#if TRAINKIT_WITH_DISTRIBUTED
+  trainkit::dist::LaunchOptions launch_options;
+  int64_t nproc = launch_options.nproc();
+  int64_t master_port = launch_options.master_port();
+  std::string master_addr = launch_options.master_addr();
+  std::vector<std::string> command;
+  auto* launch = app.add_subcommand(
+      "launch", "Run N copies of COMMAND with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, ...): "
+                "trainkit launch --nproc N [--master-port P] -- COMMAND...");
+  launch->add_option("--nproc", nproc, "Processes (ranks) to start")->capture_default_str();
+  launch->add_option("--master-port", master_port, "Port of rank 0's TCPStore (0: any free port)")
+      ->capture_default_str();
+  launch->add_option("--master-addr", master_addr, "Address the ranks use to reach rank 0")->capture_default_str();
+  launch->add_option("command", command, "The program and its arguments (after --)");
+#endif
+
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
@@ -93,6 +113,20 @@ int main(int argc, char** argv) {
     }
     return run_job([&] { trainkit::train::run_train_job(train_options); });
   }
+#if TRAINKIT_WITH_DISTRIBUTED
+  if (launch->parsed()) {
+    try {
+      return trainkit::dist::launch(
+          launch_options.nproc(nproc).master_port(master_port).master_addr(master_addr).command(command));
+    } catch (const std::invalid_argument& e) {
+      std::cerr << e.what() << "\nRun with --help for more information.\n";
+      return kExitUsage;
+    } catch (const std::exception& e) {
+      std::cerr << "launch: " << e.what() << "\n";
+      return 1;
+    }
+  }
+#endif
   if (lr_find->parsed()) {
     if (lr_options.config_path.empty()) {
       std::cerr << "lr-find: --config is required\nRun with --help for more information.\n";

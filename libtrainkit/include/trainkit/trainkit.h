@@ -4,6 +4,10 @@
 #include "trainkit/amp.h"
 #include "trainkit/compat.h"
 #include "trainkit/data.h"
+#include "trainkit/features.h"
+#if TRAINKIT_WITH_DISTRIBUTED
+#include "trainkit/dist.h"
+#endif
 #include "trainkit/grad.h"
 #include "trainkit/log.h"
 #include "trainkit/nn.h"

@@ -10,6 +10,9 @@ TensorLoader::TensorLoader(at::Tensor inputs, at::Tensor targets, TensorLoaderOp
   TORCH_CHECK(inputs_.size(0) == targets_.size(0), "TensorLoader: ", inputs_.size(0), " inputs but ",
               targets_.size(0), " targets");
   TORCH_CHECK(options_.batch_size() > 0, "TensorLoader: invalid batch_size: ", options_.batch_size());
+  TORCH_CHECK(options_.num_replicas() >= 1, "TensorLoader: invalid num_replicas: ", options_.num_replicas());
+  TORCH_CHECK(options_.rank() >= 0 && options_.rank() < options_.num_replicas(), "TensorLoader: rank ",
+              options_.rank(), " not in [0, num_replicas=", options_.num_replicas(), ")");
   set_epoch(0);
 }
 
@@ -18,14 +21,32 @@ void TensorLoader::set_epoch(int64_t epoch) {
   if (options_.shuffle()) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(options_.seed() + static_cast<uint64_t>(epoch));
     order_ = torch::randperm(inputs_.size(0), gen, torch::TensorOptions().dtype(torch::kInt64));
-    if (inputs_.device() != order_.device()) {
-      order_ = order_.to(inputs_.device());
+  }
+  const int64_t replicas = options_.num_replicas();
+  if (replicas > 1) {
+    // DistributedSampler: pad to a multiple of num_replicas by wrapping around, then stride by rank.
+    const int64_t n = inputs_.size(0);
+    at::Tensor order = options_.shuffle() ? order_ : torch::arange(n, torch::TensorOptions().dtype(torch::kInt64));
+    const int64_t total = shard_size() * replicas;
+    while (order.size(0) < total) {
+      order = torch::cat({order, order.narrow(0, 0, std::min(order.size(0), total - order.size(0)))});
     }
+    order_ = order.narrow(0, options_.rank(), shard_size() * replicas - options_.rank())
+                 .slice(0, 0, c10::nullopt, replicas)
+                 .contiguous();
+  }
+  if (order_.defined() && inputs_.device() != order_.device()) {
+    order_ = order_.to(inputs_.device());
   }
 }
 
+int64_t TensorLoader::shard_size() const {
+  const int64_t replicas = options_.num_replicas();
+  return (inputs_.size(0) + replicas - 1) / replicas;
+}
+
 int64_t TensorLoader::num_batches() const {
-  const int64_t n = inputs_.size(0);
+  const int64_t n = shard_size();
   const int64_t b = options_.batch_size();
   return options_.drop_last() ? n / b : (n + b - 1) / b;
 }
@@ -34,8 +55,8 @@ Batch TensorLoader::batch(int64_t index) const {
   TORCH_CHECK(index >= 0 && index < num_batches(), "TensorLoader: batch ", index, " out of range [0, ",
               num_batches(), ")");
   const int64_t start = index * options_.batch_size();
-  const int64_t len = std::min(options_.batch_size(), inputs_.size(0) - start);
-  if (!options_.shuffle()) {
+  const int64_t len = std::min(options_.batch_size(), shard_size() - start);
+  if (!order_.defined()) {
     return {inputs_.narrow(0, start, len), targets_.narrow(0, start, len)};
   }
   const at::Tensor idx = order_.narrow(0, start, len);

@@ -237,7 +237,8 @@ const std::vector<Key>& keys() {
                    "Parameters with ndim <= 1 (biases, norm weights) in a group with weight_decay 0",
                    as_bool(n, w)),
       TRAINKIT_KEY(train, epochs, "integer >= 1", "Passes over the training set", as_int(n, w, 1)),
-      TRAINKIT_KEY(train, batch_size, "integer >= 1", "Training batch size", as_int(n, w, 1)),
+      TRAINKIT_KEY(train, batch_size, "integer >= 1", "Training batch size (per rank when distributed)",
+                   as_int(n, w, 1)),
       TRAINKIT_KEY(train, eval_batch_size, "integer >= 1", "Batch size for validation and test",
                    as_int(n, w, 1)),
       TRAINKIT_KEY(train, seed, "integer >= 0", "Seed of initialization, dropout and data order",
@@ -272,6 +273,14 @@ const std::vector<Key>& keys() {
                    as_choice(n, w, {"auto", "bar", "lines"})),
       TRAINKIT_KEY(log, tensorboard, "boolean", "Also write TensorBoard event files into the run directory",
                    as_bool(n, w)),
+      TRAINKIT_KEY(distributed, backend, "\"auto\" or \"gloo\" or \"nccl\"",
+                   "Under `trainkit launch`/torchrun: c10d backend (auto: Gloo, NCCL for CUDA)",
+                   as_choice(n, w, {"auto", "gloo", "nccl"})),
+      TRAINKIT_KEY(distributed, timeout, "number > 0",
+                   "Seconds a collective (or the rendezvous) waits for the other ranks before failing",
+                   as_float(n, w, 0.0, kInf, true)),
+      TRAINKIT_KEY(distributed, bucket_cap_mb, "number > 0",
+                   "DDP gradient bucket size in MiB (train.batch_size is per rank)", as_float(n, w, 0.0, kInf, true)),
   };
   return table;
 }

@@ -13,6 +13,11 @@
 #include "trainkit/compat.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
+#include "trainkit/features.h"
+#if TRAINKIT_WITH_DISTRIBUTED
+#include "trainkit/dist/ddp.h"
+#include "trainkit/dist/process_group.h"
+#endif
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/progress.h"
 #include "trainkit/nn/models.h"
@@ -83,7 +88,8 @@ data::ImageSet slice(const data::ImageSet& s, int64_t start, int64_t len) {
 
 }  // namespace
 
-RunSetup build_run_setup(const TrainConfig& config, const std::string& source) {
+RunSetup build_run_setup(const TrainConfig& config, const std::string& source, int64_t num_replicas,
+                         int64_t rank) {
   RunSetup setup;
   if (config.train.device == "cuda") {
     if (!torch::cuda::is_available()) {
@@ -111,7 +117,9 @@ RunSetup build_run_setup(const TrainConfig& config, const std::string& source) {
                                                      data::TensorLoaderOptions()
                                                          .batch_size(config.train.batch_size)
                                                          .shuffle(true)
-                                                         .seed(static_cast<uint64_t>(config.train.seed)));
+                                                         .seed(static_cast<uint64_t>(config.train.seed))
+                                                         .num_replicas(num_replicas)
+                                                         .rank(rank));
   if (config.data.val_size > 0) {
     const data::ImageSet val_set = to_device(slice(full_train, n_train, config.data.val_size));
     setup.val = std::make_unique<data::TensorLoader>(
@@ -133,7 +141,35 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   const TrainConfig config = load_config(options.config_path, options.overrides);
   const RunPlan plan = plan_run(options);
 
-  RunSetup setup = build_run_setup(config, options.config_path);
+  // Under `trainkit launch` or torchrun: one process group, each rank trains on its shard through DDP, and
+  // only rank 0 logs and writes the run directory. Alone: world size 1, none of that.
+  int64_t rank = 0;
+  int64_t world = 1;
+#if TRAINKIT_WITH_DISTRIBUTED
+  std::shared_ptr<dist::ProcessGroup> group;
+  try {
+    auto dist_options = dist::options_from_env();
+    if (dist_options.world_size() > 1) {
+      dist_options.backend(config.distributed.backend)
+          .timeout(std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout * 1000.0)));
+      group = dist::ProcessGroup::init(dist_options);
+      rank = group->rank();
+      world = group->world_size();
+    }
+  } catch (const dist::DistError& e) {
+    throw UsageError(e.what());
+  }
+#else
+  if (std::getenv("WORLD_SIZE") != nullptr && std::string(std::getenv("WORLD_SIZE")) != "1") {
+    throw UsageError("WORLD_SIZE is set but this trainkit was built without TRAINKIT_WITH_DISTRIBUTED");
+  }
+#endif
+  const bool main_rank = rank == 0;
+  if (!main_rank) {
+    spdlog::set_level(spdlog::level::warn);  // rank 0 reports
+  }
+
+  RunSetup setup = build_run_setup(config, options.config_path, world, rank);
   const torch::Device device = setup.device;
   data::TensorLoader& train_loader = *setup.train;
   const data::TensorLoader* val_loader = setup.val.get();
@@ -176,6 +212,17 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     }
   }
 
+#if TRAINKIT_WITH_DISTRIBUTED
+  // Built before any resume: the broadcast from rank 0 happens here, and every rank then loads the same
+  // checkpoint, so parameters and optimizer states agree.
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  if (group) {
+    ddp = std::make_unique<dist::DistributedDataParallel>(
+        model.ptr(), group, dist::DistributedDataParallelOptions().bucket_cap_mb(config.distributed.bucket_cap_mb));
+    spdlog::info("distributed: {} ranks, backend {}, {} gradient buckets", world, group->backend_name(device),
+                 ddp->bucket_indices().size());
+  }
+#endif
   auto manager = std::make_shared<CheckpointManager>((fs::path(plan.dir) / "checkpoints").string(),
                                                      config.checkpoint.keep_last);
   bool resumed = false;
@@ -202,17 +249,21 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     }
   }
 
-  fs::create_directories(plan.dir);
-  write_file_atomic((fs::path(plan.dir) / "config.toml").string(), to_toml(config));
-  auto metrics = std::make_shared<log::MetricsWriter>(plan.dir, resumed);
-  const bool bar = config.log.progress == "bar" || (config.log.progress == "auto" && log::is_terminal(stderr));
+  std::shared_ptr<log::MetricsWriter> metrics;
   std::shared_ptr<log::SummaryWriter> tensorboard;
-  if (config.log.tensorboard) {
-    tensorboard = std::make_shared<log::SummaryWriter>(plan.dir);
+  std::shared_ptr<LoggingCallback> logging;
+  if (main_rank) {
+    fs::create_directories(plan.dir);
+    write_file_atomic((fs::path(plan.dir) / "config.toml").string(), to_toml(config));
+    metrics = std::make_shared<log::MetricsWriter>(plan.dir, resumed);
+    const bool bar = config.log.progress == "bar" || (config.log.progress == "auto" && log::is_terminal(stderr));
+    if (config.log.tensorboard) {
+      tensorboard = std::make_shared<log::SummaryWriter>(plan.dir);
+    }
+    logging = std::make_shared<LoggingCallback>(metrics, config.log.every_steps, bar, tensorboard);
+    trainer.add_callback(logging);
+    trainer.add_callback(std::make_shared<CheckpointCallback>(manager, config.checkpoint.every_steps));
   }
-  auto logging = std::make_shared<LoggingCallback>(metrics, config.log.every_steps, bar, tensorboard);
-  trainer.add_callback(logging);
-  trainer.add_callback(std::make_shared<CheckpointCallback>(manager, config.checkpoint.every_steps));
 
   spdlog::info("training {} on {} ({} train, {} val, {} test examples) with {}, run directory {}",
                config.model.name, device.str(), n_train, config.data.val_size, test_loader.size(),
@@ -227,9 +278,15 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   result.epochs = trainer.state().epoch;
   result.steps = trainer.state().step;
   result.finished = trainer.state().epoch >= config.train.epochs;
-  result.train_samples_per_second =
-      logging->train_seconds() > 0 ? static_cast<double>(logging->samples_trained()) / logging->train_seconds() : 0.0;
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (!main_rank) {
+    return result;  // rank 0 writes the run directory
+  }
+  // Rank 0 counts its own shard; every rank trains as many samples, so the job's rate is world times that.
+  result.train_samples_per_second =
+      logging->train_seconds() > 0
+          ? static_cast<double>(world) * static_cast<double>(logging->samples_trained()) / logging->train_seconds()
+          : 0.0;
 
   log::MetricRow row;
   row.kind = "test";

@@ -20,6 +20,12 @@ struct TensorLoaderOptions {
   TORCH_ARG(bool, drop_last) = false;
   /// Seed of the per-epoch permutation: epoch e uses seed + e, so any epoch can be replayed.
   TORCH_ARG(uint64_t, seed) = 0;
+  /// Number of data-parallel ranks sharing the data (PyTorch's DistributedSampler `num_replicas`): the
+  /// epoch's order is padded by wrapping around to a multiple of it and rank r takes every
+  /// num_replicas-th sample starting at r, so the ranks see disjoint shards of equal size.
+  TORCH_ARG(int64_t, num_replicas) = 1;
+  /// This rank's shard, in [0, num_replicas).
+  TORCH_ARG(int64_t, rank) = 0;
 };
 
 /// One batch: inputs and targets.
@@ -43,8 +49,10 @@ class TensorLoader {
   Batch batch(int64_t index) const;
   /// Number of batches per epoch.
   int64_t num_batches() const;
-  /// Number of samples.
+  /// Number of samples (of all shards).
   int64_t size() const { return inputs_.size(0); }
+  /// Number of samples this rank iterates per epoch: ceil(size / num_replicas).
+  int64_t shard_size() const;
   /// The options given at construction.
   const TensorLoaderOptions& options() const { return options_; }
 
@@ -53,7 +61,7 @@ class TensorLoader {
   at::Tensor targets_;
   TensorLoaderOptions options_;
   int64_t epoch_ = 0;
-  at::Tensor order_;  // int64 permutation of the current epoch, undefined when not shuffling
+  at::Tensor order_;  // int64 order of the current epoch (this rank's shard), undefined when neither
 };
 
 }  // namespace trainkit::data

@@ -104,6 +104,13 @@ struct LogConfig {
   bool tensorboard = false;
 };
 
+/// `[distributed]`: used when the job runs under `trainkit launch` or torchrun (WORLD_SIZE > 1).
+struct DistributedConfig {
+  std::string backend = "auto";
+  double timeout = 1800.0;
+  double bucket_cap_mb = 25.0;
+};
+
 /// The whole configuration; default-constructed it is the documented defaults.
 struct TrainConfig {
   DataConfig data;
@@ -114,6 +121,7 @@ struct TrainConfig {
   AmpConfig amp;
   CheckpointConfig checkpoint;
   LogConfig log;
+  DistributedConfig distributed;
   /// `[scheduler]`: the TOML text of the table (`type` plus PyTorch's argument names and `interval`),
   /// built by trainkit::sched::make_scheduler; empty = constant LR.
   std::string scheduler;

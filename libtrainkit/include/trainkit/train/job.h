@@ -59,7 +59,9 @@ struct RunSetup {
 struct TrainConfig;
 
 /// Loads the data, seeds, builds the model and the optimizer of `config`; errors name `source`.
-RunSetup build_run_setup(const TrainConfig& config, const std::string& source);
+/// With `num_replicas` > 1 the training loader yields shard `rank` of every epoch (DistributedSampler).
+RunSetup build_run_setup(const TrainConfig& config, const std::string& source, int64_t num_replicas = 1,
+                         int64_t rank = 0);
 
 /// Validates the config and the run directory before writing anything, trains, evaluates on the test
 /// set and writes the run directory. Throws ConfigError / UsageError (nothing written),

@@ -1,0 +1,129 @@
+// ddp: the Fashion-MNIST CNN trained data-parallel. Run it under the launcher or torchrun:
+//   trainkit launch --nproc 2 -- build/apps/ddp --epochs 1
+//   torchrun --nproc-per-node 2 --no-python build/apps/ddp --epochs 1
+// Alone (no RANK/WORLD_SIZE) it trains in one process. Each rank reads its own shard of every epoch
+// (TensorLoader's num_replicas/rank); --batch-size is the global batch, split evenly over the ranks, so any
+// world size trains the same model. Rank 0 alone prints and writes the checkpoint.
+#include <chrono>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include "trainkit/data/idx.h"
+#include "trainkit/data/tensor_loader.h"
+#include "trainkit/dist/ddp.h"
+#include "trainkit/dist/process_group.h"
+#include "trainkit/nn/models.h"
+#include "trainkit/train/checkpoint.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Fashion-MNIST CNN with DistributedDataParallel (run under `trainkit launch` or torchrun)"};
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int64_t epochs = 1;
+  int64_t batch_size = 128;
+  double lr = 1e-3;
+  int64_t limit_train = 0;
+  double bucket_cap_mb = 25.0;
+  bool no_overlap = false;
+  int64_t threads = 1;
+  std::string checkpoint;
+  app.add_option("--data-dir", data_dir, "Directory with the gzip'd IDX files")->capture_default_str();
+  app.add_option("--epochs", epochs, "Epochs")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", batch_size, "Global batch size (split over the ranks)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", lr, "Adam learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--limit-train", limit_train, "Use only the first N training examples (0 = all)")
+      ->capture_default_str();
+  app.add_option("--bucket-cap-mb", bucket_cap_mb, "DDP bucket cap in MiB")->capture_default_str();
+  app.add_flag("--no-overlap", no_overlap, "All-reduce after backward instead of from the autograd hooks");
+  app.add_option("--threads", threads, "Intra-op threads per rank")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint", checkpoint, "Rank 0 writes the model here (atomically) after each epoch");
+  CLI11_PARSE(app, argc, argv);
+
+  int64_t rank = 0;
+  try {
+    torch::set_num_threads(static_cast<int>(threads));
+    auto pg = trainkit::dist::ProcessGroup::from_env();
+    rank = pg->rank();
+    const int64_t world = pg->world_size();
+    if (batch_size % world != 0) {
+      std::fprintf(stderr, "ddp: --batch-size %lld is not divisible by WORLD_SIZE=%lld\n",
+                   static_cast<long long>(batch_size), static_cast<long long>(world));
+      return 2;
+    }
+    const auto train = trainkit::data::load_mnist_split(data_dir, true, limit_train);
+    const auto test = trainkit::data::load_mnist_split(data_dir, false);
+    trainkit::data::TensorLoader loader(train.images, train.labels,
+                                        trainkit::data::TensorLoaderOptions()
+                                            .batch_size(batch_size / world)
+                                            .seed(0)
+                                            .num_replicas(world)
+                                            .rank(rank));
+    torch::manual_seed(0);
+    auto model = trainkit::nn::make_cnn();
+    trainkit::dist::DistributedDataParallel ddp(
+        model.ptr(), pg,
+        trainkit::dist::DistributedDataParallelOptions().bucket_cap_mb(bucket_cap_mb).overlap(!no_overlap));
+    torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(lr));
+    if (pg->is_main()) {
+      std::printf("ddp: %lld rank(s), %lld thread(s) each, global batch %lld, %zu bucket(s), overlap %s\n",
+                  static_cast<long long>(world), static_cast<long long>(threads), static_cast<long long>(batch_size),
+                  ddp.bucket_indices().size(), no_overlap ? "off" : "on");
+    }
+
+    for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+      pg->barrier();
+      const auto start = std::chrono::steady_clock::now();
+      model->train();
+      loader.set_epoch(epoch);
+      at::Tensor loss_sum = torch::zeros({}, torch::kFloat64);
+      for (int64_t b = 0; b < loader.num_batches(); ++b) {
+        const auto batch = loader.batch(b);
+        optimizer.zero_grad();
+        ddp.sync_buffers();
+        const at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(batch.input), batch.target);
+        loss.backward();  // gradients are averaged over the ranks when this returns
+        optimizer.step();
+        loss_sum += loss.detach().to(torch::kFloat64);
+      }
+      pg->barrier();
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double samples = static_cast<double>(loader.num_batches() * batch_size);
+
+      // Each rank evaluates its own slice of the test set; the accuracy is the mean over ranks.
+      model->eval();
+      torch::NoGradGuard no_grad;
+      const int64_t n_test = test.images.size(0);
+      const int64_t begin = n_test * rank / world;
+      const int64_t end = n_test * (rank + 1) / world;
+      int64_t correct = 0;
+      for (int64_t row = begin; row < end; row += 1000) {
+        const int64_t rows = std::min<int64_t>(1000, end - row);
+        correct += model->forward(test.images.narrow(0, row, rows)).argmax(1).eq(test.labels.narrow(0, row, rows))
+                       .sum()
+                       .item<int64_t>();
+      }
+      const double total_correct = pg->all_reduce_sum(static_cast<double>(correct));
+      const double mean_loss =
+          pg->all_reduce_mean(loss_sum.item<double>() / static_cast<double>(loader.num_batches()));
+      if (pg->is_main()) {
+        std::printf("epoch %lld: train loss %.4f, test accuracy %.4f, %.1f s, %.0f samples/s\n",
+                    static_cast<long long>(epoch + 1), mean_loss, total_correct / static_cast<double>(n_test), seconds,
+                    samples / seconds);
+        std::fflush(stdout);
+        if (!checkpoint.empty()) {
+          torch::serialize::OutputArchive archive;
+          model->save(archive);
+          trainkit::train::save_checkpoint(checkpoint, archive);
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddp: rank %lld: %s\n", static_cast<long long>(rank), e.what());
+    std::fflush(stderr);
+    std::_Exit(1);  // a c10d backend whose peer is gone may block in its destructor
+  }
+  return 0;
+}

@@ -1,0 +1,10 @@
+#pragma once
+/// @file
+/// Distributed training on c10d: process groups, DistributedDataParallel, ZeRO-1, the launcher, and
+/// GPipe-style model parallelism
+/// (built when trainkit is configured with TRAINKIT_WITH_DISTRIBUTED, the default).
+#include "trainkit/dist/ddp.h"
+#include "trainkit/dist/launch.h"
+#include "trainkit/dist/pipeline.h"
+#include "trainkit/dist/process_group.h"
+#include "trainkit/dist/zero.h"

@@ -1,0 +1,47 @@
+#pragma once
+/// @file
+/// A single-machine launcher compatible with torchrun's environment (`trainkit launch`): starts `nproc`
+/// copies of a command with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK,
+/// MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RESTART_COUNT set, prefixes every output line with
+/// `[rank N] `, forwards SIGINT/SIGTERM/SIGHUP to the ranks, and when one rank fails stops the others and
+/// reports which rank failed and how.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+namespace trainkit::dist {
+
+/// Options of launch().
+struct LaunchOptions {
+  /// Processes to start (>= 1).
+  TORCH_ARG(int64_t, nproc) = 1;
+  /// MASTER_ADDR given to the ranks.
+  TORCH_ARG(std::string, master_addr) = "127.0.0.1";
+  /// MASTER_PORT given to the ranks; 0 picks a free port.
+  TORCH_ARG(int64_t, master_port) = 29500;
+  /// Seconds the other ranks get to exit after SIGTERM (once one failed) before SIGKILL.
+  TORCH_ARG(double, grace_seconds) = 5.0;
+  /// Prefix every output line with `[rank N] `.
+  TORCH_ARG(bool, prefix_output) = true;
+  /// OMP_NUM_THREADS for the ranks when it is not set already (torchrun's default, 1); 0 leaves it unset.
+  TORCH_ARG(int64_t, omp_num_threads) = 1;
+  /// The command and its arguments (searched in PATH).
+  TORCH_ARG(std::vector<std::string>, command) = {};
+};
+
+/// Runs the ranks to completion. Returns 0 when all exit 0; otherwise prints `launch: rank N ...` naming
+/// the first rank that failed (exit code or signal) to stderr and returns 1 (or 128+signal when the
+/// launcher itself was interrupted). Bad options (nproc < 1, empty command, port in use) throw
+/// std::invalid_argument with the culprit named.
+int launch(const LaunchOptions& options);
+
+/// A TCP port that is free on 127.0.0.1 right now (bind to port 0, read it back).
+int64_t free_port();
+
+/// Whether `port` can be bound on the local machine (i.e. is not in use).
+bool port_is_free(int64_t port);
+
+}  // namespace trainkit::dist

@@ -1,0 +1,73 @@
+#pragma once
+// The gradient reducer behind DistributedDataParallel, in the shape of flashlight's reducer: add() marks a
+// parameter's gradient ready (called from its AccumulateGrad post hook), finalize() launches what is left
+// and waits (queued to run at the end of backward).
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/function.h>
+
+#include "trainkit/dist/process_group.h"
+
+namespace trainkit::dist::detail {
+
+struct ReducerOptions {
+  bool overlap = true;
+  bool find_unused_parameters = false;
+  std::string compression = "none";
+};
+
+class Reducer : public std::enable_shared_from_this<Reducer> {
+ public:
+  struct Bucket {
+    std::vector<int64_t> indices;  // parameter indices, in the order they are laid out in `flat`
+    std::vector<int64_t> offsets;
+    at::Tensor flat;               // gradients / world size, then the reduced mean
+    at::Tensor comm;               // what is all-reduced: `flat` itself or its fp16/bf16 copy
+    int64_t pending = 0;           // gradients not yet ready in this backward
+    bool launched = false;
+    Work work;
+  };
+
+  Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> group,
+          std::vector<std::vector<int64_t>> buckets, ReducerOptions options);
+  /// Registers a post hook on every parameter's gradient accumulator (needs the owning shared_ptr).
+  static void install_hooks(const std::shared_ptr<Reducer>& self);
+
+  /// Marks parameter `index`'s gradient ready; starts every bucket that is complete, in order.
+  void add(int64_t index);
+  void mark_ready(int64_t index);
+  /// Starts the remaining buckets, waits for all and writes the means into the gradients.
+  void finalize();
+  void set_sync(bool enabled);
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  int64_t last_started_early() const { return last_started_early_; }
+
+ private:
+  void launch(Bucket& bucket);
+  void launch_ready_buckets();
+  void reset();
+
+  std::vector<at::Tensor> params_;
+  std::vector<std::string> names_;
+  std::shared_ptr<ProcessGroup> group_;
+  ReducerOptions options_;
+  std::vector<Bucket> buckets_;
+  std::vector<int64_t> bucket_of_;
+  std::vector<bool> ready_;
+  size_t num_ready_ = 0;
+  size_t next_bucket_ = 0;
+  bool callback_queued_ = false;
+  bool sync_enabled_ = true;
+  int64_t started_early_ = 0;
+  int64_t last_started_early_ = 0;
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;
+  std::mutex mutex_;
+};
+
+}  // namespace trainkit::dist::detail

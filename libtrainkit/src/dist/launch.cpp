@@ -1,0 +1,273 @@
+#include "trainkit/dist/launch.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+namespace trainkit::dist {
+
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+
+extern "C" void on_signal(int sig) { g_signal = sig; }
+
+struct Stream {
+  int fd = -1;
+  FILE* sink = nullptr;
+  std::string pending;  // an incomplete line
+};
+
+struct Rank {
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  Stream out, err;
+};
+
+void emit(Stream& s, const std::string& prefix, const char* data, size_t n, bool flush_partial) {
+  s.pending.append(data, n);
+  size_t start = 0;
+  for (size_t nl; (nl = s.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::fprintf(s.sink, "%s%.*s\n", prefix.c_str(), static_cast<int>(nl - start), s.pending.data() + start);
+  }
+  s.pending.erase(0, start);
+  if (flush_partial && !s.pending.empty()) {
+    std::fprintf(s.sink, "%s%s\n", prefix.c_str(), s.pending.c_str());
+    s.pending.clear();
+  }
+  std::fflush(s.sink);
+}
+
+std::string describe(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
+  return "exited with code " + std::to_string(WEXITSTATUS(status));
+}
+
+bool failed(int status) { return WIFSIGNALED(status) || WEXITSTATUS(status) != 0; }
+
+}  // namespace
+
+int64_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error(std::string("free_port: socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw std::runtime_error(std::string("free_port: ") + std::strerror(e));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool port_is_free(int64_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as TCPStore: TIME_WAIT does not count
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+int launch(const LaunchOptions& options) {
+  if (options.nproc() < 1) throw std::invalid_argument("launch: --nproc must be >= 1, got " + std::to_string(options.nproc()));
+  if (options.command().empty()) throw std::invalid_argument("launch: no command to run (put it after --)");
+  int64_t port = options.master_port();
+  if (port == 0) {
+    port = free_port();
+  } else if (port < 1 || port > 65535) {
+    throw std::invalid_argument("launch: --master-port " + std::to_string(port) + " is not in 1..65535");
+  } else if (!port_is_free(port)) {
+    throw std::invalid_argument("launch: --master-port " + std::to_string(port) +
+                                " is already in use on this machine; choose another (or 0 for any free port)");
+  }
+  const auto n = static_cast<size_t>(options.nproc());
+
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction previous[3];
+  const int forwarded[3] = {SIGINT, SIGTERM, SIGHUP};
+  for (int k = 0; k < 3; ++k) sigaction(forwarded[k], &action, &previous[k]);
+  g_signal = 0;
+
+  std::vector<Rank> ranks(n);
+  std::vector<char*> argv;
+  for (const auto& a : options.command()) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  for (size_t r = 0; r < n; ++r) {
+    int out_pipe[2], err_pipe[2];
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+      throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
+    }
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error(std::string("launch: fork: ") + std::strerror(errno));
+    if (pid == 0) {
+      for (int k = 0; k < 3; ++k) sigaction(forwarded[k], &previous[k], nullptr);
+      ::dup2(out_pipe[1], STDOUT_FILENO);
+      ::dup2(err_pipe[1], STDERR_FILENO);
+      const std::string rank = std::to_string(r), world = std::to_string(n);
+      ::setenv("RANK", rank.c_str(), 1);
+      ::setenv("LOCAL_RANK", rank.c_str(), 1);
+      ::setenv("ROLE_RANK", rank.c_str(), 1);
+      ::setenv("WORLD_SIZE", world.c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
+      ::setenv("ROLE_WORLD_SIZE", world.c_str(), 1);
+      ::setenv("GROUP_RANK", "0", 1);
+      ::setenv("MASTER_ADDR", options.master_addr().c_str(), 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("TORCHELASTIC_RESTART_COUNT", "0", 1);
+      if (options.omp_num_threads() > 0) {
+        ::setenv("OMP_NUM_THREADS", std::to_string(options.omp_num_threads()).c_str(), 0);
+      }
+      ::execvp(argv[0], argv.data());
+      std::fprintf(stderr, "launch: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+      ::_exit(127);
+    }
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    ranks[r].pid = pid;
+    ranks[r].running = true;
+    ranks[r].out = {out_pipe[0], stdout, {}};
+    ranks[r].err = {err_pipe[0], stderr, {}};
+  }
+
+  using clock = std::chrono::steady_clock;
+  int failed_rank = -1;
+  int failed_status = 0;
+  int interrupted = 0;
+  bool stopping = false;
+  clock::time_point kill_at{};
+  clock::time_point all_exited_at{};
+  auto signal_all = [&](int sig) {
+    for (auto& rk : ranks) {
+      if (rk.running) ::kill(rk.pid, sig);
+    }
+  };
+
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<size_t, Stream*>> owners;
+    for (size_t r = 0; r < n; ++r) {
+      for (Stream* s : {&ranks[r].out, &ranks[r].err}) {
+        if (s->fd >= 0) {
+          fds.push_back({s->fd, POLLIN, 0});
+          owners.emplace_back(r, s);
+        }
+      }
+    }
+    bool any_running = false;
+    for (auto& rk : ranks) any_running = any_running || rk.running;
+    if (fds.empty() && !any_running) break;
+    if (!any_running && all_exited_at == clock::time_point{}) all_exited_at = clock::now();
+    if (!any_running && clock::now() - all_exited_at > std::chrono::seconds(1)) {
+      // A rank's own children may keep its output pipes open: stop reading once the ranks are gone.
+      for (auto& rk : ranks) {
+        for (Stream* st : {&rk.out, &rk.err}) {
+          if (st->fd >= 0) {
+            const std::string prefix =
+                options.prefix_output() ? "[rank " + std::to_string(&rk - ranks.data()) + "] " : "";
+            emit(*st, prefix, "", 0, true);
+            ::close(st->fd);
+            st->fd = -1;
+          }
+        }
+      }
+      break;
+    }
+    if (!fds.empty()) {
+      ::poll(fds.data(), fds.size(), 100);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    char buffer[65536];
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      Stream& s = *owners[k].second;
+      const std::string prefix = options.prefix_output() ? "[rank " + std::to_string(owners[k].first) + "] " : "";
+      const ssize_t got = ::read(s.fd, buffer, sizeof(buffer));
+      if (got > 0) {
+        emit(s, prefix, buffer, static_cast<size_t>(got), false);
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        emit(s, prefix, buffer, 0, true);
+        ::close(s.fd);
+        s.fd = -1;
+      }
+    }
+    for (size_t r = 0; r < n; ++r) {
+      auto& rk = ranks[r];
+      if (!rk.running) continue;
+      int status = 0;
+      if (::waitpid(rk.pid, &status, WNOHANG) == rk.pid) {
+        rk.running = false;
+        rk.status = status;
+        if (failed(status) && failed_rank < 0 && !stopping) {
+          failed_rank = static_cast<int>(r);
+          failed_status = status;
+          std::fprintf(stderr, "launch: rank %zu (pid %d) %s; stopping the other ranks\n", r, static_cast<int>(rk.pid),
+                       describe(status).c_str());
+          std::fflush(stderr);
+          stopping = true;
+          signal_all(SIGTERM);
+          kill_at = clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds() * 1000));
+        }
+      }
+    }
+    if (g_signal != 0 && interrupted == 0) {
+      interrupted = g_signal;
+      signal_all(interrupted);  // forwarded as is; the ranks decide how to stop
+      if (!stopping) {
+        stopping = true;
+        kill_at = clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds() * 1000));
+      }
+    }
+    if (stopping && clock::now() > kill_at) {
+      signal_all(SIGKILL);
+      kill_at = clock::time_point::max();
+    }
+  }
+  for (int k = 0; k < 3; ++k) sigaction(forwarded[k], &previous[k], nullptr);
+
+  if (failed_rank >= 0) {
+    std::fprintf(stderr, "launch: failed: rank %d %s (of %zu ranks, MASTER_PORT %lld)\n", failed_rank,
+                 describe(failed_status).c_str(), n, static_cast<long long>(port));
+    return 1;
+  }
+  if (interrupted != 0) {
+    std::fprintf(stderr, "launch: interrupted by signal %d (%s); forwarded to the ranks\n", interrupted,
+                 strsignal(interrupted));
+    return 128 + interrupted;
+  }
+  return 0;
+}
+
+}  // namespace trainkit::dist

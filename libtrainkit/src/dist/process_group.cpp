@@ -1,0 +1,353 @@
+// The only translation unit that includes c10d's headers: it is built in
+// the `trainkit_dist_c10d` object library, which gets neither trainkit's fmt/spdlog shim nor its PCH,
+// because c10d's headers expect the fmt that ships inside LibTorch's include directory (see
+// libtrainkit/CMakeLists.txt).
+//
+// Gloo's headers: the wheel ships c10d's headers but not Gloo's, and ProcessGroupGloo.hpp includes five of
+// them. They come from Debian's libgloo-dev (an older Gloo than the one compiled into libtorch_cpu.so),
+// which is safe for the narrow use made here: we only name `ProcessGroupGloo` (its constructor and
+// `Options::create_default`/`createDeviceForHostname` are exported by libtorch_cpu.so) and `Options`;
+// their layouts hold Gloo objects only behind std::shared_ptr/std::unique_ptr, so they do not depend on
+// Gloo's version, and nothing of Gloo itself is compiled here or linked (no libgloo).
+#include "trainkit/dist/process_group.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef TRAINKIT_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#include <ATen/ATen.h>
+
+namespace trainkit::dist {
+
+namespace {
+
+std::string error_text(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+    return c10_error->what_without_backtrace();
+  }
+  return e.what();
+}
+
+const char* env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && value[0] != '\0' ? value : nullptr;
+}
+
+int64_t env_int(const char* name, const char* value) {
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(value, &used);
+    if (used == std::string(value).size()) {
+      return v;
+    }
+  } catch (const std::exception&) {
+  }
+  throw DistError(std::string(name) + "='" + value + "' is not an integer");
+}
+
+bool is_loopback(const std::string& addr) { return addr == "127.0.0.1" || addr == "localhost" || addr == "::1"; }
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::MAX:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::MIN:
+      return c10d::ReduceOp::MIN;
+    default:
+      return c10d::ReduceOp::SUM;  // AVG: Gloo has no AVG, the sum is divided after the wait
+  }
+}
+
+}  // namespace
+
+InitOptions options_from_env() {
+  InitOptions options;
+  const char* rank = env("RANK");
+  const char* world = env("WORLD_SIZE");
+  if (rank == nullptr && world == nullptr) {
+    return options;  // not launched by torchrun or `trainkit launch`: one process
+  }
+  if (world == nullptr) {
+    throw DistError(std::string("RANK=") + rank + " is set but WORLD_SIZE is not (launch with `trainkit launch` or torchrun)");
+  }
+  if (rank == nullptr) {
+    throw DistError(std::string("WORLD_SIZE=") + world + " is set but RANK is not (launch with `trainkit launch` or torchrun)");
+  }
+  options.world_size(env_int("WORLD_SIZE", world)).rank(env_int("RANK", rank));
+  if (const char* local = env("LOCAL_RANK")) {
+    options.local_rank(env_int("LOCAL_RANK", local));
+  } else {
+    options.local_rank(options.rank());
+  }
+  if (options.world_size() > 1) {
+    const char* addr = env("MASTER_ADDR");
+    const char* port = env("MASTER_PORT");
+    if (addr == nullptr) throw DistError("MASTER_ADDR is not set (the address of rank 0)");
+    if (port == nullptr) throw DistError("MASTER_PORT is not set (a free port on rank 0's machine)");
+    options.master_addr(addr).master_port(env_int("MASTER_PORT", port));
+  }
+  if (const char* timeout = env("TRAINKIT_DIST_TIMEOUT")) {
+    double seconds = 0;
+    try {
+      seconds = std::stod(timeout);
+    } catch (const std::exception&) {
+      seconds = -1;
+    }
+    if (!(seconds > 0)) throw DistError(std::string("TRAINKIT_DIST_TIMEOUT='") + timeout + "' is not a positive number of seconds");
+    options.timeout(std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000))));
+  }
+  if (const char* backend = env("TRAINKIT_DIST_BACKEND")) {
+    options.backend(backend);
+  }
+  return options;
+}
+
+struct Work::Impl {
+  c10::intrusive_ptr<c10d::Work> work;
+  std::string what;
+  std::vector<at::Tensor> divide;  // AVG: divided by `world` after the sum
+  int64_t world = 1;
+  std::string timeout;  // for the error message, e.g. "30 s"
+  bool done = false;
+};
+
+void Work::wait() {
+  if (!impl_ || impl_->done) {
+    return;
+  }
+  impl_->done = true;
+  try {
+    impl_->work->wait();
+  } catch (const std::exception& e) {
+    throw DistError(impl_->what + " failed (a peer exited, lost its connection, or did not join within the " +
+                    impl_->timeout + " timeout): " + error_text(e));
+  }
+  for (auto& t : impl_->divide) {
+    t.div_(static_cast<double>(impl_->world));
+  }
+}
+
+bool Work::completed() const { return !impl_ || impl_->done || impl_->work->isCompleted(); }
+
+struct ProcessGroup::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Backend> gloo;
+  c10::intrusive_ptr<c10d::Backend> nccl;
+
+  c10d::Backend& backend_for(const at::Tensor& t, const char* what) {
+    if (t.is_cuda()) {
+      TORCH_CHECK(nccl, what, ": CUDA tensor but this group has no NCCL backend (backend=\"nccl\" or \"auto\" with a GPU)");
+      return *nccl;
+    }
+    TORCH_CHECK(gloo, what, ": ", t.device(), " tensor but this group has no Gloo backend (backend=\"gloo\" or \"auto\")");
+    return *gloo;
+  }
+};
+
+ProcessGroup::ProcessGroup(InitOptions options) : options_(std::move(options)), impl_(std::make_unique<Impl>()) {}
+ProcessGroup::~ProcessGroup() = default;
+
+std::shared_ptr<ProcessGroup> ProcessGroup::from_env() { return init(options_from_env()); }
+
+std::shared_ptr<ProcessGroup> ProcessGroup::init(const InitOptions& options) {
+  if (options.world_size() < 1) throw DistError("WORLD_SIZE=" + std::to_string(options.world_size()) + " must be >= 1");
+  if (options.rank() < 0 || options.rank() >= options.world_size()) {
+    throw DistError("RANK=" + std::to_string(options.rank()) + " is not in [0, WORLD_SIZE=" +
+                    std::to_string(options.world_size()) + ")");
+  }
+  if (options.master_port() < 1 || options.master_port() > 65535) {
+    throw DistError("MASTER_PORT=" + std::to_string(options.master_port()) + " is not in 1..65535");
+  }
+  if (options.timeout().count() <= 0) throw DistError("the distributed timeout must be > 0");
+  const std::string& backend = options.backend();
+  if (backend != "auto" && backend != "gloo" && backend != "nccl") {
+    throw DistError("unknown distributed backend '" + backend + "' (gloo, nccl or auto)");
+  }
+#ifndef TRAINKIT_WITH_NCCL
+  if (backend == "nccl") throw DistError("backend 'nccl' needs a LibTorch built with CUDA; this one has none");
+#endif
+  std::shared_ptr<ProcessGroup> group(new ProcessGroup(options));
+  if (options.world_size() == 1) {
+    return group;  // no store, no backend: collectives are no-ops
+  }
+
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(options.master_port());
+  store_options.isServer = options.rank() == 0;
+  store_options.numWorkers = static_cast<size_t>(options.world_size());
+  store_options.waitWorkers = true;
+  store_options.timeout = options.timeout();
+  const std::string where = options.master_addr() + ":" + std::to_string(options.master_port());
+  try {
+    group->impl_->store = c10::make_intrusive<c10d::TCPStore>(options.master_addr(), store_options);
+  } catch (const std::exception& e) {
+    if (options.rank() == 0) {
+      throw DistError("rank 0 cannot host the TCPStore on port " + std::to_string(options.master_port()) +
+                      " (port in use? choose another MASTER_PORT) or not all " + std::to_string(options.world_size()) +
+                      " ranks joined within the timeout: " + error_text(e));
+    }
+    throw DistError("rank " + std::to_string(options.rank()) + " cannot reach rank 0's TCPStore at " + where +
+                    " within the timeout (is rank 0 running? are MASTER_ADDR/MASTER_PORT right?): " + error_text(e));
+  }
+
+  const int rank = static_cast<int>(options.rank());
+  const int size = static_cast<int>(options.world_size());
+  try {
+    if (backend == "gloo" || backend == "auto") {
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create_default(options.timeout());
+      if (is_loopback(options.master_addr()) && std::getenv("GLOO_SOCKET_IFNAME") == nullptr) {
+        // All ranks on this machine: talk over loopback whatever the host name resolves to.
+        gloo_options->devices = {c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")};
+      }
+      auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gloo", group->impl_->store);
+      group->impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, gloo_options);
+    }
+#ifdef TRAINKIT_WITH_NCCL
+    if (backend == "nccl" || (backend == "auto" && at::hasCUDA())) {
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = options.timeout();
+      auto prefixed = c10::make_intrusive<c10d::PrefixStore>("nccl", group->impl_->store);
+      group->impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, nccl_options);
+    }
+#endif
+  } catch (const DistError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistError("rank " + std::to_string(rank) + " could not connect the " + backend + " backend: " + error_text(e));
+  }
+  return group;
+}
+
+namespace {
+std::string seconds_text(std::chrono::milliseconds ms) {
+  std::ostringstream out;
+  out << static_cast<double>(ms.count()) / 1000.0 << " s";
+  return out.str();
+}
+}  // namespace
+
+std::string ProcessGroup::backend_name(const c10::Device& device) const {
+  if (world_size() == 1) return "none";
+  if (device.is_cuda()) return impl_->nccl ? "nccl" : "(none for CUDA)";
+  return impl_->gloo ? "gloo" : "(none for CPU)";
+}
+
+Work ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
+  if (world_size() == 1) {
+    return {};
+  }
+  TORCH_CHECK(tensor.is_contiguous(), "all_reduce: the tensor must be contiguous");
+  auto impl = std::make_shared<Work::Impl>();
+  impl->what = "all_reduce of " + std::to_string(tensor.numel()) + " elements on rank " + std::to_string(rank());
+  impl->timeout = seconds_text(options_.timeout());
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  opts.timeout = options_.timeout();
+  if (op == ReduceOp::AVG) {
+    impl->divide = {tensor};
+    impl->world = world_size();
+  }
+  // c10d takes one tensor per local device: a list would be summed locally too.
+  std::vector<at::Tensor> tensors{tensor};
+  try {
+    impl->work = impl_->backend_for(tensor, "all_reduce").allreduce(tensors, opts);
+  } catch (const std::exception& e) {
+    throw DistError(impl->what + " could not start: " + error_text(e));
+  }
+  return Work(std::move(impl));
+}
+
+Work ProcessGroup::broadcast(at::Tensor tensor, int64_t root) {
+  if (world_size() == 1) {
+    return {};
+  }
+  TORCH_CHECK(root >= 0 && root < world_size(), "broadcast: root ", root, " not in [0, ", world_size(), ")");
+  TORCH_CHECK(tensor.is_contiguous(), "broadcast: the tensor must be contiguous");
+  auto impl = std::make_shared<Work::Impl>();
+  impl->what = "broadcast from rank " + std::to_string(root) + " on rank " + std::to_string(rank());
+  impl->timeout = seconds_text(options_.timeout());
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  opts.timeout = options_.timeout();
+  std::vector<at::Tensor> tensors{tensor};
+  try {
+    impl->work = impl_->backend_for(tensor, "broadcast").broadcast(tensors, opts);
+  } catch (const std::exception& e) {
+    throw DistError(impl->what + " could not start: " + error_text(e));
+  }
+  return Work(std::move(impl));
+}
+
+void ProcessGroup::broadcast_tensors(const std::vector<at::Tensor>& tensors, int64_t root) {
+  if (world_size() == 1 || tensors.empty()) {
+    return;
+  }
+  // Group by (dtype, device) in first-seen order, which is the same on every rank.
+  std::vector<std::vector<at::Tensor>> groups;
+  for (const auto& t : tensors) {
+    bool placed = false;
+    for (auto& g : groups) {
+      if (g.front().scalar_type() == t.scalar_type() && g.front().device() == t.device()) {
+        g.push_back(t);
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) groups.push_back({t});
+  }
+  at::NoGradGuard no_grad;
+  for (auto& g : groups) {
+    std::vector<at::Tensor> flat_parts;
+    for (const auto& t : g) flat_parts.push_back(t.detach().reshape({-1}));
+    at::Tensor flat = at::cat(flat_parts);
+    broadcast(flat, root).wait();
+    int64_t offset = 0;
+    for (auto& t : g) {
+      t.detach().copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+}
+
+void ProcessGroup::barrier() {
+  if (world_size() == 1) {
+    return;
+  }
+  // A one-element all-reduce: works on every backend and names the failure like any collective.
+  auto t = at::zeros({1}, at::kFloat);
+  all_reduce(t).wait();
+}
+
+std::vector<double> ProcessGroup::all_reduce_mean(const std::vector<double>& values) {
+  if (world_size() == 1 || values.empty()) {
+    return values;
+  }
+  auto t = at::tensor(values, at::kDouble);
+  all_reduce(t, ReduceOp::AVG).wait();
+  auto* p = t.data_ptr<double>();
+  return std::vector<double>(p, p + values.size());
+}
+
+double ProcessGroup::all_reduce_mean(double value) { return all_reduce_mean(std::vector<double>{value}).front(); }
+
+double ProcessGroup::all_reduce_sum(double value) {
+  if (world_size() == 1) return value;
+  auto t = at::full({1}, value, at::kDouble);
+  all_reduce(t).wait();
+  return t.item<double>();
+}
+
+double ProcessGroup::broadcast_value(double value, int64_t root) {
+  if (world_size() == 1) return value;
+  auto t = at::full({1}, value, at::kDouble);
+  broadcast(t, root).wait();
+  return t.item<double>();
+}
+
+}  // namespace trainkit::dist

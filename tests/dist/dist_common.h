@@ -1,0 +1,63 @@
+#pragma once
+// The model, data and training loop shared by the multi-process worker (tests/dist/dist_worker.cpp) and
+// the single-process references in tests/dist/test_ddp.cpp, so both compute the same thing.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace trainkit::test::dist {
+
+/// Many small float64 tensors (13 Linear layers): with a small bucket cap they span several buckets.
+struct ChainNet : torch::nn::Module {
+  explicit ChainNet(int64_t depth = 12) {
+    for (int64_t i = 0; i < depth; ++i) {
+      layers.push_back(register_module("layer" + std::to_string(i), torch::nn::Linear(8, 8)));
+    }
+    head = register_module("head", torch::nn::Linear(8, 3));
+  }
+  at::Tensor forward(at::Tensor x) {
+    for (auto& l : layers) x = torch::tanh(l->forward(x));
+    return head->forward(x);
+  }
+  std::vector<torch::nn::Linear> layers;
+  torch::nn::Linear head{nullptr};
+};
+
+/// The net initialised from `seed`, in float64.
+inline std::shared_ptr<ChainNet> make_chain_net(uint64_t seed) {
+  torch::manual_seed(seed);
+  auto net = std::make_shared<ChainNet>();
+  net->to(torch::kFloat64);
+  return net;
+}
+
+/// `n` float64 inputs of width 8 and class targets in [0, 3), fixed by the seed.
+inline std::pair<at::Tensor, at::Tensor> make_data(int64_t n) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
+  at::Tensor x = torch::randn({n, 8}, gen, torch::TensorOptions().dtype(torch::kFloat64));
+  at::Tensor y = torch::randint(0, 3, {n}, gen, torch::TensorOptions().dtype(torch::kInt64));
+  return {x, y};
+}
+
+/// Rows of micro-batch `k` of rank `rank` in step `step`: the global batch of a step is
+/// world * accum * micro rows, laid out micro-batch by micro-batch, rank by rank.
+inline at::Tensor rows(const at::Tensor& t, int64_t step, int64_t k, int64_t rank, int64_t world, int64_t accum,
+                       int64_t micro) {
+  const int64_t global = world * accum * micro;
+  return t.narrow(0, step * global + (k * world + rank) * micro, micro);
+}
+
+/// Copies of every parameter.
+inline std::vector<at::Tensor> snapshot(const torch::nn::Module& m) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+constexpr int64_t kMicro = 6;
+constexpr double kLr = 0.1;
+
+}  // namespace trainkit::test::dist

@@ -1,0 +1,173 @@
+// dist_worker: one rank of the multi-process tests in tests/dist/test_ddp.cpp, started by `trainkit launch`
+// or torchrun (or by the tests with RANK/WORLD_SIZE/MASTER_* set by hand). Modes:
+//   ddp    train ChainNet with DistributedDataParallel + SGD(momentum); write rank<r>.pt (parameters)
+//   zero   the same with ZeroRedundancyOptimizer(Adam); also prints per-rank optimizer-state bytes
+//   fault  train with a checkpoint per step on rank 0; rank 1 kills itself (SIGKILL) at step 5
+//   hang   as fault, but rank 1 stops itself (SIGSTOP) at step 5: the others must time out
+//   env    helpers: barrier, mean of the ranks, broadcast of rank 0's value
+//   unused like ddp, with an extra Linear that gets no gradient (--find-unused decides what happens)
+//   scaler like ddp with a GradScaler; rank 1's loss is inf at step 2: every rank must skip that step
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <limits>
+#include <filesystem>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include "dist/dist_common.h"
+#include "trainkit/amp/grad_scaler.h"
+#include "trainkit/dist/ddp.h"
+#include "trainkit/dist/process_group.h"
+#include "trainkit/dist/zero.h"
+#include "trainkit/train/checkpoint.h"
+
+namespace td = trainkit::test::dist;
+
+int main(int argc, char** argv) {
+  CLI::App app{"One rank of trainkit's multi-process tests (run under `trainkit launch` or torchrun)"};
+  std::string mode = "ddp";
+  std::string out = ".";
+  int64_t steps = 4;
+  int64_t accum = 1;
+  double bucket_kb = 1.0;
+  bool no_overlap = false;
+  std::string compression = "none";
+  app.add_option("--mode", mode, "ddp, zero, fault, hang or env")
+      ->check(CLI::IsMember({"ddp", "zero", "fault", "hang", "env", "unused", "scaler"}))
+      ->capture_default_str();
+  app.add_option("--out", out, "Directory for rank<r>.pt and checkpoints")->capture_default_str();
+  app.add_option("--steps", steps, "Optimizer steps")->capture_default_str();
+  app.add_option("--accum", accum, "Micro-batches per step (all but the last under no_sync)")->capture_default_str();
+  app.add_option("--bucket-kb", bucket_kb, "DDP bucket cap (first bucket too), KiB")->capture_default_str();
+  app.add_flag("--no-overlap", no_overlap, "All-reduce after backward instead of from the hooks");
+  app.add_option("--compression", compression, "none, fp16 or bf16")->capture_default_str();
+  bool find_unused = false;
+  app.add_flag("--find-unused", find_unused, "DDP's find_unused_parameters");
+  CLI11_PARSE(app, argc, argv);
+
+  int64_t rank = -1;
+  try {
+    auto pg = trainkit::dist::ProcessGroup::from_env();
+    rank = pg->rank();
+    const int64_t world = pg->world_size();
+    if (mode == "env") {
+      pg->barrier();
+      const double mean = pg->all_reduce_mean(static_cast<double>(rank));
+      const double root = pg->broadcast_value(100.0 + static_cast<double>(rank));
+      const auto both = pg->all_reduce_mean(std::vector<double>{1.0 * static_cast<double>(rank), 2.0});
+      std::printf("rank %lld of %lld: mean %.3f broadcast %.1f pair %.3f %.3f backend %s\n", static_cast<long long>(rank),
+                  static_cast<long long>(world), mean, root, both[0], both[1], pg->backend_name(c10::kCPU).c_str());
+      return 0;
+    }
+
+    // Each rank starts from a different initialisation: DDP's broadcast makes rank 0's the common one.
+    auto net = td::make_chain_net(7 + static_cast<uint64_t>(rank));
+    // "unused": the chain plus a Linear that forward never calls (its parameters come last).
+    auto holder = std::make_shared<torch::nn::Module>();
+    holder->register_module("chain", net);
+    if (mode == "unused") holder->register_module("extra", torch::nn::Linear(8, 8));
+    trainkit::dist::DistributedDataParallel ddp(holder, pg,
+                                                trainkit::dist::DistributedDataParallelOptions()
+                                                    .bucket_cap_mb(bucket_kb / 1024.0)
+                                                    .first_bucket_mb(bucket_kb / 1024.0)
+                                                    .overlap(!no_overlap)
+                                                    .compression(compression)
+                                                    .find_unused_parameters(find_unused));
+    const bool faulty = mode == "fault" || mode == "hang";
+    const int64_t total_steps = faulty ? 100000 : steps;
+    const auto data = td::make_data((faulty ? 1 : total_steps) * world * accum * td::kMicro);
+
+    std::unique_ptr<torch::optim::Optimizer> plain;
+    std::unique_ptr<trainkit::dist::ZeroRedundancyOptimizer> zero;
+    if (mode == "zero") {
+      zero = std::make_unique<trainkit::dist::ZeroRedundancyOptimizer>(
+          net->parameters(), pg, [](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+            return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-2));
+          });
+    } else {
+      plain = std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(td::kLr).momentum(0.9));
+    }
+
+    trainkit::amp::GradScaler scaler(c10::kCPU, trainkit::amp::GradScalerOptions().init_scale(1024.0).enabled(mode == "scaler"));
+    std::string skipped;
+    for (int64_t step = 0; step < total_steps; ++step) {
+      if (plain) plain->zero_grad();
+      if (zero) zero->zero_grad();
+      const int64_t s = faulty ? 0 : step;
+      for (int64_t k = 0; k < accum; ++k) {
+        auto x = td::rows(data.first, s, k, rank, world, accum, td::kMicro);
+        auto y = td::rows(data.second, s, k, rank, world, accum, td::kMicro);
+        auto backward = [&] {
+          at::Tensor loss = torch::nn::functional::cross_entropy(net->forward(x), y) / static_cast<double>(accum);
+          if (mode == "scaler" && rank == 1 && step == 2) loss = loss * std::numeric_limits<double>::infinity();
+          scaler.scale(loss).backward();
+        };
+        if (k + 1 < accum) {
+          auto guard = ddp.no_sync();
+          backward();
+        } else {
+          backward();
+        }
+      }
+      if (plain) {
+        if (!scaler.step(*plain)) skipped += " " + std::to_string(step);
+        scaler.update();
+      }
+      if (zero) zero->step();
+      if (faulty) {
+        if (rank == 0) {
+          torch::serialize::OutputArchive archive;
+          net->save(archive);
+          archive.write("step", at::tensor(step));
+          trainkit::train::save_checkpoint(out + "/last.pt", archive);
+        }
+        if (rank == 1 && step == 5) {
+          std::printf("rank 1: %s myself at step 5\n", mode == "fault" ? "killing" : "stopping");
+          std::fflush(stdout);
+          ::raise(mode == "fault" ? SIGKILL : SIGSTOP);
+        }
+      }
+    }
+    if (mode == "scaler") {
+      std::printf("rank %lld: skipped steps:%s; scale %g\n", static_cast<long long>(rank), skipped.c_str(),
+                  scaler.get_scale());
+    }
+    std::printf("rank %lld: buckets %zu, started during backward %lld\n", static_cast<long long>(rank),
+                ddp.bucket_indices().size(), static_cast<long long>(ddp.buckets_started_early()));
+    if (zero) {
+      std::printf("rank %lld: optimizer state %lld bytes (shard of %zu parameters)\n", static_cast<long long>(rank),
+                  static_cast<long long>(zero->local_state_bytes()), zero->shard(rank).size());
+      // Sharded checkpoint round trip: save, load into a fresh ZeRO over the same parameters, save again.
+      auto serialized = [](const trainkit::dist::ZeroRedundancyOptimizer& z) {
+        torch::serialize::OutputArchive archive;
+        z.save(archive);
+        std::ostringstream out;
+        archive.save_to(out);
+        return out.str();
+      };
+      const std::string first = serialized(*zero);
+      trainkit::dist::ZeroRedundancyOptimizer fresh(
+          net->parameters(), pg, [](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+            return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-2));
+          });
+      std::istringstream in(first);
+      torch::serialize::InputArchive archive;
+      archive.load_from(in);
+      fresh.load(archive);
+      std::printf("rank %lld: zero checkpoint round trip %s\n", static_cast<long long>(rank),
+                  serialized(fresh) == first && fresh.local_state_bytes() == zero->local_state_bytes() ? "equal"
+                                                                                                   : "DIFFERS");
+    }
+    torch::save(td::snapshot(*holder), out + "/rank" + std::to_string(rank) + ".pt");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dist_worker: rank %lld: %s\n", static_cast<long long>(rank), e.what());
+    std::fflush(stderr);
+    // Leave at once: a c10d backend whose peer is gone may block in its destructor.
+    ::_exit(3);
+  }
+  return 0;
+}

@@ -1,0 +1,494 @@
+// Distributed data parallel, ZeRO-1 and the launcher, in several processes on loopback: each multi-process
+// test runs `trainkit launch` (or the ranks by hand) with tests/dist/dist_worker.cpp and compares what the
+// ranks wrote with the same training done here in one process on the full batch.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "dist/dist_common.h"
+#include "support.h"
+#include "trainkit/data/tensor_loader.h"
+#include "trainkit/dist/ddp.h"
+#include "trainkit/dist/launch.h"
+#include "trainkit/dist/process_group.h"
+#include "trainkit/dist/zero.h"
+#include "trainkit/train/checkpoint.h"
+
+using Catch::Matchers::Contains;
+using trainkit::test::TempDir;
+using trainkit::test::WhatContains;
+namespace td = trainkit::test::dist;
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct Run {
+  int code;
+  std::string output;
+  double seconds;
+};
+
+/// Runs a shell command line, capturing stdout and stderr.
+Run shell(const std::string& command, const TempDir& tmp, const std::string& name = "output.txt") {
+  const std::string log = tmp.str(name);
+  const auto start = std::chrono::steady_clock::now();
+  const int status = std::system((command + " > " + log + " 2>&1").c_str());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log), seconds};
+}
+
+/// `trainkit launch --nproc 2 --master-port 0 -- dist_worker ARGS`.
+Run launch_worker(const std::string& args, const TempDir& tmp, const std::string& env = "") {
+  return shell(env + " " + std::string(TRAINKIT_CLI_PATH) + " launch --nproc 2 --master-port 0 -- " +
+                   TRAINKIT_DIST_WORKER_PATH + " " + args,
+               tmp);
+}
+
+std::vector<at::Tensor> load_params(const std::string& path) {
+  std::vector<at::Tensor> params;
+  torch::load(params, path);
+  return params;
+}
+
+double max_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
+  return d;
+}
+
+/// One process, full batch (world * accum * micro rows per step): what 2-rank DDP must reproduce.
+std::vector<at::Tensor> reference(int64_t steps, int64_t world, int64_t accum, bool adam, int64_t* state_bytes = nullptr) {
+  auto net = td::make_chain_net(7);
+  const auto data = td::make_data(steps * world * accum * td::kMicro);
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (adam) {
+    opt = std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(1e-2));
+  } else {
+    opt = std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(td::kLr).momentum(0.9));
+  }
+  const int64_t global = world * accum * td::kMicro;
+  for (int64_t s = 0; s < steps; ++s) {
+    opt->zero_grad();
+    torch::nn::functional::cross_entropy(net->forward(data.first.narrow(0, s * global, global)),
+                                         data.second.narrow(0, s * global, global))
+        .backward();
+    opt->step();
+  }
+  if (state_bytes != nullptr) *state_bytes = trainkit::dist::optimizer_state_bytes(*opt);
+  return td::snapshot(*net);
+}
+
+/// Holds a listening socket on some port, so that the port is in use.
+class BusyPort {
+ public:
+  BusyPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof(addr);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::listen(fd_, 1) == 0);
+    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~BusyPort() { ::close(fd_); }
+  int64_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int64_t port_ = 0;
+};
+
+/// Sets environment variables for a scope and restores them.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TRAINKIT_DIST_TIMEOUT",
+                             "TRAINKIT_DIST_BACKEND"}) {
+      const char* v = std::getenv(name);
+      saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
+      ::unsetenv(name);
+    }
+    for (const auto& [k, v] : vars) ::setenv(k, v, 1);
+  }
+  ~ScopedEnv() {
+    for (const auto& [k, v] : saved_) {
+      if (v) {
+        ::setenv(k.c_str(), v->c_str(), 1);
+      } else {
+        ::unsetenv(k.c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+}  // namespace
+
+TEST_CASE("2-rank DDP equals one process on the full batch", "[dist][ddp]") {
+  struct Variant {
+    const char* name;
+    const char* args;
+    int64_t accum;
+  };
+  for (const Variant& v : {Variant{"overlapped buckets", "", 1}, Variant{"no_sync accumulation", "", 2},
+                           Variant{"all-reduce after backward", "--no-overlap", 1}}) {
+    DYNAMIC_SECTION(v.name) {
+      TempDir tmp("ddp");
+      const int64_t steps = 4;
+      const Run run = launch_worker("--mode ddp --steps 4 --bucket-kb 1 --accum " + std::to_string(v.accum) + " " +
+                                        v.args + " --out " + tmp.str(),
+                                    tmp);
+      INFO(run.output);
+      REQUIRE(run.code == 0);
+      // 13 layers of 8x8+8 float64 (576 B) and a head: a 1 KiB cap makes 6 buckets (two layers each, the head with one).
+      CHECK_THAT(run.output, Contains("[rank 0] rank 0: buckets 6"));
+      CHECK_THAT(run.output, Contains("[rank 1] rank 1: buckets 6"));
+      if (std::string(v.args).empty()) {
+        // All but the bucket holding the first layer start while backward still runs.
+        CHECK_THAT(run.output, Contains("started during backward 5"));
+      } else {
+        CHECK_THAT(run.output, Contains("started during backward 0"));
+      }
+      const auto rank0 = load_params(tmp.str("rank0.pt"));
+      const auto rank1 = load_params(tmp.str("rank1.pt"));
+      CHECK(max_diff(rank0, rank1) == 0.0);
+      const auto expected = reference(steps, 2, v.accum, false);
+      CHECK(max_diff(rank0, expected) <= 1e-10);
+      // The test can fail: the initial parameters differ from the trained ones by far more.
+      CHECK(max_diff(td::snapshot(*td::make_chain_net(7)), expected) > 1e-3);
+    }
+  }
+}
+
+TEST_CASE("2-rank DDP with fp16/bf16 gradient compression stays close to the exact run", "[dist][ddp]") {
+  for (const char* compression : {"fp16", "bf16"}) {
+    DYNAMIC_SECTION(compression) {
+      TempDir tmp("ddp-compress");
+      const Run run = launch_worker(
+          "--mode ddp --steps 4 --bucket-kb 1 --compression " + std::string(compression) + " --out " + tmp.str(), tmp);
+      INFO(run.output);
+      REQUIRE(run.code == 0);
+      const auto rank0 = load_params(tmp.str("rank0.pt"));
+      CHECK(max_diff(rank0, load_params(tmp.str("rank1.pt"))) == 0.0);
+      const double d = max_diff(rank0, reference(4, 2, 1, false));
+      CHECK(d > 0.0);  // compression does round
+      CHECK(d < (std::string(compression) == "fp16" ? 1e-3 : 1e-2));
+    }
+  }
+}
+
+TEST_CASE("2-rank DDP: a parameter without gradient is an error, or zero with find_unused_parameters",
+          "[dist][ddp]") {
+  TempDir tmp("ddp-unused");
+  const Run strict = launch_worker("--mode unused --steps 2 --out " + tmp.str(), tmp, "TRAINKIT_DIST_TIMEOUT=5");
+  INFO(strict.output);
+  CHECK(strict.code != 0);
+  CHECK_THAT(strict.output, Contains("2 parameter(s) got no gradient in this backward: extra.weight, extra.bias"));
+  CHECK_THAT(strict.output, Contains("find_unused_parameters(true)"));
+  const Run lenient = launch_worker("--mode unused --find-unused --steps 4 --bucket-kb 1 --out " + tmp.str(), tmp);
+  INFO(lenient.output);
+  REQUIRE(lenient.code == 0);
+  auto rank0 = load_params(tmp.str("rank0.pt"));
+  REQUIRE(rank0.size() == 28);
+  rank0.resize(26);  // the chain's parameters: as if the extra layer did not exist
+  CHECK(max_diff(rank0, reference(4, 2, 1, false)) <= 1e-10);
+}
+
+TEST_CASE("2-rank DDP with a GradScaler: an inf on one rank makes every rank skip the step", "[dist][ddp]") {
+  TempDir tmp("ddp-scaler");
+  const Run run = launch_worker("--mode scaler --steps 5 --bucket-kb 1 --out " + tmp.str(), tmp);
+  INFO(run.output);
+  REQUIRE(run.code == 0);
+  // Only rank 1's loss was inf, but the averaged gradients carry it to rank 0 too.
+  CHECK_THAT(run.output, Contains("[rank 0] rank 0: skipped steps: 2; scale 512"));
+  CHECK_THAT(run.output, Contains("[rank 1] rank 1: skipped steps: 2; scale 512"));
+  CHECK(max_diff(load_params(tmp.str("rank0.pt")), load_params(tmp.str("rank1.pt"))) == 0.0);
+}
+
+TEST_CASE("ZeRO-1 over 2 ranks equals the unsharded optimizer", "[dist][zero]") {
+  TempDir tmp("zero");
+  const Run run = launch_worker("--mode zero --steps 4 --bucket-kb 1 --out " + tmp.str(), tmp);
+  INFO(run.output);
+  REQUIRE(run.code == 0);
+  int64_t full_bytes = 0;
+  const auto expected = reference(4, 2, 1, true, &full_bytes);
+  const auto rank0 = load_params(tmp.str("rank0.pt"));
+  CHECK(max_diff(rank0, load_params(tmp.str("rank1.pt"))) == 0.0);
+  CHECK(max_diff(rank0, expected) <= 1e-10);
+  CHECK_THAT(run.output, Contains("[rank 0] rank 0: zero checkpoint round trip equal"));
+  CHECK_THAT(run.output, Contains("[rank 1] rank 1: zero checkpoint round trip equal"));
+  // Each rank holds about half of Adam's state; the two shards add up to the whole.
+  int64_t sum = 0;
+  for (int r = 0; r < 2; ++r) {
+    const std::string key = "[rank " + std::to_string(r) + "] rank " + std::to_string(r) + ": optimizer state ";
+    const auto at = run.output.find(key);
+    REQUIRE(at != std::string::npos);
+    const int64_t bytes = std::stoll(run.output.substr(at + key.size()));
+    CHECK(bytes < full_bytes * 6 / 10);
+    sum += bytes;
+  }
+  // Adam's per-parameter state (exp_avg, exp_avg_sq) splits exactly; each shard keeps its own step counts.
+  CHECK(sum >= full_bytes);
+  CHECK(sum <= full_bytes + 64 * 8);
+}
+
+TEST_CASE("Helpers: barrier, mean over ranks, broadcast", "[dist][env]") {
+  TempDir tmp("env");
+  const Run run = launch_worker("--mode env", tmp);
+  INFO(run.output);
+  REQUIRE(run.code == 0);
+  CHECK_THAT(run.output, Contains("[rank 0] rank 0 of 2: mean 0.500 broadcast 100.0 pair 0.500 2.000 backend gloo"));
+  CHECK_THAT(run.output, Contains("[rank 1] rank 1 of 2: mean 0.500 broadcast 100.0 pair 0.500 2.000 backend gloo"));
+}
+
+TEST_CASE("A rank that dies makes the others fail fast, naming the collective", "[dist][fault]") {
+  TempDir tmp("fault");
+  for (const char* mode : {"fault", "hang"}) {
+    DYNAMIC_SECTION(mode) {
+      // The ranks by hand, so that the surviving rank's own exit is observed (the launcher would stop it).
+      const std::string port = std::to_string(trainkit::dist::free_port());
+      const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " WORLD_SIZE=2 TRAINKIT_DIST_TIMEOUT=3 ";
+      const std::string worker = std::string(TRAINKIT_DIST_WORKER_PATH) + " --mode " + mode + " --out " + tmp.str();
+      const std::string script = "( " + env + "RANK=0 timeout -s KILL 60 " + worker + " > " + tmp.str("rank0.txt") +
+                                 " 2>&1 & p0=$!; " + env + "RANK=1 timeout -s KILL 60 " + worker + " > " +
+                                 tmp.str("rank1.txt") + " 2>&1 & p1=$!; wait $p0; c0=$?; kill -KILL $p1 2>/dev/null;" +
+                                 " wait $p1; exit $c0 )";
+      const Run run = shell("sh -c '" + script + "'", tmp);
+      const std::string rank0 = read_text(tmp.str("rank0.txt"));
+      INFO(rank0 << read_text(tmp.str("rank1.txt")));
+      CHECK(run.code == 3);
+      CHECK_THAT(rank0, Contains("dist_worker: rank 0:"));
+      CHECK_THAT(rank0, Contains("all_reduce"));
+      CHECK_THAT(rank0, Contains("failed"));
+      // Startup (two LibTorch processes) plus, for a hung peer, the 3 s timeout, plus a few seconds.
+      CHECK(run.seconds < 25.0);
+      // The last checkpoint rank 0 wrote still loads.
+      torch::serialize::InputArchive archive;
+      trainkit::train::load_checkpoint(tmp.str("last.pt"), archive);
+      auto net = td::make_chain_net(0);
+      net->load(archive);
+      at::Tensor step;
+      archive.read("step", step);
+      CHECK(step.item<int64_t>() >= 5);
+    }
+  }
+}
+
+TEST_CASE("The launcher stops the others and names the failing rank", "[dist][launch]") {
+  TempDir tmp("launch-fault");
+  const Run run = launch_worker("--mode fault --out " + tmp.str(), tmp, "TRAINKIT_DIST_TIMEOUT=3");
+  INFO(run.output);
+  CHECK(run.code == 1);
+  CHECK_THAT(run.output, Contains("launch: rank 1 (pid"));
+  CHECK_THAT(run.output, Contains("killed by signal 9"));
+  CHECK_THAT(run.output, Contains("launch: failed: rank 1"));
+  CHECK(run.seconds < 25.0);
+}
+
+TEST_CASE("The launcher forwards SIGTERM to the ranks", "[dist][launch]") {
+  TempDir tmp("launch-signal");
+  const std::string rank_cmd = "trap \"echo got TERM; exit 7\" TERM; echo ready; while :; do sleep 0.1; done";
+  const Run run = shell("{ " + std::string(TRAINKIT_CLI_PATH) + " launch --nproc 2 --master-port 0 -- sh -c '" +
+                            rank_cmd + "' & p=$!; sleep 2; kill -TERM $p; wait $p; echo launcher exit $?; }",
+                        tmp);
+  INFO(run.output);
+  CHECK_THAT(run.output, Contains("[rank 0] got TERM"));
+  CHECK_THAT(run.output, Contains("[rank 1] got TERM"));
+  CHECK_THAT(run.output, Contains("launch: interrupted by signal 15"));
+  CHECK_THAT(run.output, Contains("launcher exit 143"));
+  CHECK(run.seconds < 15.0);
+}
+
+TEST_CASE("Launcher: bad input", "[dist][launch]") {
+  using trainkit::dist::LaunchOptions;
+  CHECK_THROWS_WITH(trainkit::dist::launch(LaunchOptions().nproc(0).command({"true"})), Contains("--nproc"));
+  CHECK_THROWS_WITH(trainkit::dist::launch(LaunchOptions().nproc(2)), Contains("no command"));
+  BusyPort busy;
+  CHECK_THROWS_WITH(trainkit::dist::launch(LaunchOptions().nproc(2).master_port(busy.port()).command({"true"})),
+                    Contains("--master-port " + std::to_string(busy.port()) + " is already in use"));
+  TempDir tmp("launch-bad");
+  const Run missing = shell(std::string(TRAINKIT_CLI_PATH) + " launch --nproc 2 --master-port 0 -- ./no-such-program", tmp);
+  CHECK(missing.code == 1);
+  CHECK_THAT(missing.output, Contains("cannot run './no-such-program'"));
+  CHECK_THAT(missing.output, Contains("launch: failed: rank"));
+  const Run usage = shell(std::string(TRAINKIT_CLI_PATH) + " launch --nproc 2", tmp);
+  CHECK(usage.code == 2);
+  CHECK_THAT(usage.output, Contains("no command"));
+}
+
+TEST_CASE("Process group: bad environment and port in use", "[dist][env]") {
+  using trainkit::dist::DistError;
+  {
+    ScopedEnv env({});
+    const auto options = trainkit::dist::options_from_env();
+    CHECK(options.world_size() == 1);
+    auto pg = trainkit::dist::ProcessGroup::from_env();
+    CHECK(pg->world_size() == 1);
+    CHECK(pg->all_reduce_mean(2.5) == 2.5);
+    CHECK(pg->backend_name(c10::kCPU) == "none");
+  }
+  {
+    ScopedEnv env({{"RANK", "1"}});
+    CHECK_THROWS_MATCHES(trainkit::dist::options_from_env(), DistError, WhatContains("WORLD_SIZE is not"));
+  }
+  {
+    ScopedEnv env({{"WORLD_SIZE", "2"}});
+    CHECK_THROWS_MATCHES(trainkit::dist::options_from_env(), DistError, WhatContains("RANK is not"));
+  }
+  {
+    ScopedEnv env({{"WORLD_SIZE", "two"}, {"RANK", "0"}});
+    CHECK_THROWS_MATCHES(trainkit::dist::options_from_env(), DistError, WhatContains("WORLD_SIZE='two' is not an integer"));
+  }
+  {
+    ScopedEnv env({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_PORT", "29500"}});
+    CHECK_THROWS_MATCHES(trainkit::dist::options_from_env(), DistError, WhatContains("MASTER_ADDR is not set"));
+  }
+  {
+    ScopedEnv env({{"WORLD_SIZE", "2"}, {"RANK", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+    CHECK_THROWS_MATCHES(trainkit::dist::ProcessGroup::from_env(), DistError,
+                         WhatContains("RANK=2 is not in [0, WORLD_SIZE=2)"));
+  }
+  {
+    ScopedEnv env({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"},
+                   {"TRAINKIT_DIST_TIMEOUT", "-1"}});
+    CHECK_THROWS_MATCHES(trainkit::dist::options_from_env(), DistError, WhatContains("TRAINKIT_DIST_TIMEOUT='-1'"));
+  }
+  CHECK_THROWS_MATCHES(trainkit::dist::ProcessGroup::init(trainkit::dist::InitOptions().world_size(2).backend("mpi")),
+                       DistError, WhatContains("unknown distributed backend 'mpi'"));
+  BusyPort busy;
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_MATCHES(trainkit::dist::ProcessGroup::init(trainkit::dist::InitOptions()
+                                                              .world_size(2)
+                                                              .rank(0)
+                                                              .master_port(busy.port())
+                                                              .timeout(std::chrono::milliseconds(2000))),
+                       DistError, WhatContains("cannot host the TCPStore on port " + std::to_string(busy.port())));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
+TEST_CASE("World size 1: DDP leaves gradients alone", "[dist][ddp]") {
+  auto pg = trainkit::dist::ProcessGroup::init(trainkit::dist::InitOptions());
+  auto net = td::make_chain_net(3);
+  trainkit::dist::DistributedDataParallel ddp(net, pg);
+  CHECK(ddp.bucket_indices().empty());
+  const auto data = td::make_data(12);
+  torch::nn::functional::cross_entropy(net->forward(data.first), data.second).backward();
+  auto twin = td::make_chain_net(3);
+  torch::nn::functional::cross_entropy(twin->forward(data.first), data.second).backward();
+  for (size_t i = 0; i < net->parameters().size(); ++i) {
+    CHECK(torch::equal(net->parameters()[i].grad(), twin->parameters()[i].grad()));
+  }
+}
+
+TEST_CASE("Bucket assignment: reverse order, first cap, then bucket_cap", "[dist][ddp]") {
+  // float32 tensors of 1 MiB (262144), 0.5 MiB and 2 MiB.
+  std::vector<at::Tensor> params = {torch::zeros({262144}), torch::zeros({131072}), torch::zeros({131072}),
+                                    torch::zeros({524288}), torch::zeros({131072}, torch::kFloat64)};
+  const auto buckets = trainkit::dist::compute_bucket_assignment(params, 1.0, 2.0);
+  // Reverse: 4 (f64, alone: dtype changes), 3 (2 MiB >= 1 MiB closes the first), then 2+1+0 (2 MiB).
+  REQUIRE(buckets.size() == 3);
+  CHECK(buckets[0] == std::vector<int64_t>{4});
+  CHECK(buckets[1] == std::vector<int64_t>{3});
+  CHECK(buckets[2] == std::vector<int64_t>{2, 1, 0});
+  CHECK_THROWS_WITH(trainkit::dist::compute_bucket_assignment(params, 1.0, 0.0), Contains("bucket_cap_mb"));
+}
+
+TEST_CASE("TensorLoader shards like DistributedSampler", "[dist][data]") {
+  const auto golden = trainkit::test::golden("dist.toml");
+  const auto x = torch::arange(10).to(torch::kFloat32).unsqueeze(1);
+  const auto y = torch::arange(10);
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    for (int64_t rank = 0; rank < 3; ++rank) {
+      DYNAMIC_SECTION("epoch " << epoch << " rank " << rank) {
+        trainkit::data::TensorLoader loader(
+            x, y, trainkit::data::TensorLoaderOptions().batch_size(100).seed(5).num_replicas(3).rank(rank));
+        loader.set_epoch(epoch);
+        CHECK(loader.shard_size() == 4);
+        const auto batch = loader.batch(0);
+        const auto* expected = golden["sampler"]["epoch" + std::to_string(epoch) + "_rank" + std::to_string(rank)].as_array();
+        REQUIRE(expected != nullptr);
+        REQUIRE(static_cast<size_t>(batch.target.numel()) == expected->size());
+        for (size_t i = 0; i < expected->size(); ++i) {
+          CHECK(batch.target[static_cast<int64_t>(i)].item<int64_t>() == (*expected)[i].value<int64_t>().value());
+        }
+      }
+    }
+  }
+  CHECK_THROWS_WITH(trainkit::data::TensorLoader(x, y, trainkit::data::TensorLoaderOptions().num_replicas(2).rank(2)),
+                    Contains("rank 2 not in [0, num_replicas=2)"));
+}
+
+namespace {
+
+double summary_value(const std::string& json, const std::string& key) {
+  const auto at = json.find("\"" + key + "\": ");
+  REQUIRE(at != std::string::npos);
+  return std::stod(json.substr(at + key.size() + 4));
+}
+
+}  // namespace
+
+TEST_CASE("trainkit train under the launcher: [distributed], rank 0 writes, same model as one process", "[dist][cli]") {
+  TempDir tmp("dist-train");
+  // No dropout or batch norm, so that 2 ranks x 25 and 1 process x 50 compute the same gradients: the
+  // sharded loader gives the two ranks exactly the samples of the single process's batch.
+  const std::string config = tmp.str("tiny.toml");
+  std::ofstream(config) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n"
+                           "[model]\nchannels = [4, 8]\nhidden = 16\ndropout = 0.0\nbatch_norm = false\n"
+                           "[train]\nepochs = 2\nbatch_size = 25\nseed = 3\nthreads = 1\n"
+                           "[log]\nevery_steps = 5\nprogress = \"lines\"\n"
+                           "[distributed]\nbackend = \"gloo\"\ntimeout = 20\nbucket_cap_mb = 0.01\n";
+  const std::string cli = TRAINKIT_CLI_PATH;
+  const Run two = shell(cli + " launch --nproc 2 --master-port 0 -- " + cli + " train --config " + config + " --out " +
+                            tmp.str("two"),
+                        tmp, "two.txt");
+  INFO(two.output);
+  REQUIRE(two.code == 0);
+  CHECK_THAT(two.output, Contains("[rank 0]"));
+  CHECK_THAT(two.output, Contains("distributed: 2 ranks, backend gloo"));
+  CHECK(two.output.find("[rank 1] [") == std::string::npos);  // rank 1 logs warnings only
+  const Run one = shell(cli + " train --config " + config + " --set train.batch_size=50 --out " + tmp.str("one"), tmp,
+                        "one.txt");
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  const std::string two_summary = read_text(tmp.str("two/summary.json"));
+  const std::string one_summary = read_text(tmp.str("one/summary.json"));
+  CHECK(summary_value(two_summary, "steps") == 20);  // 500 samples / (2 x 25) x 2 epochs
+  CHECK(summary_value(one_summary, "steps") == 20);
+  // float32 sums in another order: equal to rounding, far below what one step changes.
+  CHECK(std::abs(summary_value(two_summary, "test_loss") - summary_value(one_summary, "test_loss")) < 1e-4);
+  CHECK(std::filesystem::exists(tmp.str("two/metrics.csv")));
+  CHECK(std::filesystem::exists(tmp.str("two/checkpoints")));
+}
+
+TEST_CASE("trainkit train: bad distributed environment is a usage error", "[dist][cli]") {
+  TempDir tmp("dist-train-bad");
+  const std::string config = tmp.str("tiny.toml");
+  std::ofstream(config) << "[data]\nlimit_train = 600\nlimit_test = 200\n[train]\nepochs = 1\n";
+  const Run run = shell("WORLD_SIZE=2 " + std::string(TRAINKIT_CLI_PATH) + " train --config " + config + " --out " +
+                            tmp.str("run"),
+                        tmp);
+  CHECK(run.code == 2);
+  CHECK_THAT(run.output, Contains("WORLD_SIZE=2 is set but RANK is not"));
+  CHECK_FALSE(std::filesystem::exists(tmp.str("run")));
+}
