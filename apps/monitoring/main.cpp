@@ -4,6 +4,7 @@
 // of inputs, and the run's hyperparameters with its final metrics in the HPARAMS tab).
 #include <filesystem>
 #include <iostream>
+#include <regex>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -52,6 +53,13 @@ class WeightsCallback : public train::Callback {
 
   std::shared_ptr<log::SummaryWriter> tb_;
 };
+
+/// The `type` of a [scheduler] table's TOML text ("none" when there is no scheduler).
+std::string scheduler_type(const std::string& toml_text) {
+  static const std::regex type_line(R"re((^|\n)\s*type\s*=\s*["']([^"']*)["'])re");
+  std::smatch m;
+  return std::regex_search(toml_text, m, type_line) ? m[2].str() : std::string("none");
+}
 
 }  // namespace
 
@@ -135,7 +143,7 @@ int main(int argc, char** argv) {
                      {"epochs", config.train.epochs},
                      {"dropout", config.model.dropout},
                      {"batch_norm", config.model.batch_norm},
-                     {"scheduler", config.scheduler.empty() ? std::string("none") : std::string("see config")}},
+                     {"scheduler", scheduler_type(config.scheduler)}},
                     final_metrics, "hparams", trainer.state().step);
     tb->close();
     log::write_curves_svg((fs::path(out_dir) / "metrics.csv").string(), (fs::path(out_dir) / "curves.svg").string(),
