@@ -137,35 +137,23 @@ int main(int argc, char** argv) {
                  config.data.limit_train > 0 ? config.data.limit_train - config.data.val_size : int64_t{60000} - config.data.val_size);
     }
     if (!skip_finder) {
-      train::RunSetup setup = train::build_run_setup(config, config_path);
-      const data::ImageSet train_set = data::load_mnist_split(config.data.dir, true, config.data.limit_train);
-      const int64_t n_train = train_set.images.size(0) - config.data.val_size;
-      const at::Tensor x = train_set.images.narrow(0, 0, n_train).to(setup.device);
-      const at::Tensor y = train_set.labels.narrow(0, 0, n_train).to(setup.device);
-      torch::nn::Sequential model = setup.model;
-      tune::BatchSizeFinder finder(model.ptr(), [model](const at::Tensor& in) mutable { return model->forward(in); },
-                                   *setup.optimizer);
-      const auto budget = static_cast<int64_t>(budget_mib * 1024 * 1024);
       for (const std::string& mode : modes) {
-        const auto r = finder.scale_batch_size(x, y,
-                                               tune::BatchSizeFinderOptions()
-                                                   .mode(mode)
-                                                   .steps_per_trial(steps_per_trial)
-                                                   .init_val(init_val)
-                                                   .max_trials(max_trials)
-                                                   .memory_budget(setup.device.is_cuda() ? 0 : budget));
-        fmt::print("finder, mode {} (steps_per_trial {}, init_val {}, {}):\n", mode, steps_per_trial, init_val,
-                   setup.device.is_cuda() ? std::string("CUDA out-of-memory") : fmt::format("budget {} MiB", budget_mib));
-        fmt::print("{:>10} {:>5} {:>10} {:>9}  {}\n", "batch size", "fits", "samples/s", "peak MiB", "");
-        for (const auto& t : r.trials) {
-          fmt::print("{:>10} {:>5} {:>10.0f} {:>9.1f}  {}\n", t.batch_size, t.fits ? "yes" : "no", t.samples_per_second,
-                     static_cast<double>(t.peak_bytes) / (1024.0 * 1024.0), t.failure);
-          if (csv) {
+        train::BatchSizeJobOptions job;
+        job.config_path = config_path;
+        job.overrides = overrides;
+        job.finder.mode(mode)
+            .steps_per_trial(steps_per_trial)
+            .init_val(init_val)
+            .max_trials(max_trials)
+            .memory_budget(static_cast<int64_t>(budget_mib * 1024 * 1024));
+        const auto r = train::run_batch_size_job(job);  // logs every trial
+        fmt::print("answer ({}): batch size {}\n\n", mode, r.batch_size);
+        if (csv) {
+          for (const auto& t : r.trials) {
             csv << fmt::format("finder,{},{},{},,,,,{},{}\n", mode, t.batch_size, t.fits ? "true" : "false",
                                t.samples_per_second, static_cast<double>(t.peak_bytes) / (1024.0 * 1024.0));
           }
         }
-        fmt::print("answer ({}): batch size {}\n\n", mode, r.batch_size);
       }
     }
     if (csv) {
