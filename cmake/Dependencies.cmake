@@ -6,6 +6,7 @@ if(Torch_VERSION VERSION_LESS 2.1)
 endif()
 find_package(Threads REQUIRED)
 find_package(ZLIB REQUIRED)
+find_package(PNG REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 # toml++ is used header-only inside one source file, so it adds no link dependency.

@@ -1,4 +1,4 @@
-// trainkit: the command-line front end. Subcommands: train, lr-find, launch.
+// trainkit: the command-line front end. Subcommands: train, lr-find, batch-size, launch.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -82,6 +82,28 @@ int main(int argc, char** argv) {
   lr_find->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 
+  trainkit::train::BatchSizeJobOptions bs_options;
+  std::string bs_mode = bs_options.finder.mode();
+  int64_t bs_steps = bs_options.finder.steps_per_trial();
+  int64_t bs_init = bs_options.finder.init_val();
+  int64_t bs_max_trials = bs_options.finder.max_trials();
+  int64_t bs_max_val = 0;
+  double bs_budget_mib = 1024;
+  auto* batch_size = app.add_subcommand("batch-size", "Batch-size finder on a train config's model, optimizer and data");
+  batch_size->add_option("--config", bs_options.config_path, "TOML config file (e.g. configs/fashion_mnist.toml)");
+  batch_size->add_option("--set", bs_options.overrides, "Override one key: section.key=value (repeatable)");
+  batch_size->add_option("--mode", bs_mode, "power, binsearch or throughput")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"power", "binsearch", "throughput"}));
+  batch_size->add_option("--steps-per-trial", bs_steps, "Optimizer steps per tried size")->capture_default_str();
+  batch_size->add_option("--init-val", bs_init, "First size tried")->capture_default_str();
+  batch_size->add_option("--max-trials", bs_max_trials, "Most trials")->capture_default_str();
+  batch_size->add_option("--max-val", bs_max_val, "Largest size (0 = the training samples)")->capture_default_str();
+  batch_size->add_option("--memory-budget-mib", bs_budget_mib,
+                         "CPU: a trial fails when its peak adds more resident memory than this (MiB)")
+      ->capture_default_str();
+  batch_size->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 #if TRAINKIT_WITH_DISTRIBUTED
   trainkit::dist::LaunchOptions launch_options;
   int64_t nproc = launch_options.nproc();
@@ -134,6 +156,21 @@ int main(int argc, char** argv) {
     }
     lr_options.finder.start_lr(start_lr).end_lr(end_lr).num_iter(num_iter).step_mode(step_mode);
     return run_job([&] { trainkit::train::run_lr_find_job(lr_options); });
+  }
+  if (batch_size->parsed()) {
+    if (bs_options.config_path.empty()) {
+      std::cerr << "batch-size: --config is required\nRun with --help for more information.\n";
+      return kExitUsage;
+    }
+    return run_job([&] {
+      bs_options.finder.mode(bs_mode)
+          .steps_per_trial(bs_steps)
+          .init_val(bs_init)
+          .max_trials(bs_max_trials)
+          .max_val(bs_max_val)
+          .memory_budget(static_cast<int64_t>(bs_budget_mib * 1024 * 1024));
+      trainkit::train::run_batch_size_job(bs_options);
+    });
   }
   return 0;
 }

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/torch.h>
+
 #include "support.h"
 
 namespace {
@@ -437,6 +439,30 @@ TEST_CASE("TensorBoard's Python loader reads SummaryWriter files", "[.tensorboar
   CHECK(json.find(R"("scalars":{"split":[[3,0.5]]})") != std::string::npos);
   CHECK(json.find(R"("scalars":{"split":[[3,0.75]]})") != std::string::npos);
   CHECK(json.find(R"("migrated_events":7,)") != std::string::npos);
+
+  // Images and hparams: the decoded pixels and the parsed hparams equal what was written.
+  const std::string media = tmp.str("media");
+  {
+    SummaryWriter w(media);
+    const at::Tensor hwc = torch::tensor({0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140, 150, 160, 255},
+                                         torch::kByte)
+                               .reshape({2, 3, 3});
+    w.add_image("img/hwc", hwc, 4, "HWC");
+    w.add_image("img/gray", torch::tensor({0.0F, 0.25F, 0.5F, 1.0F}).reshape({1, 2, 2}), 5);  // CHW, float
+    w.add_hparams({{"lr", 0.01}, {"optimizer", "adam"}, {"batch_norm", true}}, {{"hparam/accuracy", 0.875}}, "hp");
+  }
+  const std::string media_json = read_back(media);
+  INFO(media_json);
+  CHECK(media_json.find(R"("img/hwc":[[4,2,3,3,[2,3],[0,10,20,30,40,50,60,70,80,90,100,110,120,130,140,150,160,255]]])") !=
+        std::string::npos);
+  CHECK(media_json.find(R"("img/gray":[[5,2,2,3,[2,2],[0,0,0,63,63,63,127,127,127,255,255,255]]])") != std::string::npos);
+  CHECK(media_json.find(R"("hparams":{"experiment":{"hparams":[["lr","DATA_TYPE_FLOAT64"],["optimizer","DATA_TYPE_STRING"],)"
+                        R"(["batch_norm","DATA_TYPE_BOOL"]],"metrics":["hparam/accuracy"]},"session_end":"STATUS_SUCCESS",)"
+                        R"("session_start":{"batch_norm":true,"lr":0.01,"optimizer":"adam"}})") != std::string::npos);
+  CHECK(media_json.find(R"("scalars":{"hparam/accuracy":[[0,0.875]]})") != std::string::npos);
+  CHECK(media_json.find(R"("hp":{"events":5,)") != std::string::npos);
+  CHECK(media_json.find(R"("migrated_events":5,)") != std::string::npos);
+  CHECK(media_json.find(R"(".":{"events":3,)") != std::string::npos);
 
   const std::string cut = read_back(tmp.str("cut"));
   INFO(cut);

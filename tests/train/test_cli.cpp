@@ -205,3 +205,20 @@ TEST_CASE("trainkit lr-find writes the curve and suggestions", "[cli][tune]") {
   CHECK(bad.code != 0);
   CHECK_THAT(bad.output, Contains("start_lr"));
 }
+
+TEST_CASE("trainkit batch-size reports every trial and the answer", "[cli][tune][batch_size]") {
+  TempDir tmp("cli-batchsize");
+  const std::string config = tiny_config(tmp);
+  const Run r = trainkit_cli("batch-size --config " + config + " --mode binsearch --max-val 40 --steps-per-trial 2", tmp);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  // 2, 4, ..., 32 fit, then the cap 40 (max_val) fits and the search stops there.
+  CHECK_THAT(r.output, Contains("batch size     32: fits"));
+  CHECK_THAT(r.output, Contains("batch size found (binsearch): 40"));
+  const Run bad = trainkit_cli("batch-size --config " + config + " --steps-per-trial 0", tmp);
+  CHECK(bad.code == 1);
+  CHECK_THAT(bad.output, Contains("steps_per_trial: 0"));
+  const Run no_config = trainkit_cli("batch-size", tmp);
+  CHECK(no_config.code == 2);
+  CHECK_THAT(no_config.output, Contains("--config is required"));
+}

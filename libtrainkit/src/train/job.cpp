@@ -358,4 +358,35 @@ LrFindJobResult run_lr_find_job(const LrFindJobOptions& options) {
   return result;
 }
 
+tune::BatchSizeFinderResult run_batch_size_job(const BatchSizeJobOptions& options) {
+  const TrainConfig config = load_config(options.config_path, options.overrides);
+  RunSetup setup = build_run_setup(config, options.config_path);
+  // The finder slices the samples itself, so it takes the training split as tensors.
+  const data::ImageSet all = data::load_mnist_split(config.data.dir, true, config.data.limit_train);
+  const int64_t n_train = all.images.size(0) - config.data.val_size;
+  const at::Tensor x = all.images.narrow(0, 0, n_train).to(setup.device);
+  const at::Tensor y = all.labels.narrow(0, 0, n_train).to(setup.device);
+  torch::nn::Sequential model = setup.model;
+  tune::BatchSizeFinder finder(model.ptr(), [model](const at::Tensor& in) mutable { return model->forward(in); },
+                               *setup.optimizer);
+  tune::BatchSizeFinderOptions finder_options = options.finder;
+  if (setup.device.is_cuda()) {
+    finder_options.memory_budget(0);
+  }
+  spdlog::info("batch-size finder ({}) on {} training samples, {} steps per trial, from {}{}", finder_options.mode(),
+               n_train, finder_options.steps_per_trial(), finder_options.init_val(),
+               finder_options.memory_budget() > 0
+                   ? fmt::format(", CPU budget {:.0f} MiB", static_cast<double>(finder_options.memory_budget()) / 1048576.0)
+                   : "");
+  const tune::BatchSizeFinderResult result = finder.scale_batch_size(x, y, finder_options);
+  for (const auto& t : result.trials) {
+    spdlog::info("batch size {:>6}: {}, {:.0f} samples/s{}{}", t.batch_size, t.fits ? "fits" : "fails",
+                 t.samples_per_second,
+                 t.peak_bytes >= 0 ? fmt::format(", peak +{:.1f} MiB", static_cast<double>(t.peak_bytes) / 1048576.0) : "",
+                 t.fits ? "" : " (" + t.failure + ")");
+  }
+  spdlog::info("batch size found ({}): {}", result.mode, result.batch_size);
+  return result;
+}
+
 }  // namespace trainkit::train

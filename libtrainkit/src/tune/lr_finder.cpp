@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "trainkit/log/svg_plot.h"
+#include "tune/detail/snapshot.h"
 
 namespace trainkit::tune {
 namespace {
@@ -34,46 +35,6 @@ void check_options(const LRFinderOptions& o) {
   }
 }
 
-/// Everything the test changes, captured before and put back after.
-class Snapshot {
- public:
-  Snapshot(torch::nn::Module& module, torch::optim::Optimizer& optimizer) : module_(module), optimizer_(optimizer) {
-    torch::serialize::OutputArchive m;
-    module_.save(m);
-    m.save_to(model_bytes_);
-    torch::serialize::OutputArchive o;
-    optimizer_.save(o);
-    o.save_to(optim_bytes_);
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    rng_ = gen.get_state();
-    training_ = module_.is_training();
-  }
-  void restore() {
-    torch::serialize::InputArchive m;
-    m.load_from(model_bytes_);
-    module_.load(m);
-    // A fresh optimizer state first: load() only overwrites entries present in the archive, and the
-    // test may have created state the archive does not have.
-    optimizer_.state().clear();
-    torch::serialize::InputArchive o;
-    o.load_from(optim_bytes_);
-    optimizer_.load(o);
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(rng_);
-    module_.train(training_);
-  }
-
- private:
-  torch::nn::Module& module_;
-  torch::optim::Optimizer& optimizer_;
-  std::stringstream model_bytes_;
-  std::stringstream optim_bytes_;
-  at::Tensor rng_;
-  bool training_ = true;
-};
-
 }  // namespace
 
 LRFinder::LRFinder(std::shared_ptr<torch::nn::Module> module, ForwardFn forward, torch::optim::Optimizer& optimizer,
@@ -89,7 +50,7 @@ LRFinder::LRFinder(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
 LRFinderResult LRFinder::range_test(data::TensorLoader& train, const data::TensorLoader* val,
                                     const LRFinderOptions& options) {
   check_options(options);
-  Snapshot snapshot(*module_, optimizer_);
+  detail::Snapshot snapshot(*module_, optimizer_);
   LRFinderResult r;
   try {
     int64_t batch = 0;

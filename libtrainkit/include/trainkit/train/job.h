@@ -15,6 +15,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "trainkit/data/tensor_loader.h"
+#include "trainkit/tune/batch_size_finder.h"
 #include "trainkit/tune/lr_finder.h"
 
 namespace trainkit::train {
@@ -86,5 +87,16 @@ struct LrFindJobResult {
 /// Runs the LR range test on the config's model, optimizer and data and writes lr_find.csv and
 /// lr_find.svg to out_dir. Throws like run_train_job.
 LrFindJobResult run_lr_find_job(const LrFindJobOptions& options);
+
+/// What `trainkit batch-size` was asked to do.
+struct BatchSizeJobOptions {
+  std::string config_path;             ///< the training config (model, optimizer, data)
+  std::vector<std::string> overrides;  ///< `section.key=value`
+  tune::BatchSizeFinderOptions finder;  ///< search settings; memory_budget is ignored on CUDA (real OOM)
+};
+
+/// Runs the batch-size finder on the config's model, optimizer and training split (the validation split
+/// excluded) and logs every trial. Throws like run_train_job.
+tune::BatchSizeFinderResult run_batch_size_job(const BatchSizeJobOptions& options);
 
 }  // namespace trainkit::train

@@ -1,0 +1,176 @@
+// batch_size: the seed's batch-size sweep on Fashion-MNIST (the same CNN and Adam trained at batch
+// sizes 32, 64, 128, 256: training loss, validation accuracy and time per epoch), then the batch-size
+// finder (Lightning's power and binsearch modes, and throughput) on the same model under a CPU memory
+// budget, with every size it tried.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "trainkit/data/idx.h"
+#include "trainkit/train/config.h"
+#include "trainkit/train/job.h"
+#include "trainkit/train/trainer.h"
+#include "trainkit/tune/batch_size_finder.h"
+
+namespace {
+
+using namespace trainkit;
+
+/// Keeps the last epoch's results.
+class EpochRecorder : public train::Callback {
+ public:
+  bool on_epoch_end(train::Trainer&, const train::EpochEvent& event) override {
+    last = event;
+    return false;
+  }
+  std::optional<train::EpochEvent> last;
+};
+
+struct SweepRow {
+  int64_t batch_size = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t samples = 0;  ///< training samples per epoch
+  double train_loss = 0;
+  double val_loss = 0;
+  double val_accuracy = 0;
+  double seconds_per_epoch = 0;
+};
+
+SweepRow sweep_one(const std::string& config_path, std::vector<std::string> overrides, int64_t batch_size) {
+  overrides.push_back(fmt::format("train.batch_size={}", batch_size));
+  const train::TrainConfig config = train::load_config(config_path, overrides);
+  train::RunSetup setup = train::build_run_setup(config, config_path);
+  train::Trainer trainer(setup.model, *setup.optimizer, train::TrainerOptions().epochs(config.train.epochs));
+  auto recorder = std::make_shared<EpochRecorder>();
+  trainer.add_callback(recorder);
+  const auto start = std::chrono::steady_clock::now();
+  trainer.fit(*setup.train, setup.val.get());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  SweepRow row;
+  row.batch_size = batch_size;
+  row.steps_per_epoch = setup.train->num_batches();
+  row.samples = setup.train->size();
+  row.train_loss = recorder->last ? recorder->last->train_loss : 0.0;
+  if (recorder->last && recorder->last->val) {
+    row.val_loss = recorder->last->val->loss;
+    row.val_accuracy = recorder->last->val->accuracy;
+  }
+  row.seconds_per_epoch = seconds / static_cast<double>(config.train.epochs);
+  return row;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Batch-size sweep (32, 64, 128, 256) on Fashion-MNIST and the batch-size finder's answers"};
+  std::string config_path = "configs/batch_size.toml";
+  std::vector<std::string> overrides;
+  std::vector<int64_t> sizes{32, 64, 128, 256};
+  std::vector<std::string> modes{"power", "binsearch", "throughput"};
+  double budget_mib = 256;
+  int64_t steps_per_trial = 3;
+  int64_t init_val = 2;
+  int64_t max_trials = 25;
+  bool full = false;
+  bool skip_sweep = false;
+  bool skip_finder = false;
+  std::string csv_path;
+  app.add_option("--config", config_path, "Training config (model, optimizer, data, epochs)")->capture_default_str();
+  app.add_option("--set", overrides, "Override one key: section.key=value (repeatable)");
+  app.add_option("--sizes", sizes, "Batch sizes of the sweep")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--full", full, "Sweep on the whole training set (55k, 5k validation)");
+  app.add_flag("--skip-sweep", skip_sweep, "Only run the finder");
+  app.add_flag("--skip-finder", skip_finder, "Only run the sweep");
+  app.add_option("--mode", modes, "Finder modes: power, binsearch, throughput")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"power", "binsearch", "throughput"}));
+  app.add_option("--memory-budget-mib", budget_mib,
+                 "CPU budget: a trial fails when the peak resident memory it adds exceeds this (MiB)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--steps-per-trial", steps_per_trial, "Optimizer steps per tried size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--init-val", init_val, "First size tried")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-trials", max_trials, "Most trials")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--csv", csv_path, "Also write the sweep and the finder's trials to this CSV file");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+  if (full) {
+    overrides.insert(overrides.begin(), {"data.limit_train=0", "data.val_size=5000"});
+  }
+
+  try {
+    std::ofstream csv;
+    if (!csv_path.empty()) {
+      csv.open(csv_path);
+      if (!csv) {
+        throw std::runtime_error(csv_path + ": cannot open for writing");
+      }
+      csv << "part,mode,batch_size,fits,train_loss,val_loss,val_accuracy,seconds_per_epoch,samples_per_second,"
+             "peak_mib\n";
+    }
+    const train::TrainConfig config = train::load_config(config_path, overrides);
+    if (!skip_sweep) {
+      fmt::print("sweep: {}, {} epoch(s) per batch size, {} lr {}{}\n", config_path, config.train.epochs,
+                 config.optimizer.name, config.optimizer.lr.value_or(0.0),
+                 config.data.val_size > 0 ? fmt::format(", {} validation images", config.data.val_size) : "");
+      fmt::print("{:>10} {:>11} {:>11} {:>9} {:>8} {:>12} {:>10}\n", "batch size", "steps/epoch", "train loss",
+                 "val loss", "val acc", "s per epoch", "samples/s");
+      for (const int64_t size : sizes) {
+        const SweepRow r = sweep_one(config_path, overrides, size);
+        const double rate = r.seconds_per_epoch > 0 ? static_cast<double>(r.samples) / r.seconds_per_epoch : 0.0;
+        fmt::print("{:>10} {:>11} {:>11.4f} {:>9.4f} {:>8.4f} {:>12.1f} {:>10.0f}\n", r.batch_size, r.steps_per_epoch,
+                   r.train_loss, r.val_loss, r.val_accuracy, r.seconds_per_epoch, rate);
+        if (csv) {
+          csv << fmt::format("sweep,,{},true,{},{},{},{},{},\n", r.batch_size, r.train_loss, r.val_loss, r.val_accuracy,
+                             r.seconds_per_epoch, rate);
+        }
+      }
+      fmt::print("({} training images per epoch; the time per epoch includes the validation pass)\n\n",
+                 config.data.limit_train > 0 ? config.data.limit_train - config.data.val_size : int64_t{60000} - config.data.val_size);
+    }
+    if (!skip_finder) {
+      for (const std::string& mode : modes) {
+        train::BatchSizeJobOptions job;
+        job.config_path = config_path;
+        job.overrides = overrides;
+        job.finder.mode(mode)
+            .steps_per_trial(steps_per_trial)
+            .init_val(init_val)
+            .max_trials(max_trials)
+            .memory_budget(static_cast<int64_t>(budget_mib * 1024 * 1024));
+        const auto r = train::run_batch_size_job(job);  // logs every trial
+        fmt::print("answer ({}): batch size {}\n\n", mode, r.batch_size);
+        if (csv) {
+          for (const auto& t : r.trials) {
+            csv << fmt::format("finder,{},{},{},,,,,{},{}\n", mode, t.batch_size, t.fits ? "true" : "false",
+                               t.samples_per_second, static_cast<double>(t.peak_bytes) / (1024.0 * 1024.0));
+          }
+        }
+      }
+    }
+    if (csv) {
+      fmt::print("wrote {}\n", csv_path);
+    }
+  } catch (const train::ConfigError& e) {
+    spdlog::error("config: {}", e.what());
+    return 2;
+  } catch (const data::DataError& e) {
+    spdlog::error("data: {}", e.what());
+    return 1;
+  } catch (const c10::Error& e) {
+    spdlog::error("{}", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  return 0;
+}

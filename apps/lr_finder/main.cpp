@@ -1,0 +1,67 @@
+// lr_finder: the LR range test (Smith 2017) on a training config's model, optimizer and data, as
+// `trainkit lr-find` runs it (train::run_lr_find_job): prints the curve and the suggestions, writes
+// lr_find.csv and lr_find.svg, and the command that trains with the valley suggestion.
+#include <algorithm>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "trainkit/train/config.h"
+#include "trainkit/train/job.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"LR range test on a Fashion-MNIST training config: curve, suggestions, CSV and SVG"};
+  trainkit::train::LrFindJobOptions options;
+  options.config_path = "configs/fashion_mnist.toml";
+  options.out_dir = "lr_finder";
+  double start_lr = options.finder.start_lr();
+  double end_lr = options.finder.end_lr();
+  int64_t num_iter = options.finder.num_iter();
+  std::string step_mode = options.finder.step_mode();
+  int64_t rows = 12;
+  app.add_option("--config", options.config_path, "Training config (model, optimizer, data)")->capture_default_str();
+  app.add_option("--set", options.overrides, "Override one key: section.key=value (repeatable)");
+  app.add_option("--out", options.out_dir, "Directory for lr_find.csv and lr_find.svg")->capture_default_str();
+  app.add_option("--start-lr", start_lr, "First LR")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--end-lr", end_lr, "Last LR")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--num-iter", num_iter, "Steps of the test")->capture_default_str()->check(CLI::Range(2, 1000000));
+  app.add_option("--step-mode", step_mode, "exp or linear")->capture_default_str()->check(CLI::IsMember({"exp", "linear"}));
+  app.add_flag("--val", options.use_val, "Record the validation loss instead of the training loss");
+  app.add_option("--rows", rows, "Rows of the printed curve")->capture_default_str()->check(CLI::Range(2, 1000));
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+  options.finder.start_lr(start_lr).end_lr(end_lr).num_iter(num_iter).step_mode(step_mode);
+
+  try {
+    const auto result = trainkit::train::run_lr_find_job(options);
+    const auto& c = result.curve;
+    fmt::print("\n{:>12} {:>10} {:>14}\n", "lr", "loss", "smoothed loss");
+    const size_t n = c.lrs.size();
+    const size_t stride = std::max<size_t>(1, n / static_cast<size_t>(rows));
+    for (size_t i = 0; i < n; i += stride) {
+      fmt::print("{:>12.3e} {:>10.4f} {:>14.4f}\n", c.lrs[i], c.losses[i], c.smoothed_losses[i]);
+    }
+    fmt::print("{} steps{}\n\n", n, c.diverged ? fmt::format(", stopped at lr {:.3g}: the loss diverged", c.lrs.back()) : "");
+    for (const auto& s : result.suggestions) {
+      fmt::print("suggested lr ({:>10}): {:.3g}\n", s.method, s.lr);
+    }
+    for (const auto& s : result.suggestions) {
+      if (s.method == "valley") {
+        fmt::print("\ntrain with it:  trainkit train --config {} --set optimizer.lr={:.3g}\n", options.config_path, s.lr);
+        if (!trainkit::train::load_config(options.config_path, options.overrides).scheduler.empty()) {
+          fmt::print("(this config has a [scheduler], whose own LR settings drive the LR during training)\n");
+        }
+      }
+    }
+    fmt::print("wrote {0}/lr_find.csv and {0}/lr_find.svg\n", options.out_dir);
+  } catch (const trainkit::train::ConfigError& e) {
+    spdlog::error("config: {}", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  return 0;
+}

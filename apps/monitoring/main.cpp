@@ -1,0 +1,178 @@
+// monitoring: trains the Fashion-MNIST CNN with training and validation tracking through the Trainer and
+// its callbacks, and writes everything a run is watched with: metrics.csv/metrics.jsonl, curves.svg, and
+// TensorBoard events (loss/LR/throughput scalars, per-epoch validation, weight histograms, an image grid
+// of inputs, and the run's hyperparameters with its final metrics in the HPARAMS tab).
+#include <filesystem>
+#include <iostream>
+#include <regex>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "trainkit/data/idx.h"
+#include "trainkit/log/metrics.h"
+#include "trainkit/log/summary_writer.h"
+#include "trainkit/sched/factory.h"
+#include "trainkit/train/callbacks.h"
+#include "trainkit/train/config.h"
+#include "trainkit/train/job.h"
+#include "trainkit/train/trainer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace trainkit;
+
+/// Weight histograms at the start and after every epoch; keeps the epoch results for the summary table.
+class WeightsCallback : public train::Callback {
+ public:
+  explicit WeightsCallback(std::shared_ptr<log::SummaryWriter> tb) : tb_(std::move(tb)) {}
+
+  void on_train_begin(train::Trainer& trainer) override { histograms(trainer, trainer.state().step); }
+
+  bool on_epoch_end(train::Trainer& trainer, const train::EpochEvent& event) override {
+    histograms(trainer, event.step);
+    epochs.push_back(event);
+    return false;
+  }
+
+  std::vector<train::EpochEvent> epochs;
+
+ private:
+  void histograms(train::Trainer& trainer, int64_t step) {
+    for (const auto& p : trainer.module().named_parameters()) {
+      if (p.key().find("weight") == std::string::npos) {
+        continue;
+      }
+      const at::Tensor w = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+      tb_->add_histogram("weights/" + p.key(), w.data_ptr<float>(), static_cast<size_t>(w.numel()), step);
+    }
+  }
+
+  std::shared_ptr<log::SummaryWriter> tb_;
+};
+
+/// The `type` of a [scheduler] table's TOML text ("none" when there is no scheduler).
+std::string scheduler_type(const std::string& toml_text) {
+  static const std::regex type_line(R"re((^|\n)\s*type\s*=\s*["']([^"']*)["'])re");
+  std::smatch m;
+  return std::regex_search(toml_text, m, type_line) ? m[2].str() : std::string("none");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Fashion-MNIST CNN with train/validation tracking: metrics CSV, curves.svg and TensorBoard events"};
+  std::string config_path = "configs/monitoring.toml";
+  std::vector<std::string> overrides;
+  std::string out_dir = "monitoring";
+  int64_t epochs = 0;
+  int64_t max_steps = -1;
+  bool full = false;
+  app.add_option("--config", config_path, "Training config")->capture_default_str();
+  app.add_option("--set", overrides, "Override one key: section.key=value (repeatable)");
+  app.add_option("--out", out_dir, "Run directory (metrics, curves.svg, TensorBoard events)")->capture_default_str();
+  app.add_option("--epochs", epochs, "Epochs (default: the config's)")->check(CLI::PositiveNumber);
+  app.add_option("--max-steps", max_steps, "Stop after this many steps (0 = no limit; default: the config's)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--full", full,
+               "The whole data set (55k train / 5k validation / 10k test) for 12 epochs, as configs/fashion_mnist.toml");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+
+  try {
+    if (full) {
+      overrides.insert(overrides.begin(), {"data.limit_train=0", "data.limit_test=0", "data.val_size=5000",
+                                           "train.epochs=12"});
+    }
+    if (epochs > 0) {
+      overrides.push_back(fmt::format("train.epochs={}", epochs));
+    }
+    if (max_steps >= 0) {
+      overrides.push_back(fmt::format("train.max_steps={}", max_steps));
+    }
+    const train::TrainConfig config = train::load_config(config_path, overrides);
+    if (config.data.val_size == 0) {
+      throw train::ConfigError(config_path + ": monitoring tracks validation: data.val_size must be > 0");
+    }
+    train::RunSetup setup = train::build_run_setup(config, config_path);
+    train::Trainer trainer(setup.model, *setup.optimizer,
+                           train::TrainerOptions().epochs(config.train.epochs).max_steps(config.train.max_steps));
+    if (!config.scheduler.empty()) {
+      auto built = sched::make_scheduler(config.scheduler, *setup.optimizer, config_path + ": [scheduler]",
+                                         sched::SchedulerContext{config.train.epochs, setup.train->num_batches()});
+      trainer.set_scheduler(built.scheduler, built.interval == "step");
+    }
+
+    fs::create_directories(out_dir);
+    auto metrics = std::make_shared<log::MetricsWriter>(out_dir, false);
+    auto tb = std::make_shared<log::SummaryWriter>(out_dir);
+    // A grid of the first 16 validation images, rescaled from the normalized values to [0, 1].
+    const at::Tensor grid = setup.val->batch(0).input.narrow(0, 0, std::min<int64_t>(16, setup.val->size())).cpu();
+    tb->add_image("inputs/validation", (grid - grid.min()) / (grid.max() - grid.min()), 0, "NCHW");
+    auto logging = std::make_shared<train::LoggingCallback>(metrics, config.log.every_steps, false, tb);
+    auto weights = std::make_shared<WeightsCallback>(tb);
+    trainer.add_callback(logging);
+    trainer.add_callback(weights);
+
+    spdlog::info("training the {} on {} train / {} validation / {} test images, {} epochs, batch {}, writing {}",
+                 config.model.name, setup.train->size(), setup.val->size(), setup.test->size(), config.train.epochs,
+                 config.train.batch_size, out_dir);
+    trainer.fit(*setup.train, setup.val.get());
+    const train::EvalResult test = trainer.evaluate(*setup.test);
+
+    log::MetricRow row;
+    row.kind = "test";
+    row.step = trainer.state().step;
+    row.epoch = trainer.state().epoch;
+    row.val_loss = test.loss;
+    row.val_accuracy = test.accuracy;
+    metrics->write(row);
+    tb->add_scalar("test/accuracy", test.accuracy, trainer.state().step);
+    tb->add_scalar("test/loss", test.loss, trainer.state().step);
+    std::vector<std::pair<std::string, double>> final_metrics{{"hparam/test_accuracy", test.accuracy},
+                                                              {"hparam/test_loss", test.loss}};
+    if (!weights->epochs.empty() && weights->epochs.back().val) {
+      final_metrics.emplace_back("hparam/val_accuracy", weights->epochs.back().val->accuracy);
+    }
+    tb->add_hparams({{"optimizer", config.optimizer.name},
+                     {"lr", config.optimizer.lr.value_or(0.0)},
+                     {"batch_size", config.train.batch_size},
+                     {"epochs", config.train.epochs},
+                     {"dropout", config.model.dropout},
+                     {"batch_norm", config.model.batch_norm},
+                     {"scheduler", scheduler_type(config.scheduler)}},
+                    final_metrics, "hparams", trainer.state().step);
+    tb->close();
+    log::write_curves_svg((fs::path(out_dir) / "metrics.csv").string(), (fs::path(out_dir) / "curves.svg").string(),
+                          fmt::format("{}, {} epoch(s)", fs::path(config_path).stem().string(), config.train.epochs));
+
+    fmt::print("\n{:>5} {:>7} {:>11} {:>9} {:>8}\n", "epoch", "step", "train loss", "val loss", "val acc");
+    for (const auto& e : weights->epochs) {
+      fmt::print("{:>5} {:>7} {:>11.4f} {:>9.4f} {:>8.4f}\n", e.epoch + 1, e.step, e.train_loss,
+                 e.val ? e.val->loss : 0.0, e.val ? e.val->accuracy : 0.0);
+    }
+    fmt::print("test: accuracy {:.4f}, loss {:.4f} after {} steps ({:.0f} train samples/s)\n", test.accuracy, test.loss,
+               trainer.state().step,
+               logging->train_seconds() > 0 ? static_cast<double>(logging->samples_trained()) / logging->train_seconds()
+                                            : 0.0);
+    fmt::print("wrote {0}/metrics.csv, {0}/metrics.jsonl, {0}/curves.svg, TensorBoard events in {0} "
+               "(tensorboard --logdir {0})\n",
+               out_dir);
+  } catch (const train::ConfigError& e) {
+    spdlog::error("config: {}", e.what());
+    return 2;
+  } catch (const data::DataError& e) {
+    spdlog::error("data: {}", e.what());
+    return 1;
+  } catch (const c10::Error& e) {
+    spdlog::error("{}", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  return 0;
+}

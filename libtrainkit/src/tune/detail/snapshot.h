@@ -1,0 +1,56 @@
+#pragma once
+// What a tuning run (LR range test, batch-size search) changes, captured before and put back after:
+// parameters and buffers, the optimizer state (LRs included), the CPU RNG and the train/eval mode.
+
+#include <mutex>
+#include <sstream>
+
+#include <torch/torch.h>
+
+namespace trainkit::tune::detail {
+
+class Snapshot {
+ public:
+  Snapshot(torch::nn::Module& module, torch::optim::Optimizer& optimizer) : module_(module), optimizer_(optimizer) {
+    torch::serialize::OutputArchive m;
+    module_.save(m);
+    m.save_to(model_bytes_);
+    torch::serialize::OutputArchive o;
+    optimizer_.save(o);
+    o.save_to(optim_bytes_);
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    rng_ = gen.get_state();
+    training_ = module_.is_training();
+  }
+
+  void restore() {
+    model_bytes_.clear();
+    model_bytes_.seekg(0);
+    torch::serialize::InputArchive m;
+    m.load_from(model_bytes_);
+    module_.load(m);
+    // A fresh optimizer state first: load() only overwrites entries present in the archive, and the
+    // run may have created state the archive does not have.
+    optimizer_.state().clear();
+    optim_bytes_.clear();
+    optim_bytes_.seekg(0);
+    torch::serialize::InputArchive o;
+    o.load_from(optim_bytes_);
+    optimizer_.load(o);
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng_);
+    module_.train(training_);
+  }
+
+ private:
+  torch::nn::Module& module_;
+  torch::optim::Optimizer& optimizer_;
+  std::stringstream model_bytes_;
+  std::stringstream optim_bytes_;
+  at::Tensor rng_;
+  bool training_ = true;
+};
+
+}  // namespace trainkit::tune::detail
