@@ -397,6 +397,11 @@ TEST_CASE("invalid hyperparameters and inputs are rejected with the name and val
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::vector<at::Tensor>{p}, std::make_unique<SgdOptions>(SgdOptions(-0.5)));
   CHECK_THROWS_MATCHES(Sgd(groups, SgdOptions(0.1)), std::invalid_argument, WhatContains("-0.5"));
+  // Options of another optimizer type in a group are named, not misread.
+  std::vector<torch::optim::OptimizerParamGroup> foreign;
+  foreign.emplace_back(std::vector<at::Tensor>{p}, std::make_unique<torch::optim::AdamOptions>(1e-3));
+  CHECK_THROWS_MATCHES(Adam(foreign, AdamOptions()), std::invalid_argument,
+                       WhatContains("param group 0 has options of another optimizer"));
 
   SECTION("fused=true on tensors the kernel cannot take") {
     auto half = torch::zeros({4}, torch::TensorOptions().dtype(torch::kBFloat16).requires_grad(true));

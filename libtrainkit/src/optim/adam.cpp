@@ -212,6 +212,7 @@ void validate_groups(const torch::optim::Optimizer& opt, bool decoupled, const c
 Adam::Adam(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, AdamOptions defaults)
     : Optimizer(param_groups, std::make_unique<AdamOptions>(defaults)) {
   detail::restore_group_options(*this, param_groups);
+  detail::check_group_options<AdamOptions>(*this, "Adam", "trainkit::optim::AdamOptions");
   validate(hyper_of(defaults, false), "Adam");
   validate_groups<AdamOptions>(*this, false, "Adam");
 }
@@ -242,6 +243,7 @@ void Adam::load(torch::serialize::InputArchive& archive) {
 AdamW::AdamW(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, AdamWOptions defaults)
     : Optimizer(param_groups, std::make_unique<AdamWOptions>(defaults)) {
   detail::restore_group_options(*this, param_groups);
+  detail::check_group_options<AdamWOptions>(*this, "AdamW", "trainkit::optim::AdamWOptions");
   validate(hyper_of(defaults, true), "AdamW");
   validate_groups<AdamWOptions>(*this, true, "AdamW");
 }

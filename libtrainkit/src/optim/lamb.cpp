@@ -157,6 +157,7 @@ void reference_group(const LambGroup& g, const LambOptions& o, const detail::Lam
 Lamb::Lamb(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, LambOptions defaults)
     : Optimizer(param_groups, std::make_unique<LambOptions>(defaults)) {
   detail::restore_group_options(*this, param_groups);
+  detail::check_group_options<LambOptions>(*this, "Lamb", "trainkit::optim::LambOptions");
   validate(defaults);
   for (const auto& group : param_groups_) {
     validate(static_cast<const LambOptions&>(group.options()));
@@ -287,7 +288,6 @@ void Lamb::save(torch::serialize::OutputArchive& archive) const {
 
 void Lamb::load(torch::serialize::InputArchive& archive) {
   torch::optim::serialize<LambParamState, LambOptions>(archive, *this);
-  c10::IValue steps;
   group_steps_.clear();
   at::Tensor t;
   if (archive.try_read(kGroupStepsKey, t)) {

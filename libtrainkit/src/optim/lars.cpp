@@ -61,6 +61,7 @@ detail::MomentumHyper hyper_of(const LarsOptions& o) {
 Lars::Lars(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, LarsOptions defaults)
     : Optimizer(param_groups, std::make_unique<LarsOptions>(defaults)) {
   detail::restore_group_options(*this, param_groups);
+  detail::check_group_options<LarsOptions>(*this, "Lars", "trainkit::optim::LarsOptions");
   detail::validate_momentum(hyper_of(defaults), "Lars");
   for (const auto& group : param_groups_) {
     detail::validate_momentum(hyper_of(static_cast<const LarsOptions&>(group.options())), "Lars");

@@ -46,6 +46,7 @@ detail::MomentumHyper hyper_of(const SgdOptions& o) {
 Sgd::Sgd(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, SgdOptions defaults)
     : Optimizer(param_groups, std::make_unique<SgdOptions>(defaults)) {
   detail::restore_group_options(*this, param_groups);
+  detail::check_group_options<SgdOptions>(*this, "Sgd", "trainkit::optim::SgdOptions");
   detail::validate_momentum(hyper_of(defaults), "Sgd");
   for (const auto& group : param_groups_) {
     detail::validate_momentum(hyper_of(static_cast<const SgdOptions&>(group.options())), "Sgd");

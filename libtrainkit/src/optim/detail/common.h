@@ -97,6 +97,19 @@ inline void restore_group_options(torch::optim::Optimizer& opt,
   }
 }
 
+/// Throws when a param group carries options of another optimizer type (e.g. LibTorch's AdamOptions given to
+/// trainkit's Adam), which the step would otherwise misread.
+template <class Options>
+void check_group_options(const torch::optim::Optimizer& opt, const char* optimizer, const char* options) {
+  const auto& groups = opt.param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (dynamic_cast<const Options*>(&groups[i].options()) == nullptr) {
+      throw std::invalid_argument(fmt::format("{}: param group {} has options of another optimizer (expected {})",
+                                              optimizer, i, options));
+    }
+  }
+}
+
 /// Calls fn(chunk) for every chunk, spread over ATen's intra-op threads.
 template <class Fn>
 void for_each_chunk(const std::vector<Chunk>& chunks, const Fn& fn) {
