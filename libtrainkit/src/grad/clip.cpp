@@ -1,114 +1,22 @@
 #include "trainkit/grad/clip.h"
 
 #include <cmath>
-#include <limits>
 #include <map>
 #include <stdexcept>
 
-#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "optim/detail/common.h"
+
 namespace trainkit::grad {
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-/// A slice of one gradient processed by one task of the fused kernels.
-struct Chunk {
-  void* data;
-  int64_t n;
-};
-
-/// Gradients that the fused path can take: contiguous float32/float64 on the CPU, all of one dtype.
-bool fusable(const std::vector<at::Tensor>& grads) {
-  if (grads.empty()) {
-    return false;
-  }
-  const auto dtype = grads.front().scalar_type();
-  if (dtype != at::kFloat && dtype != at::kDouble) {
-    return false;
-  }
-  for (const auto& g : grads) {
-    if (!g.device().is_cpu() || g.scalar_type() != dtype || !g.is_contiguous() || g.is_sparse()) {
-      return false;
-    }
-  }
-  return true;
-}
-
-/// Splits all gradients into chunks of at most `grain` elements, so that many small tensors and a few
-/// large ones spread alike over threads with no per-tensor dispatch.
-std::vector<Chunk> chunks_of(const std::vector<at::Tensor>& grads, int64_t grain) {
-  std::vector<Chunk> out;
-  for (const auto& g : grads) {
-    auto* base = static_cast<char*>(g.data_ptr());
-    const int64_t n = g.numel();
-    const auto elem = static_cast<int64_t>(g.element_size());
-    for (int64_t start = 0; start < n; start += grain) {
-      out.push_back({base + start * elem, std::min(grain, n - start)});
-    }
-  }
-  return out;
-}
-
-constexpr int64_t kGrain = 1 << 16;
-
-// The hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time (GCC's
-// function multiversioning), so one binary uses the widest vectors the CPU has.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define TRAINKIT_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TRAINKIT_MULTIVERSION
-#endif
-
-constexpr int64_t kLanes = 8;
-
-/// Σ x² in double with eight independent accumulators (vectorizable without reassociating a sum).
-template <class T>
-inline double sum_squares(const T* x, int64_t n) {
-  double acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int64_t k = 0; k < kLanes; ++k) {
-      const double v = static_cast<double>(x[i + k]);
-      acc[k] += v * v;
-    }
-  }
-  double s = 0;
-  for (; i < n; ++i) {
-    const double v = static_cast<double>(x[i]);
-    s += v * v;
-  }
-  for (double a : acc) {
-    s += a;
-  }
-  return s;
-}
-
-TRAINKIT_MULTIVERSION double sum_squares_f32(const float* x, int64_t n) { return sum_squares(x, n); }
-TRAINKIT_MULTIVERSION double sum_squares_f64(const double* x, int64_t n) { return sum_squares(x, n); }
-TRAINKIT_MULTIVERSION void scale_f32(float* x, int64_t n, float c) {
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] *= c;
-  }
-}
-TRAINKIT_MULTIVERSION void scale_f64(double* x, int64_t n, double c) {
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] *= c;
-  }
-}
-
-double sum_squares_any(const float* x, int64_t n) { return sum_squares_f32(x, n); }
-double sum_squares_any(const double* x, int64_t n) { return sum_squares_f64(x, n); }
-void scale_any(float* x, int64_t n, float c) { scale_f32(x, n, c); }
-void scale_any(double* x, int64_t n, double c) { scale_f64(x, n, c); }
 
 /// Σ|x|^p (or max |x| for p = inf) over one chunk, accumulated in double.
 template <class T>
 double chunk_reduce(const T* x, int64_t n, double p) {
   if (p == 2.0) {
-    return sum_squares_any(x, n);
+    return optim::detail::sum_squares(x, n);
   }
   if (std::isinf(p)) {
     double m = 0;
@@ -125,17 +33,15 @@ double chunk_reduce(const T* x, int64_t n, double p) {
   return s;
 }
 
-/// The total norm on the fused path: one parallel pass, partial results combined in a fixed order so
-/// that the result does not depend on the thread count.
+/// The total norm on the fused path: one parallel pass (the chunking trainkit's fused optimizers use),
+/// partial results combined in a fixed order so that the result does not depend on the thread count.
 template <class T>
 double fused_norm(const std::vector<at::Tensor>& grads, double p) {
-  const auto chunks = chunks_of(grads, kGrain);
+  const auto chunks = optim::detail::make_chunks(optim::detail::numels_of(grads));
   std::vector<double> partial(chunks.size(), 0.0);
-  at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      partial[static_cast<size_t>(c)] =
-          chunk_reduce(static_cast<const T*>(chunks[static_cast<size_t>(c)].data), chunks[static_cast<size_t>(c)].n, p);
-    }
+  optim::detail::for_each_chunk(chunks, [&](const optim::detail::Chunk& c) {
+    partial[static_cast<size_t>(&c - chunks.data())] =
+        chunk_reduce(grads[static_cast<size_t>(c.tensor)].data_ptr<T>() + c.begin, c.n, p);
   });
   if (std::isinf(p)) {
     double m = 0;
@@ -153,12 +59,15 @@ double fused_norm(const std::vector<at::Tensor>& grads, double p) {
 
 template <class T>
 void fused_scale(const std::vector<at::Tensor>& grads, T coef) {
-  const auto chunks = chunks_of(grads, kGrain);
-  at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      scale_any(static_cast<T*>(chunks[static_cast<size_t>(c)].data), chunks[static_cast<size_t>(c)].n, coef);
-    }
+  const auto chunks = optim::detail::make_chunks(optim::detail::numels_of(grads));
+  optim::detail::for_each_chunk(chunks, [&](const optim::detail::Chunk& c) {
+    optim::detail::scale(grads[static_cast<size_t>(c.tensor)].data_ptr<T>() + c.begin, c.n, coef);
   });
+}
+
+/// Gradients that the fused path can take: contiguous float32/float64 on the CPU, all of one dtype.
+bool fusable(const std::vector<at::Tensor>& grads) {
+  return !grads.empty() && optim::detail::fusable(grads, nullptr);
 }
 
 struct Grads {

@@ -5,6 +5,7 @@
 #include <torch/optim/serialize.h>
 
 #include "optim/detail/common.h"
+#include "trainkit/grad/clip.h"
 
 namespace trainkit::optim {
 
@@ -184,43 +185,26 @@ void Lamb::step_impl(const at::Tensor& inv_scale) {
   const auto& defaults = static_cast<const LambOptions&>(*defaults_);
   group_steps_.resize(param_groups_.size(), 0);
 
-  // Global gradient clip over every group (timm: max_grad_norm of the defaults), as a divisor >= 1.
-  std::vector<at::Tensor> all_grads;
+  // Global gradient clip over every group (timm: max_grad_norm of the defaults), as a divisor >= 1; the
+  // norm is grad::grad_norm's (fused on the CPU), of the unscaled gradients when a GradScaler scale is given.
+  std::vector<at::Tensor> with_grad;
   for (size_t gi = 0; gi < param_groups_.size(); ++gi) {
     const auto& params = param_groups_[gi].params();
     for (size_t i = 0; i < params.size(); ++i) {
       if (params[i].grad().defined()) {
-        all_grads.push_back(detail::checked_grad(params[i], gi, i, kName));
+        detail::checked_grad(params[i], gi, i, kName);
+        with_grad.push_back(params[i]);
       }
     }
   }
   const double inv = detail::cpu_scalar(inv_scale, 1.0);
   at::Tensor clip;  // 0-dim; undefined = no clipping
-  if (defaults.max_grad_norm().has_value() && !all_grads.empty()) {
-    const double max_norm = *defaults.max_grad_norm();
-    if (defaults.fused() != false && detail::fusable(all_grads, nullptr)) {
-      const auto chunks = detail::make_chunks(detail::numels_of(all_grads));
-      std::vector<double> partial(chunks.size(), 0.0);
-      const bool f32 = all_grads.front().scalar_type() == at::kFloat;
-      detail::for_each_chunk(chunks, [&](const detail::Chunk& c) {
-        const auto t = static_cast<size_t>(c.tensor);
-        const size_t slot = static_cast<size_t>(&c - chunks.data());
-        partial[slot] = f32 ? detail::sum_squares(all_grads[t].data_ptr<float>() + c.begin, c.n)
-                            : detail::sum_squares(all_grads[t].data_ptr<double>() + c.begin, c.n);
-      });
-      double sum = 0;
-      for (const double s : partial) {
-        sum += s;
-      }
-      const double norm = std::abs(inv) * std::sqrt(sum);
-      clip = at::scalar_tensor(std::max(norm / max_norm, 1.0), at::kDouble);
-    } else {
-      std::vector<at::Tensor> norms;
-      for (const auto& g : all_grads) {
-        norms.push_back((inv_scale.defined() ? g * inv_scale.to(g.device()) : g).norm(2).to(all_grads.front().device()));
-      }
-      clip = at::clamp_min(at::linalg_vector_norm(at::stack(norms), 2) / max_norm, 1.0);
+  if (defaults.max_grad_norm().has_value() && !with_grad.empty()) {
+    at::Tensor norm = grad::grad_norm(with_grad);
+    if (inv_scale.defined()) {
+      norm = norm * inv_scale.abs().to(norm.device());
     }
+    clip = at::clamp_min(norm / *defaults.max_grad_norm(), 1.0);
   }
 
   for (size_t gi = 0; gi < param_groups_.size(); ++gi) {

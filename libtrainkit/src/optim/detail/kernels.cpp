@@ -279,6 +279,16 @@ TRAINKIT_MULTIVERSION void sum_squares2_f32(const float* a, const float* b, int6
 TRAINKIT_MULTIVERSION void sum_squares2_f64(const double* a, const double* b, int64_t n, double& sa, double& sb) {
   sum_squares2_loop(a, b, n, sa, sb);
 }
+TRAINKIT_MULTIVERSION void scale_f32(float* __restrict__ x, int64_t n, float c) {
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] *= c;
+  }
+}
+TRAINKIT_MULTIVERSION void scale_f64(double* __restrict__ x, int64_t n, double c) {
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] *= c;
+  }
+}
 TRAINKIT_MULTIVERSION double sum_squares_f32(const float* a, int64_t n) { return sum_squares_loop(a, n); }
 TRAINKIT_MULTIVERSION double sum_squares_f64(const double* a, int64_t n) { return sum_squares_loop(a, n); }
 TRAINKIT_MULTIVERSION double nonfinite_probe_f32(const float* x, int64_t n) { return nonfinite_probe_loop(x, n); }
@@ -329,6 +339,8 @@ void sum_squares2(const float* a, const float* b, int64_t n, double& sa, double&
 void sum_squares2(const double* a, const double* b, int64_t n, double& sa, double& sb) {
   sum_squares2_f64(a, b, n, sa, sb);
 }
+void scale(float* x, int64_t n, float c) { scale_f32(x, n, c); }
+void scale(double* x, int64_t n, double c) { scale_f64(x, n, c); }
 double sum_squares(const float* a, int64_t n) { return sum_squares_f32(a, n); }
 double sum_squares(const double* a, int64_t n) { return sum_squares_f64(a, n); }
 double nonfinite_probe(const float* x, int64_t n) { return nonfinite_probe_f32(x, n); }

@@ -72,6 +72,10 @@ void sgd_kernel(double* p, const double* g, double* buf, int64_t n, const SgdCoe
 /// Σa² and Σb² in double (eight independent accumulators each).
 void sum_squares2(const float* a, const float* b, int64_t n, double& sa, double& sb);
 void sum_squares2(const double* a, const double* b, int64_t n, double& sa, double& sb);
+/// x ← c·x (gradient clipping's rescale).
+void scale(float* x, int64_t n, float c);
+void scale(double* x, int64_t n, double c);
+
 /// Σa² in double.
 double sum_squares(const float* a, int64_t n);
 double sum_squares(const double* a, int64_t n);
