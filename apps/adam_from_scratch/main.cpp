@@ -11,8 +11,9 @@
 
 #include "trainkit/log/svg_plot.h"
 #include "trainkit/optim/adam.h"
-#include "trainkit/train/config.h"
-#include "trainkit/train/job.h"
+#include "trainkit/app/config.h"
+#include "trainkit/app/main.h"
+#include "trainkit/app/run.h"
 
 namespace {
 
@@ -25,7 +26,7 @@ double median(std::vector<double> v) {
 
 struct Run {
   std::string name;
-  trainkit::train::RunSetup setup;
+  trainkit::app::Run setup;  // only its data, model and optimizer: this app runs its own loop
   std::vector<double> loss;
   std::vector<double> step_ms;  // optimizer.step() only
 };
@@ -44,26 +45,28 @@ int main(int argc, char** argv) {
   app.add_option("--every", every, "Print the losses every N steps")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--out", out_prefix, "Write PREFIX.csv and PREFIX.svg (both loss curves)");
   CLI11_PARSE(app, argc, argv);
+  trainkit::app::set_log_level("info");
 
-  try {
-    const auto config = trainkit::train::load_config(config_path);
+  return trainkit::app::run_main([&] {
+    const auto config = trainkit::app::load_config(config_path);
     if (config.optimizer.name != "adam") {
-      throw trainkit::train::ConfigError(
+      throw trainkit::app::ConfigError(
           fmt::format("{}: optimizer.name must be \"adam\" for this comparison (got \"{}\")", config_path,
                       config.optimizer.name));
     }
     // Both setups are built with the config's seed: identical initial weights and data order.
-    Run ours{"trainkit::optim::Adam", trainkit::train::build_run_setup(config, config_path), {}, {}};
-    Run theirs{"torch::optim::Adam", trainkit::train::build_run_setup(config, config_path), {}, {}};
-    const auto& o = config.optimizer;
+    Run ours{"trainkit::optim::Adam", trainkit::app::build_run(config, config_path), {}, {}};
+    Run theirs{"torch::optim::Adam", trainkit::app::build_run(config, config_path), {}, {}};
+    const auto& o = static_cast<const trainkit::optim::AdamOptions&>(*config.optimizer.options);
+    theirs.setup.trainer.reset();  // it refers to the optimizer replaced next
     theirs.setup.optimizer = std::make_unique<torch::optim::Adam>(
-        theirs.setup.model->parameters(), torch::optim::AdamOptions(*o.lr)
-                                              .betas({(*o.betas)[0], (*o.betas)[1]})
-                                              .eps(*o.eps)
-                                              .weight_decay(*o.weight_decay)
-                                              .amsgrad(*o.amsgrad));
+        theirs.setup.model->parameters(), torch::optim::AdamOptions(o.lr())
+                                              .betas(o.betas())
+                                              .eps(o.eps())
+                                              .weight_decay(o.weight_decay())
+                                              .amsgrad(o.amsgrad()));
     fmt::print("{} steps, batch {}, lr {}, {} threads; optimizer.step() of the model's {} parameters\n", steps,
-               config.train.batch_size, *o.lr, torch::get_num_threads(),
+               config.train.batch_size, o.lr(), torch::get_num_threads(),
                [&] {
                  int64_t n = 0;
                  for (const auto& p : ours.setup.model->parameters()) {
@@ -130,12 +133,6 @@ int main(int argc, char** argv) {
       plot.save(out_prefix + ".svg");
       fmt::print("wrote {0}.csv and {0}.svg\n", out_prefix);
     }
-  } catch (const trainkit::train::ConfigError& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/main.h"
 #include "trainkit/amp/autocast.h"
 #include "trainkit/amp/grad_scaler.h"
 #include "trainkit/data/idx.h"
@@ -89,8 +90,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  trainkit::app::set_log_level("info");
 
-  try {
+  return trainkit::app::run_main([&] {
     if (device_name == "cuda" && !torch::cuda::is_available()) {
       std::fprintf(stderr, "amp: --device cuda but no CUDA device is available\n");
       return 2;
@@ -133,9 +135,6 @@ int main(int argc, char** argv) {
       fmt::print("{:>5} {:>10g} {:>8} {:>9}\n", s, scaler.get_scale(), scaler.get_growth_tracker(),
                  stepped ? "yes" : "SKIPPED");
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "amp: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

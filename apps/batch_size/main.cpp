@@ -12,9 +12,10 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include "trainkit/data/idx.h"
-#include "trainkit/train/config.h"
-#include "trainkit/train/job.h"
+#include "trainkit/app/config.h"
+#include "trainkit/app/jobs.h"
+#include "trainkit/app/main.h"
+#include "trainkit/app/run.h"
 #include "trainkit/train/trainer.h"
 #include "trainkit/tune/batch_size_finder.h"
 
@@ -42,20 +43,19 @@ struct SweepRow {
   double seconds_per_epoch = 0;
 };
 
-SweepRow sweep_one(const std::string& config_path, std::vector<std::string> overrides, int64_t batch_size) {
-  overrides.push_back(fmt::format("train.batch_size={}", batch_size));
-  const train::TrainConfig config = train::load_config(config_path, overrides);
-  train::RunSetup setup = train::build_run_setup(config, config_path);
-  train::Trainer trainer(setup.model, *setup.optimizer, train::TrainerOptions().epochs(config.train.epochs));
+SweepRow sweep_one(app::Config config, const std::string& config_path, int64_t batch_size) {
+  config.train.batch_size = batch_size;
+  app::Run run = app::build_run(config, config_path);
+  train::Trainer& trainer = *run.trainer;
   auto recorder = std::make_shared<EpochRecorder>();
   trainer.add_callback(recorder);
   const auto start = std::chrono::steady_clock::now();
-  trainer.fit(*setup.train, setup.val.get());
+  trainer.fit(*run.train, run.val.get());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   SweepRow row;
   row.batch_size = batch_size;
-  row.steps_per_epoch = setup.train->num_batches();
-  row.samples = setup.train->size();
+  row.steps_per_epoch = run.steps_per_epoch;
+  row.samples = run.train->size();
   row.train_loss = recorder->last ? recorder->last->train_loss : 0.0;
   if (recorder->last && recorder->last->val) {
     row.val_loss = recorder->last->val->loss;
@@ -101,12 +101,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-trials", max_trials, "Most trials")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--csv", csv_path, "Also write the sweep and the finder's trials to this CSV file");
   CLI11_PARSE(app, argc, argv);
-  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+  app::set_log_level("info");
   if (full) {
     overrides.insert(overrides.begin(), {"data.limit_train=0", "data.val_size=5000"});
   }
 
-  try {
+  return app::run_main([&] {
     std::ofstream csv;
     if (!csv_path.empty()) {
       csv.open(csv_path);
@@ -116,15 +116,15 @@ int main(int argc, char** argv) {
       csv << "part,mode,batch_size,fits,train_loss,val_loss,val_accuracy,seconds_per_epoch,samples_per_second,"
              "peak_mib\n";
     }
-    const train::TrainConfig config = train::load_config(config_path, overrides);
+    const app::Config config = app::load_config(config_path, overrides);
     if (!skip_sweep) {
       fmt::print("sweep: {}, {} epoch(s) per batch size, {} lr {}{}\n", config_path, config.train.epochs,
-                 config.optimizer.name, config.optimizer.lr.value_or(0.0),
+                 config.optimizer.name, config.optimizer.options->get_lr(),
                  config.data.val_size > 0 ? fmt::format(", {} validation images", config.data.val_size) : "");
       fmt::print("{:>10} {:>11} {:>11} {:>9} {:>8} {:>12} {:>10}\n", "batch size", "steps/epoch", "train loss",
                  "val loss", "val acc", "s per epoch", "samples/s");
       for (const int64_t size : sizes) {
-        const SweepRow r = sweep_one(config_path, overrides, size);
+        const SweepRow r = sweep_one(config, config_path, size);
         const double rate = r.seconds_per_epoch > 0 ? static_cast<double>(r.samples) / r.seconds_per_epoch : 0.0;
         fmt::print("{:>10} {:>11} {:>11.4f} {:>9.4f} {:>8.4f} {:>12.1f} {:>10.0f}\n", r.batch_size, r.steps_per_epoch,
                    r.train_loss, r.val_loss, r.val_accuracy, r.seconds_per_epoch, rate);
@@ -138,15 +138,13 @@ int main(int argc, char** argv) {
     }
     if (!skip_finder) {
       for (const std::string& mode : modes) {
-        train::BatchSizeJobOptions job;
-        job.config_path = config_path;
-        job.overrides = overrides;
+        app::BatchSizeJobOptions job;
         job.finder.mode(mode)
             .steps_per_trial(steps_per_trial)
             .init_val(init_val)
             .max_trials(max_trials)
             .memory_budget(static_cast<int64_t>(budget_mib * 1024 * 1024));
-        const auto r = train::run_batch_size_job(job);  // logs every trial
+        const auto r = app::run_batch_size_job(config, config_path, job);  // logs every trial
         fmt::print("answer ({}): batch size {}\n\n", mode, r.batch_size);
         if (csv) {
           for (const auto& t : r.trials) {
@@ -159,18 +157,6 @@ int main(int argc, char** argv) {
     if (csv) {
       fmt::print("wrote {}\n", csv_path);
     }
-  } catch (const train::ConfigError& e) {
-    spdlog::error("config: {}", e.what());
-    return 2;
-  } catch (const data::DataError& e) {
-    spdlog::error("data: {}", e.what());
-    return 1;
-  } catch (const c10::Error& e) {
-    spdlog::error("{}", e.what_without_backtrace());
-    return 1;
-  } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "trainkit/app/main.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/grad/accumulation.h"
@@ -38,8 +39,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--report-every", report_every, "Print every N steps")->capture_default_str()->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  trainkit::app::set_log_level("info");
 
-  try {
+  return trainkit::app::run_main([&] {
     // float64 so that the comparison shows the method's exactness rather than float32 summation order.
     auto train = trainkit::data::load_mnist_split(data_dir, true, steps * micro * accumulation);
     const at::Tensor x = train.images.to(torch::kFloat64);
@@ -89,9 +91,6 @@ int main(int argc, char** argv) {
                     max_param_diff(model_big, model_acc));
       }
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "grad_accum: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "trainkit/app/main.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/nn/models.h"
@@ -28,8 +29,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--checkpoint", checkpoint, "Write the model and optimizer here (atomically) after each epoch");
   CLI11_PARSE(app, argc, argv);
+  trainkit::app::set_log_level("info");
 
-  try {
+  return trainkit::app::run_main([&] {
     const auto train = trainkit::data::load_mnist_split(data_dir, true, limit_train);
     const auto test = trainkit::data::load_mnist_split(data_dir, false);
     trainkit::data::TensorLoader loader(train.images, train.labels,
@@ -75,9 +77,6 @@ int main(int argc, char** argv) {
         trainkit::train::save_checkpoint(checkpoint, archive);
       }
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hand_loop: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

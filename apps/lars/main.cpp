@@ -5,9 +5,10 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "trainkit/sched/factory.h"
-#include "trainkit/train/config.h"
-#include "trainkit/train/job.h"
+#include "trainkit/app/config.h"
+#include "trainkit/app/main.h"
+#include "trainkit/app/run.h"
+#include "trainkit/optim/lars.h"
 #include "trainkit/train/trainer.h"
 
 namespace {
@@ -27,20 +28,12 @@ struct Result {
   double test_acc = 0;
 };
 
-Result train(const trainkit::train::TrainConfig& config, const std::string& source) {
-  auto setup = trainkit::train::build_run_setup(config, source);
-  trainkit::train::Trainer trainer(setup.model, *setup.optimizer,
-                                   trainkit::train::TrainerOptions().epochs(config.train.epochs));
-  if (!config.scheduler.empty()) {
-    const auto built = trainkit::sched::make_scheduler(
-        config.scheduler, *setup.optimizer, source + ": [scheduler]",
-        trainkit::sched::SchedulerContext{config.train.epochs, setup.train->num_batches()});
-    trainer.set_scheduler(built.scheduler, built.interval == "step");
-  }
+Result train(const trainkit::app::Config& config, const std::string& source) {
+  trainkit::app::Run run = trainkit::app::build_run(config, source);
   Result r;
-  trainer.add_callback(r.log);
-  trainer.fit(*setup.train, setup.val.get());
-  r.test_acc = trainer.evaluate(*setup.test).accuracy;
+  run.trainer->add_callback(r.log);
+  run.trainer->fit(*run.train, run.val.get());
+  r.test_acc = run.trainer->evaluate(*run.test).accuracy;
   return r;
 }
 
@@ -53,18 +46,29 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "Training config with an [optimizer] of name \"lars\"")->capture_default_str();
   app.add_option("--set", overrides, "Override a config key: section.key=value (repeatable)");
   CLI11_PARSE(app, argc, argv);
-  try {
-    const auto lars = trainkit::train::load_config(config_path, overrides);
+  trainkit::app::set_log_level("info");
+  return trainkit::app::run_main([&] {
+    const auto lars = trainkit::app::load_config(config_path, overrides);
     if (lars.optimizer.name != "lars") {
-      throw trainkit::train::ConfigError(fmt::format("{}: optimizer.name must be \"lars\" (got \"{}\")", config_path,
+      throw trainkit::app::ConfigError(fmt::format("{}: optimizer.name must be \"lars\" (got \"{}\")", config_path,
                                                      lars.optimizer.name));
     }
+    // SGD with the same lr, momentum, dampening, nesterov, weight_decay, groups and schedule: LARS's values
+    // of the arguments SGD has, read by the optimizer registry.
     auto sgd = lars;
-    sgd.optimizer.name = "sgd";  // same lr, momentum, dampening, nesterov, weight_decay, groups and schedule
-    const auto& o = lars.optimizer;
+    trainkit::ArgTable shared;
+    for (const auto& [key, value] : trainkit::optim::optimizer_args(lars.optimizer)) {
+      if (key == "lr" || key == "momentum" || key == "dampening" || key == "nesterov" || key == "weight_decay" ||
+          key == "no_decay_1d") {
+        shared.emplace_back(key, value);
+      }
+    }
+    trainkit::ArgReader sgd_args(shared, config_path + " (LARS's arguments for SGD)");
+    sgd.optimizer = trainkit::optim::parse_optimizer("sgd", sgd_args);
+    const auto& o = static_cast<const trainkit::optim::LarsOptions&>(*lars.optimizer.options);
     fmt::print("batch {}, {} epochs, lr {}, momentum {}, weight_decay {}, trust_coefficient {}, no_decay_1d {}{}\n",
-               lars.train.batch_size, lars.train.epochs, *o.lr, *o.momentum, *o.weight_decay, *o.trust_coefficient,
-               o.no_decay_1d, lars.scheduler.empty() ? "" : ", with the config's [scheduler]");
+               lars.train.batch_size, lars.train.epochs, o.lr(), o.momentum(), o.weight_decay(), o.trust_coefficient(),
+               lars.optimizer.no_decay_1d, lars.scheduler ? ", with the config's [scheduler]" : "");
     fmt::print("training with LARS ...\n");
     const Result a = train(lars, config_path);
     fmt::print("training with SGD + momentum ...\n");
@@ -78,12 +82,6 @@ int main(int argc, char** argv) {
                  cell(a.log->val_acc, e, "{:.4f}"), cell(b.log->loss, e, "{:.4f}"), cell(b.log->val_acc, e, "{:.4f}"));
     }
     fmt::print("test accuracy: LARS {:.4f}, SGD {:.4f}\n", a.test_acc, b.test_acc);
-  } catch (const trainkit::train::ConfigError& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -8,8 +8,9 @@
 #include <torch/torch.h>
 
 #include "trainkit/optim/sgd.h"
-#include "trainkit/train/config.h"
-#include "trainkit/train/job.h"
+#include "trainkit/app/config.h"
+#include "trainkit/app/main.h"
+#include "trainkit/app/run.h"
 #include "trainkit/train/trainer.h"
 
 namespace {
@@ -63,16 +64,18 @@ struct Report : trainkit::train::Callback {
   }
 };
 
-double train(const trainkit::train::TrainConfig& config, const std::string& source, const std::vector<double>& lrs,
+double train(const trainkit::app::Config& config, const std::string& source, const std::vector<double>& lrs,
              int64_t decay_epoch) {
-  auto setup = trainkit::train::build_run_setup(config, source);  // same seed: same weights and data order
+  // Same seed: same weights and data order. The run's data and model are used; the optimizer with one
+  // param group per layer is built here, which is what this demo shows.
+  trainkit::app::Run setup = trainkit::app::build_run(config, source);
   auto groups = layer_groups(setup.model);
   if (!lrs.empty() && lrs.size() != groups.size()) {
-    throw trainkit::train::ConfigError(fmt::format("--lrs: the model has {} layer groups, got {} learning rates",
+    throw trainkit::app::ConfigError(fmt::format("--lrs: the model has {} layer groups, got {} learning rates",
                                                    groups.size(), lrs.size()));
   }
-  const auto& o = config.optimizer;
-  const auto base = trainkit::optim::SgdOptions(*o.lr).momentum(*o.momentum).weight_decay(*o.weight_decay);
+  const auto& o = static_cast<const trainkit::optim::SgdOptions&>(*config.optimizer.options);
+  const auto base = trainkit::optim::SgdOptions(o.lr()).momentum(o.momentum()).weight_decay(o.weight_decay());
   std::vector<torch::optim::OptimizerParamGroup> param_groups;
   auto report = std::make_shared<Report>();
   for (size_t i = 0; i < groups.size(); ++i) {
@@ -106,24 +109,19 @@ int main(int argc, char** argv) {
   app.add_option("--decay-epoch", decay_epoch, "Multiply every group's LR by 0.1 after this epoch (0 = never)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  try {
-    const auto config = trainkit::train::load_config(config_path, overrides);
+  trainkit::app::set_log_level("info");
+  return trainkit::app::run_main([&] {
+    const auto config = trainkit::app::load_config(config_path, overrides);
     if (config.optimizer.name != "sgd") {
-      throw trainkit::train::ConfigError(fmt::format("{}: optimizer.name must be \"sgd\" (got \"{}\")", config_path,
+      throw trainkit::app::ConfigError(fmt::format("{}: optimizer.name must be \"sgd\" (got \"{}\")", config_path,
                                                      config.optimizer.name));
     }
-    fmt::print("layer-wise LRs (trainkit::optim::Sgd, momentum {}, {} epochs, batch {}):\n", *config.optimizer.momentum,
+    fmt::print("layer-wise LRs (trainkit::optim::Sgd, momentum {}, {} epochs, batch {}):\n", static_cast<const trainkit::optim::SgdOptions&>(*config.optimizer.options).momentum(),
                config.train.epochs, config.train.batch_size);
     const double layerwise = train(config, config_path, lrs, decay_epoch);
-    fmt::print("one LR {:g} for every layer:\n", *config.optimizer.lr);
+    fmt::print("one LR {:g} for every layer:\n", config.optimizer.options->get_lr());
     const double uniform = train(config, config_path, {}, decay_epoch);
     fmt::print("test accuracy: layer-wise {:.4f}, single LR {:.4f}\n", layerwise, uniform);
-  } catch (const trainkit::train::ConfigError& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -1,5 +1,5 @@
 // lr_finder: the LR range test (Smith 2017) on a training config's model, optimizer and data, as
-// `trainkit lr-find` runs it (train::run_lr_find_job): prints the curve and the suggestions, writes
+// `trainkit lr-find` runs it (app::run_lr_find_job): prints the curve and the suggestions, writes
 // lr_find.csv and lr_find.svg, and the command that trains with the valley suggestion.
 #include <algorithm>
 #include <iostream>
@@ -8,21 +8,23 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "trainkit/train/config.h"
-#include "trainkit/train/job.h"
+#include "trainkit/app/config.h"
+#include "trainkit/app/jobs.h"
+#include "trainkit/app/main.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"LR range test on a Fashion-MNIST training config: curve, suggestions, CSV and SVG"};
-  trainkit::train::LrFindJobOptions options;
-  options.config_path = "configs/fashion_mnist.toml";
+  trainkit::app::LrFindJobOptions options;
+  std::string config_path = "configs/fashion_mnist.toml";
+  std::vector<std::string> overrides;
   options.out_dir = "lr_finder";
   double start_lr = options.finder.start_lr();
   double end_lr = options.finder.end_lr();
   int64_t num_iter = options.finder.num_iter();
   std::string step_mode = options.finder.step_mode();
   int64_t rows = 12;
-  app.add_option("--config", options.config_path, "Training config (model, optimizer, data)")->capture_default_str();
-  app.add_option("--set", options.overrides, "Override one key: section.key=value (repeatable)");
+  app.add_option("--config", config_path, "Training config (model, optimizer, data)")->capture_default_str();
+  app.add_option("--set", overrides, "Override one key: section.key=value (repeatable)");
   app.add_option("--out", options.out_dir, "Directory for lr_find.csv and lr_find.svg")->capture_default_str();
   app.add_option("--start-lr", start_lr, "First LR")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--end-lr", end_lr, "Last LR")->capture_default_str()->check(CLI::PositiveNumber);
@@ -31,11 +33,12 @@ int main(int argc, char** argv) {
   app.add_flag("--val", options.use_val, "Record the validation loss instead of the training loss");
   app.add_option("--rows", rows, "Rows of the printed curve")->capture_default_str()->check(CLI::Range(2, 1000));
   CLI11_PARSE(app, argc, argv);
-  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+  trainkit::app::set_log_level("info");
   options.finder.start_lr(start_lr).end_lr(end_lr).num_iter(num_iter).step_mode(step_mode);
 
-  try {
-    const auto result = trainkit::train::run_lr_find_job(options);
+  return trainkit::app::run_main([&] {
+    const auto config = trainkit::app::load_config(config_path, overrides);
+    const auto result = trainkit::app::run_lr_find_job(config, config_path, options);
     const auto& c = result.curve;
     fmt::print("\n{:>12} {:>10} {:>14}\n", "lr", "loss", "smoothed loss");
     const size_t n = c.lrs.size();
@@ -49,19 +52,13 @@ int main(int argc, char** argv) {
     }
     for (const auto& s : result.suggestions) {
       if (s.method == "valley") {
-        fmt::print("\ntrain with it:  trainkit train --config {} --set optimizer.lr={:.3g}\n", options.config_path, s.lr);
-        if (!trainkit::train::load_config(options.config_path, options.overrides).scheduler.empty()) {
+        fmt::print("\ntrain with it:  trainkit train --config {} --set optimizer.lr={:.3g}\n", config_path, s.lr);
+        if (config.scheduler) {
           fmt::print("(this config has a [scheduler], whose own LR settings drive the LR during training)\n");
         }
       }
     }
     fmt::print("wrote {0}/lr_find.csv and {0}/lr_find.svg\n", options.out_dir);
-  } catch (const trainkit::train::ConfigError& e) {
-    spdlog::error("config: {}", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "trainkit/app/main.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/dist/pipeline.h"
@@ -36,8 +37,9 @@ int main(int argc, char** argv) {
   app.add_option("--chunks", chunks, "Micro-batches per batch")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--hidden", hidden, "Width of the hidden layers")->capture_default_str()->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  trainkit::app::set_log_level("info");
 
-  try {
+  return trainkit::app::run_main([&] {
     const bool two_gpus = torch::cuda::is_available() && torch::cuda::device_count() >= 2;
     const std::vector<c10::Device> devices =
         two_gpus ? std::vector<c10::Device>{c10::Device("cuda:0"), c10::Device("cuda:1")}
@@ -93,9 +95,6 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "model_parallel: the pipeline diverged from the unsplit model\n");
       return 1;
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "model_parallel: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

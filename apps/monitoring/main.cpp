@@ -4,20 +4,18 @@
 // of inputs, and the run's hyperparameters with its final metrics in the HPARAMS tab).
 #include <filesystem>
 #include <iostream>
-#include <regex>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include "trainkit/data/idx.h"
+#include "trainkit/app/config.h"
+#include "trainkit/app/main.h"
+#include "trainkit/app/run.h"
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/summary_writer.h"
-#include "trainkit/sched/factory.h"
 #include "trainkit/train/callbacks.h"
-#include "trainkit/train/config.h"
-#include "trainkit/train/job.h"
 #include "trainkit/train/trainer.h"
 
 namespace {
@@ -54,13 +52,6 @@ class WeightsCallback : public train::Callback {
   std::shared_ptr<log::SummaryWriter> tb_;
 };
 
-/// The `type` of a [scheduler] table's TOML text ("none" when there is no scheduler).
-std::string scheduler_type(const std::string& toml_text) {
-  static const std::regex type_line(R"re((^|\n)\s*type\s*=\s*["']([^"']*)["'])re");
-  std::smatch m;
-  return std::regex_search(toml_text, m, type_line) ? m[2].str() : std::string("none");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,9 +71,9 @@ int main(int argc, char** argv) {
   app.add_flag("--full", full,
                "The whole data set (55k train / 5k validation / 10k test) for 12 epochs, as configs/fashion_mnist.toml");
   CLI11_PARSE(app, argc, argv);
-  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+  trainkit::app::set_log_level("info");
 
-  try {
+  return trainkit::app::run_main([&] {
     if (full) {
       overrides.insert(overrides.begin(), {"data.limit_train=0", "data.limit_test=0", "data.val_size=5000",
                                            "train.epochs=12"});
@@ -93,35 +84,28 @@ int main(int argc, char** argv) {
     if (max_steps >= 0) {
       overrides.push_back(fmt::format("train.max_steps={}", max_steps));
     }
-    const train::TrainConfig config = train::load_config(config_path, overrides);
+    const app::Config config = app::load_config(config_path, overrides);
     if (config.data.val_size == 0) {
-      throw train::ConfigError(config_path + ": monitoring tracks validation: data.val_size must be > 0");
+      throw app::ConfigError(config_path + ": monitoring tracks validation: data.val_size must be > 0");
     }
-    train::RunSetup setup = train::build_run_setup(config, config_path);
-    train::Trainer trainer(setup.model, *setup.optimizer,
-                           train::TrainerOptions().epochs(config.train.epochs).max_steps(config.train.max_steps));
-    if (!config.scheduler.empty()) {
-      auto built = sched::make_scheduler(config.scheduler, *setup.optimizer, config_path + ": [scheduler]",
-                                         sched::SchedulerContext{config.train.epochs, setup.train->num_batches()});
-      trainer.set_scheduler(built.scheduler, built.interval == "step");
-    }
-
-    fs::create_directories(out_dir);
-    auto metrics = std::make_shared<log::MetricsWriter>(out_dir, false);
-    auto tb = std::make_shared<log::SummaryWriter>(out_dir);
+    // Every config section applies ([grad], [amp], [checkpoint] included); TensorBoard is always on here.
+    app::Run run =
+        app::build_run(config, config_path, app::RunOptions().dir(out_dir).tensorboard(true).progress("lines"));
+    train::Trainer& trainer = *run.trainer;
+    const auto& tb = run.tensorboard;
+    const auto& metrics = run.metrics;
+    const auto& logging = run.logging;
     // A grid of the first 16 validation images, rescaled from the normalized values to [0, 1].
-    const at::Tensor grid = setup.val->batch(0).input.narrow(0, 0, std::min<int64_t>(16, setup.val->size())).cpu();
+    const at::Tensor grid = run.val->batch(0).input.narrow(0, 0, std::min<int64_t>(16, run.val->size())).cpu();
     tb->add_image("inputs/validation", (grid - grid.min()) / (grid.max() - grid.min()), 0, "NCHW");
-    auto logging = std::make_shared<train::LoggingCallback>(metrics, config.log.every_steps, false, tb);
     auto weights = std::make_shared<WeightsCallback>(tb);
-    trainer.add_callback(logging);
     trainer.add_callback(weights);
 
     spdlog::info("training the {} on {} train / {} validation / {} test images, {} epochs, batch {}, writing {}",
-                 config.model.name, setup.train->size(), setup.val->size(), setup.test->size(), config.train.epochs,
+                 config.model.name, run.train->size(), run.val->size(), run.test->size(), config.train.epochs,
                  config.train.batch_size, out_dir);
-    trainer.fit(*setup.train, setup.val.get());
-    const train::EvalResult test = trainer.evaluate(*setup.test);
+    trainer.fit(*run.train, run.val.get());
+    const train::EvalResult test = trainer.evaluate(*run.test);
 
     log::MetricRow row;
     row.kind = "test";
@@ -138,12 +122,12 @@ int main(int argc, char** argv) {
       final_metrics.emplace_back("hparam/val_accuracy", weights->epochs.back().val->accuracy);
     }
     tb->add_hparams({{"optimizer", config.optimizer.name},
-                     {"lr", config.optimizer.lr.value_or(0.0)},
+                     {"lr", config.optimizer.options->get_lr()},
                      {"batch_size", config.train.batch_size},
                      {"epochs", config.train.epochs},
                      {"dropout", config.model.dropout},
                      {"batch_norm", config.model.batch_norm},
-                     {"scheduler", scheduler_type(config.scheduler)}},
+                     {"scheduler", run.scheduler ? run.scheduler->scheduler->name() : std::string("none")}},
                     final_metrics, "hparams", trainer.state().step);
     tb->close();
     log::write_curves_svg((fs::path(out_dir) / "metrics.csv").string(), (fs::path(out_dir) / "curves.svg").string(),
@@ -161,18 +145,6 @@ int main(int argc, char** argv) {
     fmt::print("wrote {0}/metrics.csv, {0}/metrics.jsonl, {0}/curves.svg, TensorBoard events in {0} "
                "(tensorboard --logdir {0})\n",
                out_dir);
-  } catch (const train::ConfigError& e) {
-    spdlog::error("config: {}", e.what());
-    return 2;
-  } catch (const data::DataError& e) {
-    spdlog::error("data: {}", e.what());
-    return 1;
-  } catch (const c10::Error& e) {
-    spdlog::error("{}", e.what_without_backtrace());
-    return 1;
-  } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

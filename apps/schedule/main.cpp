@@ -11,6 +11,8 @@
 
 #include "trainkit/log/svg_plot.h"
 #include "trainkit/sched/cyclic.h"
+#include "trainkit/app/main.h"
+#include "trainkit/app/toml_args.h"
 #include "trainkit/sched/factory.h"
 
 namespace {
@@ -50,8 +52,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--quiet", quiet, "Do not print the CSV to stdout when --csv is not given");
   CLI11_PARSE(app, argc, argv);
+  trainkit::app::set_log_level("info");
 
-  try {
+  return trainkit::app::run_main([&] {
+    // The table is read and checked before anything is built.
+    const auto spec = trainkit::sched::parse_scheduler(trainkit::app::parse_toml(read_text(config), config), config);
     std::vector<torch::optim::OptimizerParamGroup> param_groups;
     for (int g = 0; g < groups; ++g) {
       const double group_lr = lr / std::pow(10.0, g);
@@ -70,8 +75,7 @@ int main(int argc, char** argv) {
     } else {
       opt = std::make_unique<torch::optim::Adam>(param_groups, torch::optim::AdamOptions(lr));
     }
-    const auto built = trainkit::sched::make_scheduler(read_text(config), *opt, config,
-                                                       trainkit::sched::SchedulerContext{1, steps});
+    const auto built = trainkit::sched::make_scheduler(spec, *opt, trainkit::sched::SchedulerContext{1, steps});
     auto& scheduler = *built.scheduler;
 
     // ReduceLROnPlateau needs a metric: a synthetic validation loss that improves, then plateaus, with noise.
@@ -134,9 +138,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %lld steps, lr %.6g -> %.6g (min %.6g, max %.6g)\n", scheduler.name().c_str(),
                  static_cast<long long>(steps), lrs[0].front(), lrs[0].back(),
                  *std::min_element(lrs[0].begin(), lrs[0].end()), *std::max_element(lrs[0].begin(), lrs[0].end()));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "schedule: %s\n", e.what());
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -10,38 +10,14 @@
 #if TRAINKIT_WITH_DISTRIBUTED
 #include "trainkit/dist/launch.h"
 #endif
-#include "trainkit/train/checkpoint.h"
-#include "trainkit/train/config.h"
-#include "trainkit/train/job.h"
+#include "trainkit/app/config.h"
+#include "trainkit/app/jobs.h"
+#include "trainkit/app/main.h"
 #include "trainkit/version.h"
 
 namespace {
 
-constexpr int kExitUsage = 2;
-
-/// Runs a job, mapping its errors to messages and exit codes (2: config or usage, 1: anything else).
-template <class Job>
-int run_job(Job job) {
-  try {
-    job();
-    return 0;
-  } catch (const trainkit::train::ConfigError& e) {
-    spdlog::error("config: {}", e.what());
-    return kExitUsage;
-  } catch (const trainkit::train::UsageError& e) {
-    spdlog::error("{}", e.what());
-    return kExitUsage;
-  } catch (const trainkit::data::DataError& e) {
-    spdlog::error("data: {}", e.what());
-  } catch (const trainkit::train::CheckpointError& e) {
-    spdlog::error("checkpoint: {}", e.what());
-  } catch (const c10::Error& e) {
-    spdlog::error("{}", e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
-  }
-  return 1;
-}
+using trainkit::app::kExitUsage;
 
 }  // namespace
 
@@ -53,7 +29,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 
-  trainkit::train::TrainJobOptions train_options;
+  trainkit::app::TrainJobOptions train_options;
   bool list_keys = false;
   auto* train = app.add_subcommand("train", "Train a model on Fashion-MNIST from a TOML config");
   train->add_option("--config", train_options.config_path, "TOML config file (e.g. configs/fashion_mnist.toml)");
@@ -65,14 +41,16 @@ int main(int argc, char** argv) {
   train->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 
-  trainkit::train::LrFindJobOptions lr_options;
+  std::string lr_config;
+  std::vector<std::string> lr_overrides;
+  trainkit::app::LrFindJobOptions lr_options;
   double start_lr = lr_options.finder.start_lr();
   double end_lr = lr_options.finder.end_lr();
   int64_t num_iter = lr_options.finder.num_iter();
   std::string step_mode = lr_options.finder.step_mode();
   auto* lr_find = app.add_subcommand("lr-find", "LR range test on a train config's model, optimizer and data");
-  lr_find->add_option("--config", lr_options.config_path, "TOML config file (e.g. configs/fashion_mnist.toml)");
-  lr_find->add_option("--set", lr_options.overrides, "Override one key: section.key=value (repeatable)");
+  lr_find->add_option("--config", lr_config, "TOML config file (e.g. configs/fashion_mnist.toml)");
+  lr_find->add_option("--set", lr_overrides, "Override one key: section.key=value (repeatable)");
   lr_find->add_option("--out", lr_options.out_dir, "Directory for lr_find.csv and lr_find.svg")->capture_default_str();
   lr_find->add_option("--start-lr", start_lr, "First LR")->capture_default_str();
   lr_find->add_option("--end-lr", end_lr, "Last LR")->capture_default_str();
@@ -82,7 +60,9 @@ int main(int argc, char** argv) {
   lr_find->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 
-  trainkit::train::BatchSizeJobOptions bs_options;
+  std::string bs_config;
+  std::vector<std::string> bs_overrides;
+  trainkit::app::BatchSizeJobOptions bs_options;
   std::string bs_mode = bs_options.finder.mode();
   int64_t bs_steps = bs_options.finder.steps_per_trial();
   int64_t bs_init = bs_options.finder.init_val();
@@ -90,8 +70,8 @@ int main(int argc, char** argv) {
   int64_t bs_max_val = 0;
   double bs_budget_mib = 1024;
   auto* batch_size = app.add_subcommand("batch-size", "Batch-size finder on a train config's model, optimizer and data");
-  batch_size->add_option("--config", bs_options.config_path, "TOML config file (e.g. configs/fashion_mnist.toml)");
-  batch_size->add_option("--set", bs_options.overrides, "Override one key: section.key=value (repeatable)");
+  batch_size->add_option("--config", bs_config, "TOML config file (e.g. configs/fashion_mnist.toml)");
+  batch_size->add_option("--set", bs_overrides, "Override one key: section.key=value (repeatable)");
   batch_size->add_option("--mode", bs_mode, "power, binsearch or throughput")
       ->capture_default_str()
       ->check(CLI::IsMember({"power", "binsearch", "throughput"}));
@@ -121,19 +101,21 @@ int main(int argc, char** argv) {
 #endif
 
   CLI11_PARSE(app, argc, argv);
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+  trainkit::app::set_log_level(log_level);
 
   if (train->parsed()) {
     if (list_keys) {
-      std::cout << trainkit::train::config_keys_markdown();
+      std::cout << trainkit::app::config_keys_markdown();
       return 0;
     }
     if (train_options.config_path.empty()) {
       std::cerr << "train: --config is required\nRun with --help for more information.\n";
       return kExitUsage;
     }
-    return run_job([&] { trainkit::train::run_train_job(train_options); });
+    return trainkit::app::run_main([&] {
+      trainkit::app::run_train_job(train_options);
+      return 0;
+    });
   }
 #if TRAINKIT_WITH_DISTRIBUTED
   if (launch->parsed()) {
@@ -150,26 +132,30 @@ int main(int argc, char** argv) {
   }
 #endif
   if (lr_find->parsed()) {
-    if (lr_options.config_path.empty()) {
+    if (lr_config.empty()) {
       std::cerr << "lr-find: --config is required\nRun with --help for more information.\n";
       return kExitUsage;
     }
     lr_options.finder.start_lr(start_lr).end_lr(end_lr).num_iter(num_iter).step_mode(step_mode);
-    return run_job([&] { trainkit::train::run_lr_find_job(lr_options); });
+    return trainkit::app::run_main([&] {
+      trainkit::app::run_lr_find_job(trainkit::app::load_config(lr_config, lr_overrides), lr_config, lr_options);
+      return 0;
+    });
   }
   if (batch_size->parsed()) {
-    if (bs_options.config_path.empty()) {
+    if (bs_config.empty()) {
       std::cerr << "batch-size: --config is required\nRun with --help for more information.\n";
       return kExitUsage;
     }
-    return run_job([&] {
+    return trainkit::app::run_main([&] {
       bs_options.finder.mode(bs_mode)
           .steps_per_trial(bs_steps)
           .init_val(bs_init)
           .max_trials(bs_max_trials)
           .max_val(bs_max_val)
           .memory_budget(static_cast<int64_t>(bs_budget_mib * 1024 * 1024));
-      trainkit::train::run_batch_size_job(bs_options);
+      trainkit::app::run_batch_size_job(trainkit::app::load_config(bs_config, bs_overrides), bs_config, bs_options);
+      return 0;
     });
   }
   return 0;

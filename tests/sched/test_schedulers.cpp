@@ -7,12 +7,25 @@
 #include <torch/torch.h>
 
 #include "support.h"
+#include "trainkit/app/toml_args.h"
 #include "trainkit/sched.h"
+#include "trainkit/sched/factory.h"
 
 using namespace trainkit::sched;
 using Catch::Matchers::Contains;
 
 namespace {
+
+/// The factory's two steps on a TOML table (as the application layer runs them).
+BuiltScheduler make_scheduler(const std::string& toml_text, torch::optim::Optimizer& opt, const std::string& where,
+                              const SchedulerContext& context = {}) {
+  return trainkit::sched::make_scheduler(parse_scheduler(trainkit::app::parse_toml(toml_text, where), where), opt,
+                                         context);
+}
+
+SchedulerSpec parse(const std::string& toml_text) {
+  return parse_scheduler(trainkit::app::parse_toml(toml_text, "cfg.toml"), "cfg.toml");
+}
 
 struct Setup {
   at::Tensor p0 = torch::zeros({3}, torch::kFloat64).requires_grad_();
@@ -227,4 +240,50 @@ TEST_CASE("the factory rejects unknown types and keys, naming the source and key
   const auto built = make_scheduler("type = \"OneCycleLR\"\nmax_lr = 0.1", *s.opt, "cfg", SchedulerContext{3, 10});
   CHECK(built.interval == "step");
   CHECK(dynamic_cast<OneCycleLR&>(*built.scheduler).total_steps() == 30);
+}
+
+TEST_CASE("parse_scheduler checks keys, types and values without an optimizer", "[sched][errors]") {
+  CHECK(parse("type = \"CosineAnnealingLR\"\nT_max = 3").interval == "epoch");
+  CHECK(parse("type = \"OneCycleLR\"\nmax_lr = 0.1").interval == "step");
+  CHECK_THROWS_AS(parse("type = \"StepLR\"\nstep_size = 0"), trainkit::ArgError);
+  CHECK_THROWS_WITH(parse("type = \"CyclicLR\"\nbase_lr = 0.1\nmax_lr = 0.01"),
+                    Contains("cfg.toml") && Contains("max_lr") && Contains("base_lr"));
+  CHECK_THROWS_WITH(parse("type = \"ReduceLROnPlateau\"\nfactor = 1.5"), Contains("factor"));
+  CHECK_THROWS_WITH(parse("type = \"OneCycleLR\"\nmax_lr = 0.1\npct_start = 2.0"), Contains("pct_start"));
+  CHECK_THROWS_WITH(parse("type = \"ReduceLROnPlateau\"\ninterval = \"step\""), Contains("interval must be"));
+  CHECK_THROWS_WITH(parse("type = \"SequentialLR\"\nmilestones = [2, 4]\n[[schedulers]]\ntype = \"ConstantLR\"\n"
+                          "[[schedulers]]\ntype = \"ExponentialLR\"\ngamma = 0.9\n"),
+                    Contains("milestones"));
+  CHECK_THROWS_WITH(parse("type = \"ChainedScheduler\"\n[[schedulers]]\ntype = \"StepLR\"\nstep_size = -1\n"),
+                    Contains("cfg.toml.schedulers[0]") && Contains("step_size"));
+  // What needs the optimizer or the run length is found when building, named by the table.
+  Setup s("adam");
+  const auto unknown_length = parse("type = \"WarmupCosine\"\nwarmup_steps = 2");
+  CHECK_THROWS_WITH(trainkit::sched::make_scheduler(unknown_length, *s.opt), Contains("cfg.toml") && Contains("total_steps"));
+  CHECK_THROWS_WITH(trainkit::sched::make_scheduler(parse("type = \"OneCycleLR\"\nmax_lr = [0.1, 0.2, 0.3]"), *s.opt),
+                    Contains("cfg.toml") && Contains("max_lr"));
+}
+
+TEST_CASE("a user's own scheduler type registers with the factory", "[sched][factory]") {
+  register_scheduler("HalvingLR", "epoch", [](trainkit::ArgReader& args, const std::string&) -> SchedulerMaker {
+    const int64_t every = args.required_integer("every");
+    if (every < 1) {
+      args.fail("every", "an integer >= 1");
+    }
+    return [every](torch::optim::Optimizer& opt, const SchedulerContext&) {
+      return std::make_shared<StepLR>(opt, StepLROptions(every).gamma(0.5));
+    };
+  });
+  Setup s("sgd");
+  auto built = make_scheduler("type = \"HalvingLR\"\nevery = 2", *s.opt, "mine.toml");
+  CHECK(built.interval == "epoch");
+  built.scheduler->step();
+  built.scheduler->step();
+  CHECK(built.scheduler->get_last_lr()[0] == Approx(0.05));
+  CHECK_THROWS_WITH(make_scheduler("type = \"HalvingLR\"\nevery = 0", *s.opt, "mine.toml"),
+                    Contains("mine.toml: every: expected an integer >= 1, got 0"));
+  CHECK_THROWS_WITH(make_scheduler("type = \"HalvingLR\"\nevery = 2\ngamma = 3", *s.opt, "mine.toml"),
+                    Contains("unknown key 'gamma'"));
+  const auto types = scheduler_types();
+  CHECK(std::find(types.begin(), types.end(), "HalvingLR") != types.end());
 }

@@ -3,6 +3,4 @@
 /// Training: Trainer and hooks, checkpoints, the config and the `trainkit train` job.
 #include "trainkit/train/callbacks.h"
 #include "trainkit/train/checkpoint.h"
-#include "trainkit/train/config.h"
-#include "trainkit/train/job.h"
 #include "trainkit/train/trainer.h"

@@ -17,10 +17,14 @@ int64_t py_mod(int64_t a, int64_t b) {
 
 }  // namespace
 
+void CosineAnnealingLR::validate(const CosineAnnealingLROptions& o) {
+  check_arg(o.T_max() >= 1, "CosineAnnealingLR", "T_max", static_cast<double>(o.T_max()), "must be >= 1");
+  check_arg(o.eta_min() >= 0, "CosineAnnealingLR", "eta_min", o.eta_min(), "must be >= 0");
+}
+
 CosineAnnealingLR::CosineAnnealingLR(torch::optim::Optimizer& optimizer, CosineAnnealingLROptions options)
     : LRScheduler(optimizer), options_(options) {
-  check_arg(options_.T_max() >= 1, name(), "T_max", static_cast<double>(options_.T_max()), "must be >= 1");
-  check_arg(options_.eta_min() >= 0, name(), "eta_min", options_.eta_min(), "must be >= 0");
+  validate(options_);
   initial_step();
 }
 
@@ -58,12 +62,16 @@ std::optional<std::vector<double>> CosineAnnealingLR::closed_form_lr() const {
   return lrs;
 }
 
+void CosineAnnealingWarmRestarts::validate(const CosineAnnealingWarmRestartsOptions& o) {
+  check_arg(o.T_0() >= 1, "CosineAnnealingWarmRestarts", "T_0", static_cast<double>(o.T_0()), "must be >= 1");
+  check_arg(o.T_mult() >= 1, "CosineAnnealingWarmRestarts", "T_mult", static_cast<double>(o.T_mult()), "must be >= 1");
+  check_arg(o.eta_min() >= 0, "CosineAnnealingWarmRestarts", "eta_min", o.eta_min(), "must be >= 0");
+}
+
 CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(torch::optim::Optimizer& optimizer,
                                                          CosineAnnealingWarmRestartsOptions options)
     : LRScheduler(optimizer), options_(options), T_i_(options.T_0()) {
-  check_arg(options_.T_0() >= 1, name(), "T_0", static_cast<double>(options_.T_0()), "must be >= 1");
-  check_arg(options_.T_mult() >= 1, name(), "T_mult", static_cast<double>(options_.T_mult()), "must be >= 1");
-  check_arg(options_.eta_min() >= 0, name(), "eta_min", options_.eta_min(), "must be >= 0");
+  validate(options_);
   initial_step();
 }
 
@@ -106,15 +114,19 @@ void CosineAnnealingWarmRestarts::load_extra(torch::serialize::InputArchive& arc
   T_cur_ = t.item<int64_t>();
 }
 
+void WarmupCosine::validate(const WarmupCosineOptions& o) {
+  check_arg(o.warmup_steps() >= 0, "WarmupCosine", "warmup_steps", static_cast<double>(o.warmup_steps()),
+            "must be >= 0");
+  check_arg(o.total_steps() > o.warmup_steps(), "WarmupCosine", "total_steps",
+            static_cast<double>(o.total_steps()), "must be > warmup_steps");
+  check_arg(o.warmup_start_factor() >= 0 && o.warmup_start_factor() <= 1, "WarmupCosine",
+            "warmup_start_factor", o.warmup_start_factor(), "must be in [0, 1]");
+  check_arg(o.eta_min() >= 0, "WarmupCosine", "eta_min", o.eta_min(), "must be >= 0");
+}
+
 WarmupCosine::WarmupCosine(torch::optim::Optimizer& optimizer, WarmupCosineOptions options)
     : LRScheduler(optimizer), options_(options) {
-  check_arg(options_.warmup_steps() >= 0, name(), "warmup_steps", static_cast<double>(options_.warmup_steps()),
-            "must be >= 0");
-  check_arg(options_.total_steps() > options_.warmup_steps(), name(), "total_steps",
-            static_cast<double>(options_.total_steps()), "must be > warmup_steps");
-  check_arg(options_.warmup_start_factor() >= 0 && options_.warmup_start_factor() <= 1, name(),
-            "warmup_start_factor", options_.warmup_start_factor(), "must be in [0, 1]");
-  check_arg(options_.eta_min() >= 0, name(), "eta_min", options_.eta_min(), "must be >= 0");
+  validate(options_);
   initial_step();
 }
 

@@ -89,38 +89,42 @@ void set_cyclable_momentum(torch::optim::OptimizerParamGroup& group, double mome
   }
 }
 
+void CyclicLR::validate(const CyclicLROptions& o) {
+  // Per-group values broadcast when one side has a single value; the group count is checked on construction.
+  const auto& base = o.base_lr();
+  const auto& max = o.max_lr();
+  const size_t n = std::max(base.size(), max.size());
+  for (size_t i = 0; i < n; ++i) {
+    const double b = base.empty() ? 0.0 : base[base.size() == 1 ? 0 : std::min(i, base.size() - 1)];
+    const double m = max.empty() ? 0.0 : max[max.size() == 1 ? 0 : std::min(i, max.size() - 1)];
+    check_arg(b >= 0, "CyclicLR", "base_lr", b, "must be >= 0");
+    check_arg(m >= b, "CyclicLR", "max_lr", m, "must be >= base_lr");
+  }
+  check_arg(o.step_size_up() >= 1, "CyclicLR", "step_size_up", static_cast<double>(o.step_size_up()), "must be >= 1");
+  check_arg(o.step_size_down() >= 0, "CyclicLR", "step_size_down", static_cast<double>(o.step_size_down()),
+            "must be >= 0 (0 = step_size_up)");
+  check_arg(o.gamma() > 0, "CyclicLR", "gamma", o.gamma(), "must be > 0");
+  if (o.scale_fn()) {
+    if (o.scale_mode() != "cycle" && o.scale_mode() != "iterations") {
+      throw std::invalid_argument("CyclicLR: invalid scale_mode: " + o.scale_mode() + " (\"cycle\" or \"iterations\")");
+    }
+  } else if (o.mode() != "triangular" && o.mode() != "triangular2" && o.mode() != "exp_range") {
+    throw std::invalid_argument("CyclicLR: invalid mode: " + o.mode() +
+                                " (\"triangular\", \"triangular2\" or \"exp_range\", or give scale_fn)");
+  }
+}
+
 CyclicLR::CyclicLR(torch::optim::Optimizer& optimizer, CyclicLROptions options)
     : LRScheduler(optimizer), options_(std::move(options)) {
+  validate(options_);
   const size_t n = num_groups();
   const std::vector<double> base = per_group(options_.base_lr(), n, name(), "base_lr");
   max_lrs_ = per_group(options_.max_lr(), n, name(), "max_lr");
-  for (size_t i = 0; i < n; ++i) {
-    check_arg(base[i] >= 0, name(), "base_lr", base[i], "must be >= 0");
-    check_arg(max_lrs_[i] >= base[i], name(), "max_lr", max_lrs_[i], "must be >= base_lr");
-  }
-  check_arg(options_.step_size_up() >= 1, name(), "step_size_up", static_cast<double>(options_.step_size_up()),
-            "must be >= 1");
-  check_arg(options_.step_size_down() >= 0, name(), "step_size_down",
-            static_cast<double>(options_.step_size_down()), "must be >= 0 (0 = step_size_up)");
-  check_arg(options_.gamma() > 0, name(), "gamma", options_.gamma(), "must be > 0");
   const double up = static_cast<double>(options_.step_size_up());
   const double down = options_.step_size_down() > 0 ? static_cast<double>(options_.step_size_down()) : up;
   total_size_ = up + down;
   step_ratio_ = up / total_size_;
-  if (options_.scale_fn()) {
-    if (options_.scale_mode() != "cycle" && options_.scale_mode() != "iterations") {
-      throw std::invalid_argument("CyclicLR: invalid scale_mode: " + options_.scale_mode() +
-                                  " (\"cycle\" or \"iterations\")");
-    }
-    scale_by_cycle_ = options_.scale_mode() == "cycle";
-  } else if (options_.mode() == "triangular" || options_.mode() == "triangular2") {
-    scale_by_cycle_ = true;
-  } else if (options_.mode() == "exp_range") {
-    scale_by_cycle_ = false;
-  } else {
-    throw std::invalid_argument("CyclicLR: invalid mode: " + options_.mode() +
-                                " (\"triangular\", \"triangular2\" or \"exp_range\", or give scale_fn)");
-  }
+  scale_by_cycle_ = options_.scale_fn() ? options_.scale_mode() == "cycle" : options_.mode() != "exp_range";
   for (size_t i = 0; i < n; ++i) {
     optimizer_.param_groups()[i].options().set_lr(base[i]);
   }
@@ -172,6 +176,18 @@ std::vector<double> CyclicLR::get_lr() {
   return lrs;
 }
 
+void OneCycleLR::validate(const OneCycleLROptions& o) {
+  for (const double m : o.max_lr()) {
+    check_arg(m > 0, "OneCycleLR", "max_lr", m, "must be > 0");
+  }
+  check_arg(o.pct_start() >= 0 && o.pct_start() <= 1, "OneCycleLR", "pct_start", o.pct_start(), "must be in [0, 1]");
+  if (o.anneal_strategy() != "cos" && o.anneal_strategy() != "linear") {
+    throw std::invalid_argument("OneCycleLR: invalid anneal_strategy: " + o.anneal_strategy() + " (\"cos\" or \"linear\")");
+  }
+  check_arg(o.div_factor() > 0, "OneCycleLR", "div_factor", o.div_factor(), "must be > 0");
+  check_arg(o.final_div_factor() > 0, "OneCycleLR", "final_div_factor", o.final_div_factor(), "must be > 0");
+}
+
 OneCycleLR::OneCycleLR(torch::optim::Optimizer& optimizer, OneCycleLROptions options)
     : LRScheduler(optimizer), options_(std::move(options)) {
   if (options_.total_steps() > 0) {
@@ -184,14 +200,8 @@ OneCycleLR::OneCycleLR(torch::optim::Optimizer& optimizer, OneCycleLROptions opt
         "steps_per_epoch {})",
         options_.total_steps(), options_.epochs(), options_.steps_per_epoch()));
   }
+  validate(options_);
   const double pct = options_.pct_start();
-  check_arg(pct >= 0 && pct <= 1, name(), "pct_start", pct, "must be in [0, 1]");
-  if (options_.anneal_strategy() != "cos" && options_.anneal_strategy() != "linear") {
-    throw std::invalid_argument("OneCycleLR: invalid anneal_strategy: " + options_.anneal_strategy() +
-                                " (\"cos\" or \"linear\")");
-  }
-  check_arg(options_.div_factor() > 0, name(), "div_factor", options_.div_factor(), "must be > 0");
-  check_arg(options_.final_div_factor() > 0, name(), "final_div_factor", options_.final_div_factor(), "must be > 0");
   enum { kInitial, kMax, kMin, kMaxMomentum, kBaseMomentum };
   const double total = static_cast<double>(total_steps_);
   if (options_.three_phase()) {
@@ -206,7 +216,6 @@ OneCycleLR::OneCycleLR(torch::optim::Optimizer& optimizer, OneCycleLROptions opt
   const std::vector<double> max_lrs = per_group(options_.max_lr(), n, name(), "max_lr");
   values_.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    check_arg(max_lrs[i] > 0, name(), "max_lr", max_lrs[i], "must be > 0");
     const double initial = max_lrs[i] / options_.div_factor();
     values_[i] = {initial, max_lrs[i], initial / options_.final_div_factor(), 0.0, 0.0};
     set_initial_lr(i, initial);

@@ -62,10 +62,14 @@ std::vector<double> MultiplicativeLR::get_lr() {
   return map_lrs(group_lrs(), [this](size_t i, double lr) { return lr * lambdas_[i](last_epoch_); });
 }
 
+void StepLR::validate(const StepLROptions& o) {
+  check_arg(o.step_size() >= 1, "StepLR", "step_size", static_cast<double>(o.step_size()), "must be >= 1");
+  check_arg(o.gamma() >= 0, "StepLR", "gamma", o.gamma(), "must be >= 0");
+}
+
 StepLR::StepLR(torch::optim::Optimizer& optimizer, StepLROptions options)
     : LRScheduler(optimizer), options_(options) {
-  check_arg(options_.step_size() >= 1, name(), "step_size", static_cast<double>(options_.step_size()), "must be >= 1");
-  check_arg(options_.gamma() >= 0, name(), "gamma", options_.gamma(), "must be >= 0");
+  validate(options_);
   initial_step();
 }
 
@@ -82,12 +86,16 @@ std::optional<std::vector<double>> StepLR::closed_form_lr() const {
   });
 }
 
+void MultiStepLR::validate(const MultiStepLROptions& o) {
+  check_arg(o.gamma() >= 0, "MultiStepLR", "gamma", o.gamma(), "must be >= 0");
+  for (const int64_t m : o.milestones()) {
+    check_arg(m >= 0, "MultiStepLR", "milestone", static_cast<double>(m), "must be >= 0");
+  }
+}
+
 MultiStepLR::MultiStepLR(torch::optim::Optimizer& optimizer, MultiStepLROptions options)
     : LRScheduler(optimizer), options_(std::move(options)) {
-  check_arg(options_.gamma() >= 0, name(), "gamma", options_.gamma(), "must be >= 0");
-  for (const int64_t m : options_.milestones()) {
-    check_arg(m >= 0, name(), "milestone", static_cast<double>(m), "must be >= 0");
-  }
+  validate(options_);
   std::sort(options_.milestones().begin(), options_.milestones().end());
   initial_step();
 }
@@ -111,12 +119,16 @@ std::optional<std::vector<double>> MultiStepLR::closed_form_lr() const {
   });
 }
 
+void ConstantLR::validate(const ConstantLROptions& o) {
+  check_arg(o.factor() >= 0 && o.factor() <= 1, "ConstantLR", "factor", o.factor(),
+            "must be in [0, 1]");
+  check_arg(o.total_iters() >= 0, "ConstantLR", "total_iters", static_cast<double>(o.total_iters()),
+            "must be >= 0");
+}
+
 ConstantLR::ConstantLR(torch::optim::Optimizer& optimizer, ConstantLROptions options)
     : LRScheduler(optimizer), options_(options) {
-  check_arg(options_.factor() >= 0 && options_.factor() <= 1, name(), "factor", options_.factor(),
-            "must be in [0, 1]");
-  check_arg(options_.total_iters() >= 0, name(), "total_iters", static_cast<double>(options_.total_iters()),
-            "must be >= 0");
+  validate(options_);
   initial_step();
 }
 
@@ -135,14 +147,18 @@ std::optional<std::vector<double>> ConstantLR::closed_form_lr() const {
   return map_lrs(base_lrs_, [f](size_t, double base) { return base * f; });
 }
 
+void LinearLR::validate(const LinearLROptions& o) {
+  check_arg(o.start_factor() > 0 && o.start_factor() <= 1, "LinearLR", "start_factor",
+            o.start_factor(), "must be in (0, 1]");
+  check_arg(o.end_factor() >= 0 && o.end_factor() <= 1, "LinearLR", "end_factor", o.end_factor(),
+            "must be in [0, 1]");
+  check_arg(o.total_iters() >= 1, "LinearLR", "total_iters", static_cast<double>(o.total_iters()),
+            "must be >= 1");
+}
+
 LinearLR::LinearLR(torch::optim::Optimizer& optimizer, LinearLROptions options)
     : LRScheduler(optimizer), options_(options) {
-  check_arg(options_.start_factor() > 0 && options_.start_factor() <= 1, name(), "start_factor",
-            options_.start_factor(), "must be in (0, 1]");
-  check_arg(options_.end_factor() >= 0 && options_.end_factor() <= 1, name(), "end_factor", options_.end_factor(),
-            "must be in [0, 1]");
-  check_arg(options_.total_iters() >= 1, name(), "total_iters", static_cast<double>(options_.total_iters()),
-            "must be >= 1");
+  validate(options_);
   initial_step();
 }
 
@@ -169,9 +185,13 @@ std::optional<std::vector<double>> LinearLR::closed_form_lr() const {
   });
 }
 
+void ExponentialLR::validate(const ExponentialLROptions& o) {
+  check_arg(o.gamma() >= 0, "ExponentialLR", "gamma", o.gamma(), "must be >= 0");
+}
+
 ExponentialLR::ExponentialLR(torch::optim::Optimizer& optimizer, ExponentialLROptions options)
     : LRScheduler(optimizer), options_(options) {
-  check_arg(options_.gamma() >= 0, name(), "gamma", options_.gamma(), "must be >= 0");
+  validate(options_);
   initial_step();
 }
 
@@ -188,11 +208,15 @@ std::optional<std::vector<double>> ExponentialLR::closed_form_lr() const {
   });
 }
 
+void PolynomialLR::validate(const PolynomialLROptions& o) {
+  check_arg(o.total_iters() >= 1, "PolynomialLR", "total_iters", static_cast<double>(o.total_iters()),
+            "must be >= 1");
+  check_arg(std::isfinite(o.power()), "PolynomialLR", "power", o.power(), "must be finite");
+}
+
 PolynomialLR::PolynomialLR(torch::optim::Optimizer& optimizer, PolynomialLROptions options)
     : LRScheduler(optimizer), options_(options) {
-  check_arg(options_.total_iters() >= 1, name(), "total_iters", static_cast<double>(options_.total_iters()),
-            "must be >= 1");
-  check_arg(std::isfinite(options_.power()), name(), "power", options_.power(), "must be finite");
+  validate(options_);
   initial_step();
 }
 

@@ -9,20 +9,27 @@
 
 namespace trainkit::sched {
 
-ReduceLROnPlateau::ReduceLROnPlateau(torch::optim::Optimizer& optimizer, ReduceLROnPlateauOptions options)
-    : LRScheduler(optimizer), options_(std::move(options)) {
-  if (options_.mode() != "min" && options_.mode() != "max") {
-    throw std::invalid_argument("ReduceLROnPlateau: invalid mode: " + options_.mode() + " (\"min\" or \"max\")");
+void ReduceLROnPlateau::validate(const ReduceLROnPlateauOptions& o) {
+  if (o.mode() != "min" && o.mode() != "max") {
+    throw std::invalid_argument("ReduceLROnPlateau: invalid mode: " + o.mode() + " (\"min\" or \"max\")");
   }
-  if (options_.threshold_mode() != "rel" && options_.threshold_mode() != "abs") {
-    throw std::invalid_argument("ReduceLROnPlateau: invalid threshold_mode: " + options_.threshold_mode() +
+  if (o.threshold_mode() != "rel" && o.threshold_mode() != "abs") {
+    throw std::invalid_argument("ReduceLROnPlateau: invalid threshold_mode: " + o.threshold_mode() +
                                 " (\"rel\" or \"abs\")");
   }
-  check_arg(options_.factor() >= 0 && options_.factor() < 1, name(), "factor", options_.factor(), "must be in [0, 1)");
-  check_arg(options_.patience() >= 0, name(), "patience", static_cast<double>(options_.patience()), "must be >= 0");
-  check_arg(options_.threshold() >= 0, name(), "threshold", options_.threshold(), "must be >= 0");
-  check_arg(options_.cooldown() >= 0, name(), "cooldown", static_cast<double>(options_.cooldown()), "must be >= 0");
-  check_arg(options_.eps() >= 0, name(), "eps", options_.eps(), "must be >= 0");
+  check_arg(o.factor() >= 0 && o.factor() < 1, "ReduceLROnPlateau", "factor", o.factor(), "must be in [0, 1)");
+  check_arg(o.patience() >= 0, "ReduceLROnPlateau", "patience", static_cast<double>(o.patience()), "must be >= 0");
+  check_arg(o.threshold() >= 0, "ReduceLROnPlateau", "threshold", o.threshold(), "must be >= 0");
+  check_arg(o.cooldown() >= 0, "ReduceLROnPlateau", "cooldown", static_cast<double>(o.cooldown()), "must be >= 0");
+  check_arg(o.eps() >= 0, "ReduceLROnPlateau", "eps", o.eps(), "must be >= 0");
+  for (const double v : o.min_lr()) {
+    check_arg(v >= 0, "ReduceLROnPlateau", "min_lr", v, "must be >= 0");
+  }
+}
+
+ReduceLROnPlateau::ReduceLROnPlateau(torch::optim::Optimizer& optimizer, ReduceLROnPlateauOptions options)
+    : LRScheduler(optimizer), options_(std::move(options)) {
+  validate(options_);
   const auto& m = options_.min_lr();
   if (m.size() == 1) {
     min_lrs_.assign(num_groups(), m[0]);
@@ -31,9 +38,6 @@ ReduceLROnPlateau::ReduceLROnPlateau(torch::optim::Optimizer& optimizer, ReduceL
   } else {
     throw std::invalid_argument(
         fmt::format("ReduceLROnPlateau: expected {} min_lrs (one per param group), got {}", num_groups(), m.size()));
-  }
-  for (const double v : min_lrs_) {
-    check_arg(v >= 0, name(), "min_lr", v, "must be >= 0");
   }
   best_ = options_.mode() == "min" ? std::numeric_limits<double>::infinity()
                                    : -std::numeric_limits<double>::infinity();

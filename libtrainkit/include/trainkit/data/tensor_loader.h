@@ -55,6 +55,10 @@ class TensorLoader {
   int64_t shard_size() const;
   /// The options given at construction.
   const TensorLoaderOptions& options() const { return options_; }
+  /// All inputs (every shard), as given at construction.
+  const at::Tensor& inputs() const { return inputs_; }
+  /// All targets (every shard), as given at construction.
+  const at::Tensor& targets() const { return targets_; }
 
  private:
   at::Tensor inputs_;

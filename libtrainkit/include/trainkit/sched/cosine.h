@@ -22,6 +22,9 @@ struct CosineAnnealingLROptions {
 /// oscillating with period 2·T_max, exactly as PyTorch does.
 class CosineAnnealingLR : public LRScheduler {
  public:
+  /// Throws std::invalid_argument naming the option and value unless `options` is valid; needs no optimizer
+  /// (the constructor runs it, and so does the scheduler factory's parse step).
+  static void validate(const CosineAnnealingLROptions& options);
   CosineAnnealingLR(torch::optim::Optimizer& optimizer, CosineAnnealingLROptions options);
   std::string name() const override { return "CosineAnnealingLR"; }
 
@@ -48,6 +51,9 @@ struct CosineAnnealingWarmRestartsOptions {
 /// period T_i multiplied by T_mult.
 class CosineAnnealingWarmRestarts : public LRScheduler {
  public:
+  /// Throws std::invalid_argument naming the option and value unless `options` is valid; needs no optimizer
+  /// (the constructor runs it, and so does the scheduler factory's parse step).
+  static void validate(const CosineAnnealingWarmRestartsOptions& options);
   CosineAnnealingWarmRestarts(torch::optim::Optimizer& optimizer, CosineAnnealingWarmRestartsOptions options);
   std::string name() const override { return "CosineAnnealingWarmRestarts"; }
   void step() override;
@@ -81,6 +87,9 @@ struct WarmupCosineOptions {
 /// eta_min + (base - eta_min)(1 + cos(π·(t - warmup)/(total - warmup)))/2 until total_steps, then eta_min.
 class WarmupCosine : public LRScheduler {
  public:
+  /// Throws std::invalid_argument naming the option and value unless `options` is valid; needs no optimizer
+  /// (the constructor runs it, and so does the scheduler factory's parse step).
+  static void validate(const WarmupCosineOptions& options);
   WarmupCosine(torch::optim::Optimizer& optimizer, WarmupCosineOptions options);
   std::string name() const override { return "WarmupCosine"; }
 

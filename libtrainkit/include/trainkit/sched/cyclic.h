@@ -63,6 +63,9 @@ struct CyclicLROptions {
 /// Cyclical LR between base_lr and max_lr with a triangle wave, optionally scaled per cycle or step.
 class CyclicLR : public LRScheduler {
  public:
+  /// Throws std::invalid_argument naming the option and value unless `options` is valid; needs no optimizer
+  /// (the constructor runs it, and so does the scheduler factory's parse step).
+  static void validate(const CyclicLROptions& options);
   CyclicLR(torch::optim::Optimizer& optimizer, CyclicLROptions options);
   std::string name() const override { return "CyclicLR"; }
 
@@ -113,6 +116,9 @@ struct OneCycleLROptions {
 /// total_steps throws std::invalid_argument.
 class OneCycleLR : public LRScheduler {
  public:
+  /// Throws std::invalid_argument naming the option and value unless `options` is valid; needs no optimizer
+  /// (the constructor runs it, and so does the scheduler factory's parse step).
+  static void validate(const OneCycleLROptions& options);
   OneCycleLR(torch::optim::Optimizer& optimizer, OneCycleLROptions options);
   std::string name() const override { return "OneCycleLR"; }
   /// Steps in the cycle.

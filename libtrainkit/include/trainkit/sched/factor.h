@@ -57,6 +57,9 @@ struct StepLROptions {
 /// lr = base_lr · gamma^⌊epoch / step_size⌋.
 class StepLR : public LRScheduler {
  public:
+  /// Throws std::invalid_argument naming the option and value unless `options` is valid; needs no optimizer
+  /// (the constructor runs it, and so does the scheduler factory's parse step).
+  static void validate(const StepLROptions& options);
   StepLR(torch::optim::Optimizer& optimizer, StepLROptions options);
   std::string name() const override { return "StepLR"; }
 
@@ -80,6 +83,9 @@ struct MultiStepLROptions {
 /// lr = base_lr · gamma^(number of milestones <= epoch).
 class MultiStepLR : public LRScheduler {
  public:
+  /// Throws std::invalid_argument naming the option and value unless `options` is valid; needs no optimizer
+  /// (the constructor runs it, and so does the scheduler factory's parse step).
+  static void validate(const MultiStepLROptions& options);
   MultiStepLR(torch::optim::Optimizer& optimizer, MultiStepLROptions options);
   std::string name() const override { return "MultiStepLR"; }
 
@@ -102,6 +108,9 @@ struct ConstantLROptions {
 /// lr = base_lr · factor for epoch < total_iters, then base_lr.
 class ConstantLR : public LRScheduler {
  public:
+  /// Throws std::invalid_argument naming the option and value unless `options` is valid; needs no optimizer
+  /// (the constructor runs it, and so does the scheduler factory's parse step).
+  static void validate(const ConstantLROptions& options);
   ConstantLR(torch::optim::Optimizer& optimizer, ConstantLROptions options = {});
   std::string name() const override { return "ConstantLR"; }
 
@@ -126,6 +135,9 @@ struct LinearLROptions {
 /// Linear warmup (or decay): lr = base_lr · (start + (end - start) · min(epoch, total_iters) / total_iters).
 class LinearLR : public LRScheduler {
  public:
+  /// Throws std::invalid_argument naming the option and value unless `options` is valid; needs no optimizer
+  /// (the constructor runs it, and so does the scheduler factory's parse step).
+  static void validate(const LinearLROptions& options);
   LinearLR(torch::optim::Optimizer& optimizer, LinearLROptions options = {});
   std::string name() const override { return "LinearLR"; }
 
@@ -147,6 +159,9 @@ struct ExponentialLROptions {
 /// lr = base_lr · gamma^epoch.
 class ExponentialLR : public LRScheduler {
  public:
+  /// Throws std::invalid_argument naming the option and value unless `options` is valid; needs no optimizer
+  /// (the constructor runs it, and so does the scheduler factory's parse step).
+  static void validate(const ExponentialLROptions& options);
   ExponentialLR(torch::optim::Optimizer& optimizer, ExponentialLROptions options);
   std::string name() const override { return "ExponentialLR"; }
 
@@ -169,6 +184,9 @@ struct PolynomialLROptions {
 /// lr = base_lr · (1 - min(epoch, total_iters) / total_iters)^power.
 class PolynomialLR : public LRScheduler {
  public:
+  /// Throws std::invalid_argument naming the option and value unless `options` is valid; needs no optimizer
+  /// (the constructor runs it, and so does the scheduler factory's parse step).
+  static void validate(const PolynomialLROptions& options);
   PolynomialLR(torch::optim::Optimizer& optimizer, PolynomialLROptions options = {});
   std::string name() const override { return "PolynomialLR"; }
 

@@ -1,13 +1,19 @@
 #pragma once
 /// @file
-/// Builds schedulers from TOML tables whose keys are PyTorch's argument names, e.g.
+/// Builds schedulers from named arguments whose keys are PyTorch's argument names, e.g.
 /// `type = "CosineAnnealingLR"`, `T_max = 100`, `eta_min = 1e-5`; SequentialLR and ChainedScheduler take
-/// their members as `[[schedulers]]` tables. Used by `trainkit train` (`[scheduler]`) and `apps/schedule`.
+/// their members as an array of tables `schedulers`. Two steps: parse_scheduler() reads and checks every
+/// key, type and value without an optimizer (so a bad table fails before any work starts), and
+/// make_scheduler() builds the parsed scheduler for an optimizer once the run's length is known.
+/// One registry entry per type; register_scheduler() adds a user's own.
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "trainkit/args.h"
 #include "trainkit/sched/scheduler.h"
 
 namespace trainkit::sched {
@@ -18,22 +24,45 @@ struct SchedulerContext {
   int64_t steps_per_epoch = 0;  ///< optimizer steps per epoch (0 = unknown)
 };
 
-/// A scheduler built from a table, and when to step it.
-struct BuiltScheduler {
-  std::shared_ptr<LRScheduler> scheduler;
+/// Builds one parsed scheduler for an optimizer; `interval` is the spec's.
+using SchedulerMaker = std::function<std::shared_ptr<LRScheduler>(torch::optim::Optimizer& optimizer,
+                                                                   const SchedulerContext& context)>;
+
+/// A scheduler table, read and checked: keys, types and value ranges (each scheduler's `validate`).
+struct SchedulerSpec {
+  std::string type;      ///< PyTorch's class name, e.g. "CosineAnnealingLR"
   /// "step" (after every optimizer step) or "epoch" (after every epoch); key `interval`, defaulting to
   /// "step" for CyclicLR, OneCycleLR and WarmupCosine and "epoch" for the others.
   std::string interval;
+  std::string where;     ///< where the table came from, for errors found when building
+  SchedulerMaker make;   ///< builds it (options already read)
 };
 
-/// Builds the scheduler described by the TOML table `toml_text` for `optimizer`. Unknown types or keys,
-/// wrong types and invalid values throw std::invalid_argument naming `source` and the key.
-/// Without total_steps, OneCycleLR and WarmupCosine run for the whole run (`context`), counted in the
-/// scheduler's interval.
-BuiltScheduler make_scheduler(const std::string& toml_text, torch::optim::Optimizer& optimizer,
-                              const std::string& source, const SchedulerContext& context = {});
+/// A scheduler built from a spec, and when to step it.
+struct BuiltScheduler {
+  std::shared_ptr<LRScheduler> scheduler;
+  std::string interval;  ///< "step" or "epoch"
+};
 
-/// The `type` names make_scheduler accepts.
+/// Reads and checks a scheduler table; `where` names it in errors (e.g. "train.toml: [scheduler]").
+/// Unknown types or keys, wrong types, missing or invalid values throw ArgError naming `where` and the key.
+SchedulerSpec parse_scheduler(const ArgTable& table, const std::string& where);
+
+/// Builds `spec` for `optimizer`. Without total_steps, OneCycleLR and WarmupCosine run for the whole run
+/// (`context`), counted in the scheduler's interval. Problems that need the optimizer or the run length
+/// (values per param group, a missing momentum, an unknown length) throw ArgError naming spec.where.
+BuiltScheduler make_scheduler(const SchedulerSpec& spec, torch::optim::Optimizer& optimizer,
+                              const SchedulerContext& context = {});
+
+/// How one scheduler type reads its arguments: it reads every key it knows from `args` (the caller rejects
+/// the rest) and returns the maker. `interval` is the resolved interval of the outer table.
+using SchedulerReader = std::function<SchedulerMaker(ArgReader& args, const std::string& interval)>;
+
+/// Registers a scheduler type for parse_scheduler (e.g. a user's own). `default_interval` is "step" or
+/// "epoch". Replaces an existing entry of the same type.
+void register_scheduler(const std::string& type, const std::string& default_interval, SchedulerReader reader);
+
+/// The `type` names parse_scheduler accepts, in registration order.
 std::vector<std::string> scheduler_types();
 
 }  // namespace trainkit::sched

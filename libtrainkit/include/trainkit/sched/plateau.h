@@ -37,6 +37,9 @@ struct ReduceLROnPlateauOptions {
 /// improvement of the metric given to step(metric).
 class ReduceLROnPlateau : public LRScheduler {
  public:
+  /// Throws std::invalid_argument naming the option and value unless `options` is valid; needs no optimizer
+  /// (the constructor runs it, and so does the scheduler factory's parse step).
+  static void validate(const ReduceLROnPlateauOptions& options);
   ReduceLROnPlateau(torch::optim::Optimizer& optimizer, ReduceLROnPlateauOptions options = {});
   std::string name() const override { return "ReduceLROnPlateau"; }
   /// Always throws std::logic_error: the plateau scheduler needs the metric.

@@ -1,0 +1,74 @@
+#pragma once
+/// @file
+/// The `trainkit` CLI's jobs (application layer): `train` (a TOML config in, a run directory out),
+/// `lr-find` and `batch-size`.
+///
+/// Run directory: `config.toml` (the effective config), `metrics.csv`, `metrics.jsonl`,
+/// `checkpoints/ckpt-<step>.tkpt`, `curves.svg` and `summary.json`.
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "trainkit/app/config.h"
+#include "trainkit/app/run.h"
+#include "trainkit/tune/batch_size_finder.h"
+#include "trainkit/tune/lr_finder.h"
+
+namespace trainkit::app {
+
+/// What `trainkit train` was asked to do.
+struct TrainJobOptions {
+  std::string config_path;             ///< TOML config file
+  std::vector<std::string> overrides;  ///< `section.key=value` applied after the file
+  std::string out_dir;                 ///< run directory; empty = runs/<config name>-<time>
+  std::string resume;                  ///< "" (fresh run), "auto" (newest good checkpoint in out_dir) or a path
+};
+
+/// What the job measured (also written to summary.json).
+struct TrainJobResult {
+  std::string run_dir;
+  double test_accuracy = 0;
+  double test_loss = 0;
+  int64_t epochs = 0;  ///< completed epochs
+  int64_t steps = 0;
+  double wall_seconds = 0;
+  double train_samples_per_second = 0;
+  bool finished = false;  ///< all configured epochs done (not stopped by max_steps)
+};
+
+/// Validates the config and the run directory before writing anything, trains, evaluates on the test
+/// set and writes the run directory. Throws ConfigError / UsageError (nothing written),
+/// data::DataError, CheckpointError.
+TrainJobResult run_train_job(const TrainJobOptions& options);
+
+/// What `trainkit lr-find` was asked to do (beyond the training config).
+struct LrFindJobOptions {
+  std::string out_dir = "lr_find";     ///< where lr_find.csv and lr_find.svg go
+  tune::LRFinderOptions finder;        ///< range-test settings
+  bool use_val = false;                ///< record the validation loss instead of the training loss
+};
+
+/// The curve and the suggestions (steepest, valley, minimum/10; those that exist).
+struct LrFindJobResult {
+  tune::LRFinderResult curve;
+  std::vector<tune::Suggestion> suggestions;
+};
+
+/// Runs the LR range test on the model, optimizer and data of `config` (read from `source`) and writes
+/// lr_find.csv and lr_find.svg to out_dir. Throws like run_train_job.
+LrFindJobResult run_lr_find_job(const Config& config, const std::string& source, const LrFindJobOptions& options);
+
+/// What `trainkit batch-size` was asked to do (beyond the training config).
+struct BatchSizeJobOptions {
+  tune::BatchSizeFinderOptions finder;  ///< search settings; memory_budget is ignored on CUDA (real OOM)
+};
+
+/// Runs the batch-size finder on the model, optimizer and training split of `config` (the validation split
+/// excluded) and logs every trial. Throws like run_train_job.
+tune::BatchSizeFinderResult run_batch_size_job(const Config& config, const std::string& source,
+                                               const BatchSizeJobOptions& options);
+
+}  // namespace trainkit::app

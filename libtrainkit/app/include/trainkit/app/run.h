@@ -1,0 +1,86 @@
+#pragma once
+/// @file
+/// One function builds a training run from a Config: data, model, optimizer, scheduler, and a Trainer with
+/// clipping, accumulation, autocast, GradScaler, DDP, checkpoints and logging, as the config says. The CLI
+/// and every app that trains use it, so every app honours every config section.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <torch/arg.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/optim/optimizer.h>
+
+#include "trainkit/app/config.h"
+#include "trainkit/data/tensor_loader.h"
+#include "trainkit/features.h"
+#include "trainkit/log/metrics.h"
+#include "trainkit/log/summary_writer.h"
+#include "trainkit/sched/factory.h"
+#include "trainkit/train/callbacks.h"
+#include "trainkit/train/checkpoint.h"
+#include "trainkit/train/trainer.h"
+#if TRAINKIT_WITH_DISTRIBUTED
+#include "trainkit/dist/ddp.h"
+#include "trainkit/dist/process_group.h"
+#endif
+
+namespace trainkit::app {
+
+/// Raised for command-line misuse that is not a config key (e.g. a run directory that already holds a
+/// run without --resume); apps exit with code 2, like for ConfigError.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// How build_run wires the run beyond the config.
+struct RunOptions {
+  /// Run directory for metrics.csv/jsonl, checkpoints/ and TensorBoard events (main rank only); empty =
+  /// nothing is written and no logging or checkpoint callback is added.
+  TORCH_ARG(std::string, dir) = "";
+  /// Append to an existing metrics.csv (a resumed run).
+  TORCH_ARG(bool, append_metrics) = false;
+  /// Write TensorBoard events even when the config's log.tensorboard is false.
+  TORCH_ARG(bool, tensorboard) = false;
+  /// Console progress: "config" (log.progress), "bar" or "lines".
+  TORCH_ARG(std::string, progress) = "config";
+  /// Join the process group that `trainkit launch`/torchrun describe in the environment (WORLD_SIZE > 1):
+  /// the training loader yields this rank's shard and the model is wrapped in DDP.
+  TORCH_ARG(bool, distributed) = false;
+};
+
+/// A training run: its parts are ready to use and owned here (the Trainer refers to the model and the
+/// optimizer, so a Run is moved, never copied).
+struct Run {
+  torch::Device device = torch::kCPU;
+  int64_t rank = 0;        ///< this process's rank (0 when not distributed)
+  int64_t world_size = 1;  ///< ranks in the job
+  std::unique_ptr<data::TensorLoader> train;
+  std::unique_ptr<data::TensorLoader> val;  ///< null when data.val_size is 0
+  std::unique_ptr<data::TensorLoader> test;
+  torch::nn::Sequential model{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::optional<sched::BuiltScheduler> scheduler;  ///< built with the real steps per epoch
+  int64_t steps_per_epoch = 0;                     ///< optimizer steps per epoch (accumulation included)
+  std::unique_ptr<train::Trainer> trainer;         ///< with scheduler, clipping, AMP and callbacks attached
+  std::shared_ptr<train::CheckpointManager> checkpoints;  ///< null without a run directory
+  std::shared_ptr<log::MetricsWriter> metrics;            ///< main rank with a run directory
+  std::shared_ptr<log::SummaryWriter> tensorboard;        ///< when TensorBoard is on
+  std::shared_ptr<train::LoggingCallback> logging;        ///< main rank with a run directory
+#if TRAINKIT_WITH_DISTRIBUTED
+  std::shared_ptr<dist::ProcessGroup> group;               ///< set when distributed
+  std::unique_ptr<dist::DistributedDataParallel> ddp;     ///< set when distributed
+#endif
+  /// True on the rank that logs and writes files.
+  bool main_rank() const { return rank == 0; }
+};
+
+/// Loads the data, seeds, builds model, optimizer, scheduler and Trainer of `config` and attaches what
+/// the config asks for; errors name `source` (the config file). Throws ConfigError, UsageError (e.g. CUDA
+/// requested but absent), data::DataError.
+Run build_run(const Config& config, const std::string& source, const RunOptions& options = {});
+
+}  // namespace trainkit::app

@@ -1,0 +1,403 @@
+#include "trainkit/app/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "trainkit/amp/grad_scaler.h"
+#include "trainkit/app/toml_args.h"
+#include "trainkit/dist/ddp.h"
+#include "trainkit/dist/process_group.h"
+#include "trainkit/nn/models.h"
+
+namespace trainkit::app {
+namespace {
+
+/// Where a value came from, for error messages: "FILE: section.key" or "--set section.key=...".
+using Where = std::string;
+
+[[noreturn]] void fail(const Where& where, const std::string& expected, const ArgValue& value) {
+  const std::string line = value.line() > 0 ? fmt::format(" (line {})", value.line()) : "";
+  throw ConfigError(fmt::format("{}: expected {}, got {}{}", where, expected, value.to_string(), line));
+}
+
+constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+int64_t as_int(const ArgValue& n, const Where& w, int64_t lo, int64_t hi = kNoMax) {
+  const std::string expected = hi == kNoMax ? fmt::format("an integer >= {}", lo)
+                                            : fmt::format("an integer in [{}, {}]", lo, hi);
+  const auto* v = n.get_if<int64_t>();
+  if (v == nullptr || *v < lo || *v > hi) {
+    fail(w, expected, n);
+  }
+  return *v;
+}
+
+/// A float (integers accepted) in [lo, hi], or (lo, hi] when `lo_open`, or [lo, hi) when `hi_open`.
+double as_float(const ArgValue& n, const Where& w, double lo, double hi, bool lo_open = false,
+                bool hi_open = false) {
+  std::string expected = "a number";
+  if (std::isfinite(lo) && std::isfinite(hi)) {
+    expected = fmt::format("a number in {}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
+  } else if (std::isfinite(lo)) {
+    expected = fmt::format("a number {} {}", lo_open ? ">" : ">=", lo);
+  }
+  const auto x = n.as_number();
+  const bool ok = x && std::isfinite(*x) && (lo_open ? *x > lo : *x >= lo) && (hi_open ? *x < hi : *x <= hi);
+  if (!ok) {
+    fail(w, expected, n);
+  }
+  return *x;
+}
+
+double as_norm_type(const ArgValue& n, const Where& w) {
+  if (const auto* f = n.get_if<double>(); f != nullptr && std::isinf(*f) && *f > 0) {
+    return *f;
+  }
+  return as_float(n, w, 0.0, kInf, true);
+}
+
+bool as_bool(const ArgValue& n, const Where& w) {
+  const auto* v = n.get_if<bool>();
+  if (v == nullptr) {
+    fail(w, "true or false", n);
+  }
+  return *v;
+}
+
+std::string as_string(const ArgValue& n, const Where& w) {
+  const auto* v = n.get_if<std::string>();
+  if (v == nullptr) {
+    fail(w, "a string", n);
+  }
+  return *v;
+}
+
+std::string as_choice(const ArgValue& n, const Where& w, const std::vector<std::string>& choices) {
+  const auto* v = n.get_if<std::string>();
+  const std::string expected = fmt::format("one of \"{}\"", fmt::join(choices, "\", \""));
+  if (v == nullptr || std::find(choices.begin(), choices.end(), *v) == choices.end()) {
+    fail(w, expected, n);
+  }
+  return *v;
+}
+
+std::vector<int64_t> as_positive_ints(const ArgValue& n, const Where& w) {
+  const auto* a = n.get_if<ArgValue::Array>();
+  const std::string expected = "a non-empty array of integers >= 1";
+  if (a == nullptr || a->empty()) {
+    fail(w, expected, n);
+  }
+  std::vector<int64_t> out;
+  for (const auto& e : *a) {
+    const auto* i = e.get_if<int64_t>();
+    if (i == nullptr || *i < 1) {
+      fail(w, expected, n);
+    }
+    out.push_back(*i);
+  }
+  return out;
+}
+
+// TOML literals for the effective config.
+std::string lit(int64_t v) { return ArgValue(v).to_string(); }
+std::string lit(bool v) { return ArgValue(v).to_string(); }
+std::string lit(double v) { return ArgValue(v).to_string(); }
+std::string lit(const std::string& v) { return ArgValue(v).to_string(); }
+std::string lit(const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+
+/// One documented key of the plain sections: how to read it into a Config and how to print it back.
+struct Key {
+  std::string section;
+  std::string name;
+  std::string type;
+  std::string doc;
+  std::function<void(Config&, const ArgValue&, const Where&)> read;
+  std::function<std::string(const Config&)> show;
+};
+
+// Each key is written once: section, member, type text, doc and the expression that reads `n` at `w`.
+#define TRAINKIT_KEY(section, member, type, doc, expr)                                              \
+  Key {                                                                                             \
+    #section, #member, type, doc,                                                                   \
+        [](Config& c, const ArgValue& n, const Where& w) { c.section.member = (expr); },           \
+        [](const Config& c) { return lit(c.section.member); }                                       \
+  }
+
+const std::vector<Key>& keys() {
+  static const std::vector<Key> table = {
+      TRAINKIT_KEY(data, dir, "string", "Directory with the (gzip'd) IDX files", as_string(n, w)),
+      TRAINKIT_KEY(data, val_size, "integer >= 0",
+                   "Training examples held out (from the end of the training file) for validation",
+                   as_int(n, w, 0)),
+      TRAINKIT_KEY(data, limit_train, "integer >= 0", "Use only the first N training examples (0 = all)",
+                   as_int(n, w, 0)),
+      TRAINKIT_KEY(data, limit_test, "integer >= 0", "Use only the first N test examples (0 = all)",
+                   as_int(n, w, 0)),
+      TRAINKIT_KEY(model, name, "\"cnn\" or \"mlp\"", "Network: conv blocks + MLP head, or a plain MLP",
+                   as_choice(n, w, {"cnn", "mlp"})),
+      TRAINKIT_KEY(model, channels, "array of integers >= 1",
+                   "cnn: output channels of each 3x3 conv block (each halves the resolution)",
+                   as_positive_ints(n, w)),
+      TRAINKIT_KEY(model, hidden, "integer >= 1", "Width of the hidden fully connected layer",
+                   as_int(n, w, 1)),
+      TRAINKIT_KEY(model, dropout, "number in [0, 1)", "Dropout before each fully connected layer",
+                   as_float(n, w, 0.0, 1.0, false, true)),
+      TRAINKIT_KEY(model, batch_norm, "boolean", "cnn: batch normalization after each convolution",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(train, epochs, "integer >= 1", "Passes over the training set", as_int(n, w, 1)),
+      TRAINKIT_KEY(train, batch_size, "integer >= 1", "Training batch size (per rank when distributed)",
+                   as_int(n, w, 1)),
+      TRAINKIT_KEY(train, eval_batch_size, "integer >= 1", "Batch size for validation and test",
+                   as_int(n, w, 1)),
+      TRAINKIT_KEY(train, seed, "integer >= 0", "Seed of initialization, dropout and data order",
+                   as_int(n, w, 0)),
+      TRAINKIT_KEY(train, max_steps, "integer >= 0", "Stop after this many optimizer steps (0 = no limit)",
+                   as_int(n, w, 0)),
+      TRAINKIT_KEY(train, threads, "integer >= 0", "Intra-op threads (0 = LibTorch's default)",
+                   as_int(n, w, 0)),
+      TRAINKIT_KEY(train, device, "\"cpu\" or \"cuda\"", "Device to train on", as_choice(n, w, {"cpu", "cuda"})),
+      TRAINKIT_KEY(grad, accumulation_steps, "integer >= 1",
+                   "Micro-batches (of train.batch_size) accumulated into one optimizer step", as_int(n, w, 1)),
+      TRAINKIT_KEY(grad, clip_norm, "number >= 0", "Clip the total gradient norm to this (0 = off)",
+                   as_float(n, w, 0.0, kInf)),
+      TRAINKIT_KEY(grad, norm_type, "number > 0 or inf", "Order of the clipped norm", as_norm_type(n, w)),
+      TRAINKIT_KEY(grad, clip_value, "number >= 0", "Clamp gradient elements to [-v, v] (0 = off)",
+                   as_float(n, w, 0.0, kInf)),
+      TRAINKIT_KEY(amp, enabled, "boolean", "Run forward passes under autocast (mixed precision)", as_bool(n, w)),
+      TRAINKIT_KEY(amp, dtype, "\"bfloat16\" or \"float16\"",
+                   "Autocast dtype (CPU: bfloat16, float16; CUDA: both)", as_choice(n, w, {"bfloat16", "float16"})),
+      TRAINKIT_KEY(amp, grad_scaler, "boolean", "Scale the loss with a GradScaler (for float16)", as_bool(n, w)),
+      TRAINKIT_KEY(amp, init_scale, "number > 0", "GradScaler's initial scale", as_float(n, w, 0.0, kInf, true)),
+      TRAINKIT_KEY(amp, growth_interval, "integer >= 1", "GradScaler: clean steps before the scale grows",
+                   as_int(n, w, 1)),
+      TRAINKIT_KEY(checkpoint, every_steps, "integer >= 0",
+                   "Also checkpoint every N steps (0 = only at epoch ends and at the end)", as_int(n, w, 0)),
+      TRAINKIT_KEY(checkpoint, keep_last, "integer >= 1", "Checkpoints kept; older ones are deleted",
+                   as_int(n, w, 1)),
+      TRAINKIT_KEY(log, every_steps, "integer >= 1", "Steps between metric rows and console lines",
+                   as_int(n, w, 1)),
+      TRAINKIT_KEY(log, progress, "\"auto\" or \"bar\" or \"lines\"",
+                   "Console: a progress bar (auto: when stderr is a terminal) or plain lines",
+                   as_choice(n, w, {"auto", "bar", "lines"})),
+      TRAINKIT_KEY(log, tensorboard, "boolean", "Also write TensorBoard event files into the run directory",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(distributed, backend, "\"auto\" or \"gloo\" or \"nccl\"",
+                   "Under `trainkit launch`/torchrun: c10d backend (auto: Gloo, NCCL for CUDA)",
+                   as_choice(n, w, {"auto", "gloo", "nccl"})),
+      TRAINKIT_KEY(distributed, timeout, "number > 0",
+                   "Seconds a collective (or the rendezvous) waits for the other ranks before failing",
+                   as_float(n, w, 0.0, kInf, true)),
+      TRAINKIT_KEY(distributed, bucket_cap_mb, "number > 0",
+                   "DDP gradient bucket size in MiB (train.batch_size is per rank)", as_float(n, w, 0.0, kInf, true)),
+  };
+  return table;
+}
+#undef TRAINKIT_KEY
+
+const Key* find_key(const std::string& section, const std::string& name) {
+  for (const auto& k : keys()) {
+    if (k.section == section && k.name == name) {
+      return &k;
+    }
+  }
+  return nullptr;
+}
+
+/// The tables of a config file, in the order the effective config prints them.
+const std::vector<std::string>& sections() {
+  static const std::vector<std::string> names = {"data", "model", "optimizer", "train", "grad", "amp",
+                                                 "checkpoint", "log", "distributed", "scheduler"};
+  return names;
+}
+
+std::vector<std::string> known_names(const std::string& section) {
+  std::vector<std::string> out;
+  for (const auto& k : keys()) {
+    if (k.section == section) {
+      out.push_back(k.name);
+    }
+  }
+  return out;
+}
+
+/// The table `section` of `root`, created when absent.
+ArgTable& section_table(ArgTable& root, const std::string& section) {
+  if (find_arg(root, section) == nullptr) {
+    set_arg(root, section, ArgTable{});
+  }
+  auto* table = const_cast<ArgTable*>(find_arg(root, section)->get_if<ArgTable>());
+  return *table;
+}
+
+/// Applies one `--set section.key=value` to the document; remembers where the value came from.
+void apply_override(ArgTable& root, const std::string& text, std::map<std::string, Where>& origin) {
+  const Where where = fmt::format("--set {}", text);
+  const auto eq = text.find('=');
+  if (eq == std::string::npos) {
+    throw ConfigError(fmt::format("{}: expected section.key=value", where));
+  }
+  const std::string path = text.substr(0, eq);
+  const auto dot = path.find('.');
+  if (dot == std::string::npos) {
+    throw ConfigError(fmt::format("{}: key '{}' must be section.key", where, path));
+  }
+  const std::string section = path.substr(0, dot);
+  const std::string name = path.substr(dot + 1);
+  const bool open_table = section == "optimizer" || section == "scheduler";  // their readers know their keys
+  if (!open_table && find_key(section, name) == nullptr) {
+    throw ConfigError(fmt::format("{}: unknown key '{}'", where, path));
+  }
+  set_arg(section_table(root, section), name, parse_toml_value(text.substr(eq + 1)));
+  origin[path] = where;
+}
+
+/// Reads the plain sections (everything but [optimizer] and [scheduler]) into `config`.
+void read_plain_sections(Config& config, const ArgTable& root, const std::string& source,
+                         const std::map<std::string, Where>& origin) {
+  for (const auto& [section, value] : root) {
+    if (std::find(sections().begin(), sections().end(), section) == sections().end()) {
+      throw ConfigError(fmt::format("{}: unknown table or key '{}' (line {}); known tables: [{}]", source, section,
+                                    value.line(), fmt::join(sections(), "], [")));
+    }
+    const auto* table = value.get_if<ArgTable>();
+    if (table == nullptr) {
+      throw ConfigError(fmt::format("{}: '{}' must be a table [{}]", source, section, section));
+    }
+    if (section == "optimizer" || section == "scheduler") {
+      continue;
+    }
+    for (const auto& [name, node] : *table) {
+      const Key* key = find_key(section, name);
+      if (key == nullptr) {
+        throw ConfigError(fmt::format("{}: unknown key '{}.{}' (line {}); known keys in [{}]: {}", source, section,
+                                      name, node.line(), section, fmt::join(known_names(section), ", ")));
+      }
+      const auto it = origin.find(section + "." + name);
+      key->read(config, node, it != origin.end() ? it->second : fmt::format("{}: {}.{}", source, section, name));
+    }
+  }
+}
+
+}  // namespace
+
+Config::Config() {
+  const nn::CnnOptions cnn;
+  model.channels = cnn.channels();
+  model.hidden = cnn.hidden();
+  model.dropout = cnn.dropout();
+  model.batch_norm = cnn.batch_norm();
+  const amp::GradScalerOptions scaler;
+  amp.init_scale = scaler.init_scale();
+  amp.growth_interval = scaler.growth_interval();
+  const dist::ProcessGroupOptions group;
+  distributed.backend = group.backend();
+  distributed.timeout = static_cast<double>(group.timeout().count()) / 1000.0;
+  distributed.bucket_cap_mb = dist::DistributedDataParallelOptions().bucket_cap_mb();
+  ArgTable none;
+  ArgReader defaults(none, "defaults");
+  optimizer = optim::parse_optimizer("adam", defaults);
+}
+
+Config parse_config(const std::string& toml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  try {
+    ArgTable root = parse_toml(toml_text, source);
+    std::map<std::string, Where> origin;
+    for (const auto& o : overrides) {
+      apply_override(root, o, origin);
+    }
+    Config config;
+    read_plain_sections(config, root, source, origin);
+    const ArgTable empty;
+    const ArgValue* opt = find_arg(root, "optimizer");
+    ArgReader optimizer(opt != nullptr ? *opt->get_if<ArgTable>() : empty, source);
+    const std::string name = optimizer.string("name").value_or("adam");
+    config.optimizer = optim::parse_optimizer(name, optimizer);
+    if (const ArgValue* sched = find_arg(root, "scheduler")) {
+      config.scheduler_args = *sched->get_if<ArgTable>();
+      if (!config.scheduler_args.empty()) {
+        config.scheduler = sched::parse_scheduler(config.scheduler_args, source + ": [scheduler]");
+      }
+    }
+    return config;
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const ArgError& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) {
+    throw ConfigError(fmt::format("{}: cannot read config file", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path, overrides);
+}
+
+std::string to_toml(const Config& config) {
+  std::string out;
+  for (const auto& section : sections()) {
+    std::string body;
+    if (section == "optimizer") {
+      ArgTable table{{"name", ArgValue(config.optimizer.name)}};
+      for (auto& kv : optim::optimizer_args(config.optimizer)) {
+        set_arg(table, kv.first, kv.second);
+      }
+      body = to_toml_lines(table);
+    } else if (section == "scheduler") {
+      body = to_toml_lines(config.scheduler_args);
+    } else {
+      for (const auto& k : keys()) {
+        if (k.section == section) {
+          body += fmt::format("{} = {}\n", k.name, k.show(config));
+        }
+      }
+    }
+    if (!body.empty()) {
+      out += fmt::format("{}[{}]\n{}", out.empty() ? "" : "\n", section, body);
+    }
+  }
+  return out;
+}
+
+std::string config_keys_markdown() {
+  const Config defaults;
+  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  const auto row = [&out](const std::string& key, const std::string& type, const std::string& def,
+                          const std::string& doc) { out += fmt::format("| `{}` | {} | {} | {} |\n", key, type, def, doc); };
+  for (const auto& section : sections()) {
+    if (section == "optimizer") {
+      row("optimizer.name", fmt::format("\"{}\"", fmt::join(optim::optimizer_names(), "\", \"")),
+          fmt::format("`\"{}\"`", defaults.optimizer.name), "Optimizer (trainkit's own, fused CPU kernels; docs/optimizers.md)");
+      for (const auto& arg : optim::optimizer_arg_docs()) {
+        row("optimizer." + arg.name, arg.type, "the optimizer's",
+            fmt::format("{} ({})", arg.doc, fmt::join(arg.optimizers, ", ")));
+      }
+    } else if (section == "scheduler") {
+      row("scheduler.*", "table", "none (constant LR)",
+          "An LR scheduler: `type` (PyTorch's class name), its arguments by PyTorch's names, and `interval` = "
+          "\"step\" or \"epoch\"; see docs/schedulers.md");
+    } else {
+      for (const auto& k : keys()) {
+        if (k.section == section) {
+          row(k.section + "." + k.name, k.type, fmt::format("`{}`", k.show(defaults)), k.doc);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace trainkit::app

@@ -1,0 +1,221 @@
+#include "trainkit/app/jobs.h"
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "trainkit/compat.h"
+#include "trainkit/log/metrics.h"
+
+namespace trainkit::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string default_run_dir(const std::string& config_path) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  return (fs::path("runs") / fmt::format("{}-{}", fs::path(config_path).stem().string(), stamp)).string();
+}
+
+/// Where the run goes and which checkpoint it resumes from; checks everything before anything is written.
+struct RunPlan {
+  std::string dir;
+  std::string resume_from;  // empty: fresh run
+};
+
+RunPlan plan_run(const TrainJobOptions& options) {
+  RunPlan plan;
+  if (options.resume.empty() || options.resume == "auto") {
+    plan.dir = options.out_dir.empty() ? default_run_dir(options.config_path) : options.out_dir;
+  } else {
+    if (!fs::is_regular_file(options.resume)) {
+      throw UsageError(fmt::format("--resume {}: no such checkpoint file", options.resume));
+    }
+    const fs::path ckpt_dir = fs::path(options.resume).parent_path();
+    plan.dir = options.out_dir.empty() ? (ckpt_dir.has_parent_path() ? ckpt_dir.parent_path().string() : ".")
+                                       : options.out_dir;
+    plan.resume_from = options.resume;
+  }
+  const train::CheckpointManager manager((fs::path(plan.dir) / "checkpoints").string(), 1);
+  const auto existing = manager.list();
+  if (options.resume == "auto") {
+    if (options.out_dir.empty()) {
+      throw UsageError("--resume auto needs --out DIR (the run directory to continue)");
+    }
+  } else if (options.resume.empty() && !existing.empty()) {
+    throw UsageError(fmt::format("{} already holds a run ({} checkpoints); pass --resume auto to continue it "
+                                 "or choose another --out",
+                                 plan.dir, existing.size()));
+  }
+  return plan;
+}
+
+}  // namespace
+
+TrainJobResult run_train_job(const TrainJobOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const Config config = load_config(options.config_path, options.overrides);
+  const RunPlan plan = plan_run(options);
+
+  // The checkpoint is read before the run is built, so that the metrics files know whether they continue
+  // a run; it is restored after DDP's broadcast, so every rank loads the same state.
+  torch::serialize::InputArchive archive;
+  std::string resume_path = plan.resume_from;
+  if (!resume_path.empty()) {
+    train::load_checkpoint(resume_path, archive);
+  } else if (options.resume == "auto") {
+    train::CheckpointManager manager((fs::path(plan.dir) / "checkpoints").string(), 1);
+    resume_path = manager.load_latest(archive).value_or("");
+    if (resume_path.empty()) {
+      spdlog::info("--resume auto: no usable checkpoint in {}, starting fresh", manager.dir());
+    }
+  }
+  Run run = build_run(config, options.config_path,
+                      RunOptions().dir(plan.dir).append_metrics(!resume_path.empty()).distributed(true));
+  if (!run.main_rank()) {
+    spdlog::set_level(spdlog::level::warn);  // rank 0 reports
+  }
+  train::Trainer& trainer = *run.trainer;
+  if (!resume_path.empty()) {
+    try {
+      trainer.load(archive);
+    } catch (const c10::Error& e) {
+      throw train::CheckpointError(fmt::format("{}: does not match this config's model or optimizer: {}", resume_path,
+                                               e.what_without_backtrace()));
+    }
+    spdlog::info("resumed from {} at epoch {}, step {}", resume_path, trainer.state().epoch + 1, trainer.state().step);
+  }
+  if (run.main_rank()) {
+    train::write_file_atomic((fs::path(plan.dir) / "config.toml").string(), to_toml(config));
+  }
+
+  spdlog::info("training {} on {} ({} train, {} val, {} test examples) with {}, run directory {}",
+               config.model.name, run.device.str(), run.train->size(), config.data.val_size, run.test->size(),
+               config.optimizer.name, plan.dir);
+  trainer.fit(*run.train, run.val.get());
+
+  const train::EvalResult test_result = trainer.evaluate(*run.test);
+  TrainJobResult result;
+  result.run_dir = plan.dir;
+  result.test_accuracy = test_result.accuracy;
+  result.test_loss = test_result.loss;
+  result.epochs = trainer.state().epoch;
+  result.steps = trainer.state().step;
+  result.finished = trainer.state().epoch >= config.train.epochs;
+  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (!run.main_rank()) {
+    return result;  // rank 0 writes the run directory
+  }
+  // Rank 0 counts its own shard; every rank trains as many samples, so the job's rate is world times that.
+  const auto& logging = *run.logging;
+  result.train_samples_per_second =
+      logging.train_seconds() > 0 ? static_cast<double>(run.world_size) *
+                                        static_cast<double>(logging.samples_trained()) / logging.train_seconds()
+                                  : 0.0;
+
+  log::MetricRow row;
+  row.kind = "test";
+  row.step = result.steps;
+  row.epoch = result.epochs;
+  row.val_loss = result.test_loss;
+  row.val_accuracy = result.test_accuracy;
+  run.metrics->write(row);
+  if (run.tensorboard) {
+    run.tensorboard->add_scalar("test/accuracy", result.test_accuracy, result.steps);
+    run.tensorboard->add_scalar("test/loss", result.test_loss, result.steps);
+    run.tensorboard->close();
+  }
+  log::write_curves_svg((fs::path(plan.dir) / "metrics.csv").string(), (fs::path(plan.dir) / "curves.svg").string(),
+                        fs::path(options.config_path).stem().string());
+  train::write_file_atomic(
+      (fs::path(plan.dir) / "summary.json").string(),
+      fmt::format("{{\n  \"test_accuracy\": {:.6f},\n  \"test_loss\": {:.6f},\n  \"epochs\": {},\n"
+                  "  \"steps\": {},\n  \"finished\": {},\n  \"wall_seconds\": {:.3f},\n"
+                  "  \"train_samples_per_second\": {:.1f},\n  \"torch_version\": \"{}\"\n}}\n",
+                  result.test_accuracy, result.test_loss, result.epochs, result.steps,
+                  result.finished ? "true" : "false", result.wall_seconds, result.train_samples_per_second,
+                  compat::torch_version()));
+  spdlog::info("test accuracy {:.4f}, test loss {:.4f} after {} epochs ({} steps) in {:.1f} s; {}",
+               result.test_accuracy, result.test_loss, result.epochs, result.steps, result.wall_seconds,
+               plan.dir);
+  return result;
+}
+
+
+LrFindJobResult run_lr_find_job(const Config& config, const std::string& source, const LrFindJobOptions& options) {
+  if (options.use_val && config.data.val_size == 0) {
+    throw ConfigError(source + ": --val needs data.val_size > 0");
+  }
+  Run run = build_run(config, source);
+  torch::nn::Sequential model = run.model;
+  tune::LRFinder finder(model.ptr(), [model](const at::Tensor& x) mutable { return model->forward(x); },
+                        *run.optimizer);
+  spdlog::info("LR range test: {} to {} over {} steps ({}), batch {}", options.finder.start_lr(),
+               options.finder.end_lr(), options.finder.num_iter(), options.finder.step_mode(), config.train.batch_size);
+  LrFindJobResult result;
+  result.curve = finder.range_test(*run.train, options.use_val ? run.val.get() : nullptr, options.finder);
+  if (result.curve.diverged) {
+    spdlog::info("stopped early at lr {:.3g}: the loss diverged", result.curve.lrs.back());
+  }
+  using Suggest = std::function<std::optional<tune::Suggestion>(const tune::LRFinderResult&, std::string*)>;
+  const std::vector<Suggest> methods = {
+      [](const tune::LRFinderResult& r, std::string* why) { return tune::suggest_steepest(r, why); },
+      tune::suggest_valley, tune::suggest_minimum};
+  for (const auto& suggest : methods) {
+    std::string why;
+    if (auto s = suggest(result.curve, &why)) {
+      spdlog::info("suggested lr ({}): {:.3g}", s->method, s->lr);
+      result.suggestions.push_back(*s);
+    } else {
+      spdlog::warn("no suggestion: {}", why);
+    }
+  }
+  std::filesystem::create_directories(options.out_dir);
+  const std::string csv = (std::filesystem::path(options.out_dir) / "lr_find.csv").string();
+  const std::string svg = (std::filesystem::path(options.out_dir) / "lr_find.svg").string();
+  tune::write_lr_finder_csv(result.curve, csv);
+  tune::write_lr_finder_svg(result.curve, result.suggestions, svg,
+                            fmt::format("LR range test ({})", source));
+  spdlog::info("wrote {} and {}", csv, svg);
+  return result;
+}
+
+tune::BatchSizeFinderResult run_batch_size_job(const Config& config, const std::string& source,
+                                               const BatchSizeJobOptions& options) {
+  Run run = build_run(config, source);
+  // The finder slices the samples itself, so it takes the training split's tensors.
+  const at::Tensor& x = run.train->inputs();
+  const at::Tensor& y = run.train->targets();
+  const int64_t n_train = x.size(0);
+  torch::nn::Sequential model = run.model;
+  tune::BatchSizeFinder finder(model.ptr(), [model](const at::Tensor& in) mutable { return model->forward(in); },
+                               *run.optimizer);
+  tune::BatchSizeFinderOptions finder_options = options.finder;
+  if (run.device.is_cuda()) {
+    finder_options.memory_budget(0);
+  }
+  spdlog::info("batch-size finder ({}) on {} training samples, {} steps per trial, from {}{}", finder_options.mode(),
+               n_train, finder_options.steps_per_trial(), finder_options.init_val(),
+               finder_options.memory_budget() > 0
+                   ? fmt::format(", CPU budget {:.0f} MiB", static_cast<double>(finder_options.memory_budget()) / 1048576.0)
+                   : "");
+  const tune::BatchSizeFinderResult result = finder.scale_batch_size(x, y, finder_options);
+  for (const auto& t : result.trials) {
+    spdlog::info("batch size {:>6}: {}, {:.0f} samples/s{}{}", t.batch_size, t.fits ? "fits" : "fails",
+                 t.samples_per_second,
+                 t.peak_bytes >= 0 ? fmt::format(", peak +{:.1f} MiB", static_cast<double>(t.peak_bytes) / 1048576.0) : "",
+                 t.fits ? "" : " (" + t.failure + ")");
+  }
+  spdlog::info("batch size found ({}): {}", result.mode, result.batch_size);
+  return result;
+}
+
+}  // namespace trainkit::app

@@ -1,0 +1,174 @@
+#include "trainkit/app/run.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "trainkit/amp/autocast.h"
+#include "trainkit/amp/grad_scaler.h"
+#include "trainkit/data/idx.h"
+#include "trainkit/log/progress.h"
+#include "trainkit/nn/models.h"
+
+namespace trainkit::app {
+namespace {
+
+torch::nn::Sequential make_model(const ModelConfig& m) {
+  if (m.name == "mlp") {
+    return nn::make_mlp(nn::MlpOptions().hidden({m.hidden}).dropout(m.dropout));
+  }
+  return nn::make_cnn(
+      nn::CnnOptions().channels(m.channels).hidden(m.hidden).dropout(m.dropout).batch_norm(m.batch_norm));
+}
+
+data::ImageSet slice(const data::ImageSet& s, int64_t start, int64_t len) {
+  return {s.images.narrow(0, start, len), s.labels.narrow(0, start, len)};
+}
+
+/// Joins the process group described by the environment when WORLD_SIZE > 1.
+void join_group(Run& run, const Config& config) {
+#if TRAINKIT_WITH_DISTRIBUTED
+  try {
+    auto options = dist::options_from_env();
+    if (options.world_size() > 1) {
+      options.backend(config.distributed.backend)
+          .timeout(std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout * 1000.0)));
+      run.group = dist::ProcessGroup::init(options);
+      run.rank = run.group->rank();
+      run.world_size = run.group->world_size();
+    }
+  } catch (const dist::DistError& e) {
+    throw UsageError(e.what());
+  }
+#else
+  (void)run;
+  (void)config;
+  if (std::getenv("WORLD_SIZE") != nullptr && std::string(std::getenv("WORLD_SIZE")) != "1") {
+    throw UsageError("WORLD_SIZE is set but this trainkit was built without TRAINKIT_WITH_DISTRIBUTED");
+  }
+#endif
+}
+
+void load_data(Run& run, const Config& config, const std::string& source) {
+  const data::ImageSet full_train = data::load_mnist_split(config.data.dir, true, config.data.limit_train);
+  const data::ImageSet test = data::load_mnist_split(config.data.dir, false, config.data.limit_test);
+  const int64_t n_all = full_train.images.size(0);
+  if (config.data.val_size >= n_all) {
+    throw ConfigError(fmt::format("{}: data.val_size ({}) must be smaller than the {} training examples", source,
+                                  config.data.val_size, n_all));
+  }
+  const int64_t n_train = n_all - config.data.val_size;
+  const auto loader = [&run](const data::ImageSet& s, data::TensorLoaderOptions options) {
+    return std::make_unique<data::TensorLoader>(s.images.to(run.device), s.labels.to(run.device), options);
+  };
+  run.train = loader(slice(full_train, 0, n_train), data::TensorLoaderOptions()
+                                                        .batch_size(config.train.batch_size)
+                                                        .shuffle(true)
+                                                        .seed(static_cast<uint64_t>(config.train.seed))
+                                                        .num_replicas(run.world_size)
+                                                        .rank(run.rank));
+  const auto eval = data::TensorLoaderOptions().batch_size(config.train.eval_batch_size).shuffle(false);
+  if (config.data.val_size > 0) {
+    run.val = loader(slice(full_train, n_train, config.data.val_size), eval);
+  }
+  run.test = loader(test, eval);
+}
+
+void attach_precision(Run& run, const Config& config, const std::string& source) {
+  if (config.amp.enabled) {
+    const auto dtype = config.amp.dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
+    if (!amp::is_autocast_dtype_supported(run.device.type(), dtype)) {
+      throw ConfigError(fmt::format("{}: amp.dtype = \"{}\" autocast is not supported on {}", source,
+                                    config.amp.dtype, run.device.str()));
+    }
+    run.trainer->set_autocast(run.device.type(), dtype);
+  }
+  if (config.amp.grad_scaler) {
+    run.trainer->set_grad_scaler(std::make_shared<amp::GradScaler>(
+        run.device,
+        amp::GradScalerOptions().init_scale(config.amp.init_scale).growth_interval(config.amp.growth_interval)));
+  }
+}
+
+void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
+  if (options.dir().empty()) {
+    return;
+  }
+  run.checkpoints = std::make_shared<train::CheckpointManager>(
+      (std::filesystem::path(options.dir()) / "checkpoints").string(), config.checkpoint.keep_last);
+  if (!run.main_rank()) {
+    return;
+  }
+  std::filesystem::create_directories(options.dir());
+  run.metrics = std::make_shared<log::MetricsWriter>(options.dir(), options.append_metrics());
+  const std::string progress = options.progress() == "config" ? config.log.progress : options.progress();
+  const bool bar = progress == "bar" || (progress == "auto" && log::is_terminal(stderr));
+  if (config.log.tensorboard || options.tensorboard()) {
+    run.tensorboard = std::make_shared<log::SummaryWriter>(options.dir());
+  }
+  run.logging = std::make_shared<train::LoggingCallback>(run.metrics, config.log.every_steps, bar, run.tensorboard);
+  run.trainer->add_callback(run.logging);
+  run.trainer->add_callback(std::make_shared<train::CheckpointCallback>(run.checkpoints, config.checkpoint.every_steps));
+}
+
+}  // namespace
+
+Run build_run(const Config& config, const std::string& source, const RunOptions& options) {
+  Run run;
+  if (config.train.device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      throw ConfigError(fmt::format("{}: train.device = \"cuda\" but no CUDA device is available", source));
+    }
+    run.device = torch::Device(torch::kCUDA);
+  }
+  if (config.train.threads > 0) {
+    torch::set_num_threads(static_cast<int>(config.train.threads));
+  }
+  if (options.distributed()) {
+    join_group(run, config);
+  }
+  load_data(run, config, source);
+  torch::manual_seed(static_cast<uint64_t>(config.train.seed));
+  run.model = make_model(config.model);
+  run.model->to(run.device);
+  run.optimizer = optim::make_optimizer(config.optimizer, run.model->parameters());
+  run.steps_per_epoch =
+      (run.train->num_batches() + config.grad.accumulation_steps - 1) / config.grad.accumulation_steps;
+  run.trainer = std::make_unique<train::Trainer>(run.model, *run.optimizer,
+                                                 train::TrainerOptions()
+                                                     .epochs(config.train.epochs)
+                                                     .max_steps(config.train.max_steps)
+                                                     .accumulation_steps(config.grad.accumulation_steps)
+                                                     .clip_grad_norm(config.grad.clip_norm)
+                                                     .norm_type(config.grad.norm_type)
+                                                     .clip_grad_value(config.grad.clip_value));
+  attach_precision(run, config, source);
+  if (config.scheduler) {
+    try {
+      run.scheduler = sched::make_scheduler(*config.scheduler, *run.optimizer,
+                                            sched::SchedulerContext{config.train.epochs, run.steps_per_epoch});
+    } catch (const ArgError& e) {
+      throw ConfigError(e.what());
+    }
+    spdlog::info("scheduler {} stepped per {}", run.scheduler->scheduler->name(), run.scheduler->interval);
+    run.trainer->set_scheduler(run.scheduler->scheduler, run.scheduler->interval == "step");
+  }
+#if TRAINKIT_WITH_DISTRIBUTED
+  // Built before any resume: the broadcast from rank 0 happens here, so every rank that then loads the same
+  // checkpoint agrees on parameters and optimizer states.
+  if (run.group) {
+    run.ddp = std::make_unique<dist::DistributedDataParallel>(
+        run.model.ptr(), run.group,
+        dist::DistributedDataParallelOptions().bucket_cap_mb(config.distributed.bucket_cap_mb));
+    spdlog::info("distributed: {} ranks, backend {}, {} gradient buckets", run.world_size,
+                 run.group->backend_name(run.device), run.ddp->bucket_indices().size());
+  }
+#endif
+  attach_outputs(run, config, options);
+  return run;
+}
+
+}  // namespace trainkit::app
