@@ -260,6 +260,16 @@ std::vector<ArgReader> ArgReader::required_tables(const std::string& key) {
   missing(key);
 }
 
+std::vector<std::string> ArgReader::unread() const {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : *table_) {
+    if (std::find(used_.begin(), used_.end(), key) == used_.end()) {
+      out.push_back(key);
+    }
+  }
+  return out;
+}
+
 void ArgReader::finish(const std::string& what) const {
   for (const auto& [key, value] : *table_) {
     if (std::find(used_.begin(), used_.end(), key) == used_.end()) {

@@ -107,6 +107,8 @@ class ArgReader {
 
   /// Marks `key` as known without reading it (a key another layer consumes).
   void ignore(const std::string& key);
+  /// The keys present that were neither read nor ignored so far, in table order.
+  std::vector<std::string> unread() const;
   /// Throws ArgError for the first key that was never read: "<where>: unknown key 'k' for <what>
   /// (known: ...)".
   void finish(const std::string& what) const;

@@ -1,11 +1,14 @@
 #pragma once
 /// @file
 /// trainkit::optim: Adam/AdamW, SGD, LARS and LAMB as torch::optim::Optimizer subclasses, each with a fused
-/// single-pass CPU kernel and an ATen reference path.
+/// single-pass CPU kernel and an ATen reference path, and the factory that builds them by name.
 
 #include "trainkit/optim/adam.h"
+#include "trainkit/optim/cyclable_momentum.h"
+#include "trainkit/optim/factory.h"
 #include "trainkit/optim/lamb.h"
 #include "trainkit/optim/lars.h"
+#include "trainkit/optim/optimizer_base.h"
 #include "trainkit/optim/param_groups.h"
 #include "trainkit/optim/scaled_step.h"
 #include "trainkit/optim/sgd.h"

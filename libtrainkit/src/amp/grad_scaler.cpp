@@ -1,6 +1,7 @@
 #include "trainkit/amp/grad_scaler.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <iterator>
 #include <stdexcept>
@@ -11,7 +12,7 @@
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
-#include "optim/detail/common.h"
+#include "detail/parallel.h"
 #include "trainkit/optim/scaled_step.h"
 
 namespace trainkit::amp {
@@ -57,7 +58,7 @@ std::optional<std::vector<at::Tensor>> fused_checkable_grads(const torch::optim:
       }
     }
   }
-  if (grads.empty() || !optim::detail::fusable(grads, nullptr)) {
+  if (grads.empty() || !detail::fusable(grads, nullptr)) {
     return std::nullopt;
   }
   return grads;
@@ -65,16 +66,14 @@ std::optional<std::vector<at::Tensor>> fused_checkable_grads(const torch::optim:
 
 /// Whether any gradient holds an inf or NaN: one read-only pass, threaded over chunks.
 bool any_nonfinite(const std::vector<at::Tensor>& grads) {
-  const auto chunks = optim::detail::make_chunks(optim::detail::numels_of(grads));
-  std::vector<double> probe(chunks.size(), 0.0);
   const bool f32 = grads.front().scalar_type() == at::kFloat;
-  optim::detail::for_each_chunk(chunks, [&](const optim::detail::Chunk& c) {
-    const auto t = static_cast<size_t>(c.tensor);
-    probe[static_cast<size_t>(&c - chunks.data())] =
-        f32 ? optim::detail::nonfinite_probe(grads[t].data_ptr<float>() + c.begin, c.n)
-            : optim::detail::nonfinite_probe(grads[t].data_ptr<double>() + c.begin, c.n);
-  });
-  return std::any_of(probe.begin(), probe.end(), [](double v) { return v != 0.0; });
+  const auto probe = detail::reduce_chunks<1>(
+      detail::make_chunks(detail::numels_of(grads)), [&](const detail::Chunk& c, std::array<double, 1>& r) {
+        const auto t = static_cast<size_t>(c.tensor);
+        r[0] = f32 ? detail::nonfinite_probe(grads[t].data_ptr<float>() + c.begin, c.n)
+                   : detail::nonfinite_probe(grads[t].data_ptr<double>() + c.begin, c.n);
+      });
+  return std::any_of(probe.begin(), probe.end(), [](const std::array<double, 1>& v) { return v[0] != 0.0; });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <torch/optim/serialize.h>
 
 #include "optim/detail/common.h"
+#include "trainkit/optim/factory.h"
 
 namespace trainkit::optim {
 
@@ -66,25 +67,34 @@ namespace {
 
 /// The hyperparameters of one group, whichever of AdamOptions / AdamWOptions holds them.
 struct AdamHyper {
-  double lr, beta1, beta2, eps, weight_decay;
-  bool amsgrad, maximize, decoupled;
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool amsgrad = false, maximize = false, decoupled = false;
   std::optional<bool> fused;
 };
 
 template <class Options>
 AdamHyper hyper_of(const Options& o, bool decoupled) {
-  return {o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(), o.weight_decay(), o.amsgrad(),
-          o.maximize(), decoupled, o.fused()};
+  AdamHyper h;
+  h.lr = o.lr();
+  h.beta1 = std::get<0>(o.betas());
+  h.beta2 = std::get<1>(o.betas());
+  h.eps = o.eps();
+  h.weight_decay = o.weight_decay();
+  h.amsgrad = o.amsgrad();
+  h.maximize = o.maximize();
+  h.decoupled = decoupled;
+  h.fused = o.fused();
+  return h;
 }
 
-void validate(const AdamHyper& h, const char* name) {
-  detail::check_option(h.lr >= 0, name, "learning rate (lr)", h.lr);
-  detail::check_option(h.eps >= 0, name, "epsilon (eps)", h.eps);
-  detail::check_option(h.beta1 >= 0 && h.beta1 < 1, name, "beta parameter at index 0 (betas[0], must be in [0, 1))",
-                       h.beta1);
-  detail::check_option(h.beta2 >= 0 && h.beta2 < 1, name, "beta parameter at index 1 (betas[1], must be in [0, 1))",
-                       h.beta2);
-  detail::check_option(h.weight_decay >= 0, name, "weight_decay", h.weight_decay);
+template <class Options>
+void validate_adam(const Options& o, const char* name) {
+  const auto [beta1, beta2] = o.betas();
+  detail::check_option(o.lr() >= 0, name, "learning rate (lr)", o.lr());
+  detail::check_option(o.eps() >= 0, name, "epsilon (eps)", o.eps());
+  detail::check_option(beta1 >= 0 && beta1 < 1, name, "beta parameter at index 0 (betas[0], must be in [0, 1))", beta1);
+  detail::check_option(beta2 >= 0 && beta2 < 1, name, "beta parameter at index 1 (betas[1], must be in [0, 1))", beta2);
+  detail::check_option(o.weight_decay() >= 0, name, "weight_decay", o.weight_decay());
 }
 
 struct AdamGroup {
@@ -100,14 +110,20 @@ void fused_group(const AdamGroup& g, const AdamHyper& h, double grad_mul) {
     const double bc1 = 1 - std::pow(h.beta1, static_cast<double>(step));
     const double bc2 = 1 - std::pow(h.beta2, static_cast<double>(step));
     const double w = 1 - h.beta1;
-    const bool small = std::abs(w) < 0.5;
-    coefs.push_back({static_cast<T>(grad_mul), static_cast<T>(h.decoupled ? 0.0 : h.weight_decay),
-                     static_cast<T>(h.decoupled ? 1 - h.lr * h.weight_decay : 1.0), static_cast<T>(small ? w : w - 1),
-                     static_cast<T>(h.beta2), static_cast<T>(1 - h.beta2), static_cast<T>(h.eps),
-                     static_cast<T>(std::sqrt(bc2)), static_cast<T>(-h.lr / bc1), small});
+    detail::AdamCoef<T> c{};
+    c.grad_mul = static_cast<T>(grad_mul);
+    c.l2 = static_cast<T>(h.decoupled ? 0.0 : h.weight_decay);
+    c.decay = static_cast<T>(h.decoupled ? 1 - h.lr * h.weight_decay : 1.0);
+    c.lerp_from_m = std::abs(w) < 0.5;
+    c.lerp_weight = static_cast<T>(c.lerp_from_m ? w : w - 1);
+    c.beta2 = static_cast<T>(h.beta2);
+    c.one_minus_beta2 = static_cast<T>(1 - h.beta2);
+    c.eps = static_cast<T>(h.eps);
+    c.bc2_sqrt = static_cast<T>(std::sqrt(bc2));
+    c.neg_step_size = static_cast<T>(-h.lr / bc1);
+    coefs.push_back(c);
   }
-  const auto chunks = detail::make_chunks(detail::numels_of(g.params));
-  detail::for_each_chunk(chunks, [&](const detail::Chunk& c) {
+  detail::for_each_chunk(detail::make_chunks(detail::numels_of(g.params)), [&](const detail::Chunk& c) {
     const auto t = static_cast<size_t>(c.tensor);
     T* vmax = h.amsgrad ? g.max_exp_avg_sqs[t].data_ptr<T>() + c.begin : nullptr;
     detail::adam_kernel(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin,
@@ -148,9 +164,10 @@ void reference_group(const AdamGroup& g, const AdamHyper& h, const at::Tensor& i
   }
 }
 
-template <class Options>
-void adam_step(torch::optim::Optimizer& opt, bool decoupled, const char* name, const at::Tensor& inv_scale) {
-  at::NoGradGuard no_grad;
+/// One step of every group of Adam or AdamW.
+template <class Opt>
+void adam_update(Opt& opt, bool decoupled, const at::Tensor& inv_scale) {
+  using Options = typename Opt::options_type;
   auto& groups = opt.param_groups();
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const AdamHyper h = hyper_of(static_cast<const Options&>(groups[gi].options()), decoupled);
@@ -161,8 +178,8 @@ void adam_step(torch::optim::Optimizer& opt, bool decoupled, const char* name, c
       if (!p.grad().defined()) {
         continue;
       }
-      const at::Tensor& grad = detail::checked_grad(p, gi, i, name);
-      auto& state = detail::param_state<AdamParamState>(opt, p, [&](AdamParamState& s) {
+      const at::Tensor& grad = internal::checked_grad(p, gi, i, Opt::kName);
+      auto& state = internal::param_state<AdamParamState>(opt, p, [&](AdamParamState& s) {
         s.exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
         s.exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
       });
@@ -187,88 +204,48 @@ void adam_step(torch::optim::Optimizer& opt, bool decoupled, const char* name, c
     all.insert(all.end(), g.exp_avgs.begin(), g.exp_avgs.end());
     all.insert(all.end(), g.exp_avg_sqs.begin(), g.exp_avg_sqs.end());
     all.insert(all.end(), g.max_exp_avg_sqs.begin(), g.max_exp_avg_sqs.end());
-    if (detail::use_fused(h.fused, all, name, gi)) {
-      const double grad_mul = (h.maximize ? -1.0 : 1.0) * detail::cpu_scalar(inv_scale, 1.0);
-      if (g.params.front().scalar_type() == at::kFloat) {
-        fused_group<float>(g, h, grad_mul);
-      } else {
-        fused_group<double>(g, h, grad_mul);
-      }
-    } else {
-      reference_group(g, h, inv_scale);
-    }
-  }
-}
-
-template <class Options>
-void validate_groups(const torch::optim::Optimizer& opt, bool decoupled, const char* name) {
-  for (const auto& group : opt.param_groups()) {
-    validate(hyper_of(static_cast<const Options&>(group.options()), decoupled), name);
+    dispatch_fused(
+        h.fused, all, Opt::kName, gi,
+        [&](auto type) {
+          const double grad_mul = (h.maximize ? -1.0 : 1.0) * detail::cpu_scalar(inv_scale, 1.0);
+          fused_group<decltype(type)>(g, h, grad_mul);
+        },
+        [&] { reference_group(g, h, inv_scale); });
   }
 }
 
 }  // namespace
 
-Adam::Adam(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, AdamOptions defaults)
-    : Optimizer(param_groups, std::make_unique<AdamOptions>(defaults)) {
-  detail::restore_group_options(*this, param_groups);
-  detail::check_group_options<AdamOptions>(*this, "Adam", "trainkit::optim::AdamOptions");
-  validate(hyper_of(defaults, false), "Adam");
-  validate_groups<AdamOptions>(*this, false, "Adam");
+namespace {
+
+template <class Opt>
+OptimizerEntry adam_entry(const char* name, const char* weight_decay_doc) {
+  return OptimizerBinding<Opt>(name)
+      .bind(TRAINKIT_OPTION(lr), positive(), "Learning rate")
+      .bind(TRAINKIT_OPTION(betas), unit_interval(), "Coefficients (beta1, beta2) of the running averages of g and g^2")
+      .bind(TRAINKIT_OPTION(eps), non_negative(), "Term added to the denominator")
+      .bind(TRAINKIT_OPTION(weight_decay), non_negative(), weight_decay_doc)
+      .bind(TRAINKIT_OPTION(amsgrad), "AMSGrad: the maximum of past squared-gradient averages")
+      .bind(TRAINKIT_OPTION(maximize), "Maximize the objective instead of minimizing it")
+      .bind(TRAINKIT_OPTION(fused), "true: the fused CPU kernel (or an error); false: the ATen reference path; "
+                                    "unset: fused where possible")
+      .entry();
 }
 
-Adam::Adam(std::vector<at::Tensor> params, AdamOptions defaults)
-    : Adam({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
+}  // namespace
 
-at::Tensor Adam::step(LossClosure closure) {
-  at::Tensor loss = detail::run_closure(closure);
-  adam_step<AdamOptions>(*this, false, "Adam", {});
-  return loss;
+bool register_adam_optimizers() {
+  register_optimizer(adam_entry<Adam>("adam", "L2 penalty added to the gradient"));
+  register_optimizer(adam_entry<AdamW>("adamw", "Decoupled weight decay: p <- p (1 - lr wd)"));
+  return true;
 }
 
-void Adam::step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) {
-  if (detail::cpu_scalar(found_inf, 0.0) == 0.0) {
-    adam_step<AdamOptions>(*this, false, "Adam", inv_scale);
-  }
-}
+void Adam::validate(const AdamOptions& options) { validate_adam(options, kName); }
 
-void Adam::save(torch::serialize::OutputArchive& archive) const {
-  torch::optim::serialize<AdamParamState, AdamOptions>(archive, *this);
-}
+void Adam::update(const at::Tensor& inv_scale) { adam_update(*this, /*decoupled=*/false, inv_scale); }
 
-void Adam::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<AdamParamState, AdamOptions>(archive, *this);
-}
+void AdamW::validate(const AdamWOptions& options) { validate_adam(options, kName); }
 
-AdamW::AdamW(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, AdamWOptions defaults)
-    : Optimizer(param_groups, std::make_unique<AdamWOptions>(defaults)) {
-  detail::restore_group_options(*this, param_groups);
-  detail::check_group_options<AdamWOptions>(*this, "AdamW", "trainkit::optim::AdamWOptions");
-  validate(hyper_of(defaults, true), "AdamW");
-  validate_groups<AdamWOptions>(*this, true, "AdamW");
-}
-
-AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions defaults)
-    : AdamW({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
-
-at::Tensor AdamW::step(LossClosure closure) {
-  at::Tensor loss = detail::run_closure(closure);
-  adam_step<AdamWOptions>(*this, true, "AdamW", {});
-  return loss;
-}
-
-void AdamW::step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) {
-  if (detail::cpu_scalar(found_inf, 0.0) == 0.0) {
-    adam_step<AdamWOptions>(*this, true, "AdamW", inv_scale);
-  }
-}
-
-void AdamW::save(torch::serialize::OutputArchive& archive) const {
-  torch::optim::serialize<AdamParamState, AdamWOptions>(archive, *this);
-}
-
-void AdamW::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<AdamParamState, AdamWOptions>(archive, *this);
-}
+void AdamW::update(const at::Tensor& inv_scale) { adam_update(*this, /*decoupled=*/true, inv_scale); }
 
 }  // namespace trainkit::optim

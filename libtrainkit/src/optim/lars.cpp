@@ -3,6 +3,7 @@
 #include <torch/optim/serialize.h>
 
 #include "optim/detail/momentum.h"
+#include "trainkit/optim/factory.h"
 
 namespace trainkit::optim {
 
@@ -43,52 +44,42 @@ void LarsParamState::serialize(torch::serialize::InputArchive& archive) {
 namespace {
 
 detail::MomentumHyper hyper_of(const LarsOptions& o) {
-  return {o.lr(),
-          o.momentum(),
-          o.dampening(),
-          o.weight_decay(),
-          o.nesterov(),
-          /*maximize=*/false,
-          /*adapt=*/o.weight_decay() != 0 || o.always_adapt(),
-          o.trust_coefficient(),
-          o.eps(),
-          o.trust_clip(),
-          o.fused()};
+  detail::MomentumHyper h;
+  h.lr = o.lr();
+  h.momentum = o.momentum();
+  h.dampening = o.dampening();
+  h.weight_decay = o.weight_decay();
+  h.nesterov = o.nesterov();
+  h.adapt = o.weight_decay() != 0 || o.always_adapt();
+  h.trust_coefficient = o.trust_coefficient();
+  h.eps = o.eps();
+  h.trust_clip = o.trust_clip();
+  h.fused = o.fused();
+  return h;
 }
 
 }  // namespace
 
-Lars::Lars(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, LarsOptions defaults)
-    : Optimizer(param_groups, std::make_unique<LarsOptions>(defaults)) {
-  detail::restore_group_options(*this, param_groups);
-  detail::check_group_options<LarsOptions>(*this, "Lars", "trainkit::optim::LarsOptions");
-  detail::validate_momentum(hyper_of(defaults), "Lars");
-  for (const auto& group : param_groups_) {
-    detail::validate_momentum(hyper_of(static_cast<const LarsOptions&>(group.options())), "Lars");
-  }
+bool register_lars_optimizer() {
+  register_optimizer(
+      OptimizerBinding<Lars>("lars")
+          .bind(TRAINKIT_OPTION(lr), positive(), "Learning rate")
+          .bind(TRAINKIT_OPTION(momentum), non_negative(), "Momentum factor")
+          .bind(TRAINKIT_OPTION(dampening), non_negative(), "Dampening for momentum")
+          .bind(TRAINKIT_OPTION(weight_decay), non_negative(), "Weight decay, inside the adapted update")
+          .bind(TRAINKIT_OPTION(nesterov), "Nesterov momentum (needs momentum > 0, dampening 0)")
+          .bind(TRAINKIT_OPTION(trust_coefficient), positive(), "Trust coefficient (timm's trust_coeff)")
+          .bind(TRAINKIT_OPTION(eps), non_negative(), "Term added to the trust ratio's denominator")
+          .bind(TRAINKIT_OPTION(trust_clip), "LARC: clip the ratio so that the effective LR never exceeds lr")
+          .bind(TRAINKIT_OPTION(always_adapt), "Adapt every parameter, also those with weight_decay 0")
+          .bind(TRAINKIT_OPTION(fused), "true: the fused CPU kernel (or an error); false: the ATen reference path; "
+                                        "unset: fused where possible")
+          .entry());
+  return true;
 }
 
-Lars::Lars(std::vector<at::Tensor> params, LarsOptions defaults)
-    : Lars({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
+void Lars::validate(const LarsOptions& options) { detail::validate_momentum(hyper_of(options), kName); }
 
-at::Tensor Lars::step(LossClosure closure) {
-  at::Tensor loss = detail::run_closure(closure);
-  detail::momentum_step<LarsParamState, LarsOptions>(*this, hyper_of, "Lars", {});
-  return loss;
-}
-
-void Lars::step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) {
-  if (detail::cpu_scalar(found_inf, 0.0) == 0.0) {
-    detail::momentum_step<LarsParamState, LarsOptions>(*this, hyper_of, "Lars", inv_scale);
-  }
-}
-
-void Lars::save(torch::serialize::OutputArchive& archive) const {
-  torch::optim::serialize<LarsParamState, LarsOptions>(archive, *this);
-}
-
-void Lars::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<LarsParamState, LarsOptions>(archive, *this);
-}
+void Lars::update(const at::Tensor& inv_scale) { detail::momentum_update(*this, hyper_of, inv_scale); }
 
 }  // namespace trainkit::optim

@@ -3,6 +3,7 @@
 #include <torch/optim/serialize.h>
 
 #include "optim/detail/momentum.h"
+#include "trainkit/optim/factory.h"
 
 namespace trainkit::optim {
 
@@ -37,43 +38,35 @@ void SgdParamState::serialize(torch::serialize::InputArchive& archive) {
 namespace {
 
 detail::MomentumHyper hyper_of(const SgdOptions& o) {
-  return {o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), o.maximize(),
-          /*adapt=*/false, 0.0, 0.0, false, o.fused()};
+  detail::MomentumHyper h;
+  h.lr = o.lr();
+  h.momentum = o.momentum();
+  h.dampening = o.dampening();
+  h.weight_decay = o.weight_decay();
+  h.nesterov = o.nesterov();
+  h.maximize = o.maximize();
+  h.fused = o.fused();
+  return h;
 }
 
 }  // namespace
 
-Sgd::Sgd(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, SgdOptions defaults)
-    : Optimizer(param_groups, std::make_unique<SgdOptions>(defaults)) {
-  detail::restore_group_options(*this, param_groups);
-  detail::check_group_options<SgdOptions>(*this, "Sgd", "trainkit::optim::SgdOptions");
-  detail::validate_momentum(hyper_of(defaults), "Sgd");
-  for (const auto& group : param_groups_) {
-    detail::validate_momentum(hyper_of(static_cast<const SgdOptions&>(group.options())), "Sgd");
-  }
+bool register_sgd_optimizer() {
+  register_optimizer(OptimizerBinding<Sgd>("sgd")
+                         .bind(TRAINKIT_OPTION(lr), positive(), "Learning rate")
+                         .bind(TRAINKIT_OPTION(momentum), non_negative(), "Momentum factor")
+                         .bind(TRAINKIT_OPTION(dampening), non_negative(), "Dampening for momentum")
+                         .bind(TRAINKIT_OPTION(weight_decay), non_negative(), "L2 penalty added to the gradient")
+                         .bind(TRAINKIT_OPTION(nesterov), "Nesterov momentum (needs momentum > 0, dampening 0)")
+                         .bind(TRAINKIT_OPTION(maximize), "Maximize the objective instead of minimizing it")
+                         .bind(TRAINKIT_OPTION(fused), "true: the fused CPU kernel (or an error); false: the ATen "
+                                                       "reference path; unset: fused where possible")
+                         .entry());
+  return true;
 }
 
-Sgd::Sgd(std::vector<at::Tensor> params, SgdOptions defaults)
-    : Sgd({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
+void Sgd::validate(const SgdOptions& options) { detail::validate_momentum(hyper_of(options), kName); }
 
-at::Tensor Sgd::step(LossClosure closure) {
-  at::Tensor loss = detail::run_closure(closure);
-  detail::momentum_step<SgdParamState, SgdOptions>(*this, hyper_of, "Sgd", {});
-  return loss;
-}
-
-void Sgd::step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) {
-  if (detail::cpu_scalar(found_inf, 0.0) == 0.0) {
-    detail::momentum_step<SgdParamState, SgdOptions>(*this, hyper_of, "Sgd", inv_scale);
-  }
-}
-
-void Sgd::save(torch::serialize::OutputArchive& archive) const {
-  torch::optim::serialize<SgdParamState, SgdOptions>(archive, *this);
-}
-
-void Sgd::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<SgdParamState, SgdOptions>(archive, *this);
-}
+void Sgd::update(const at::Tensor& inv_scale) { detail::momentum_update(*this, hyper_of, inv_scale); }
 
 }  // namespace trainkit::optim

@@ -45,7 +45,7 @@ auto with_momentum(const torch::optim::OptimizerOptions& options, Fn fn) -> decl
   }
   throw std::invalid_argument(
       "optimizer must support momentum or beta1 with cycle_momentum enabled (SGD, RMSprop, Adam, AdamW, or "
-      "options implementing trainkit::sched::CyclableMomentum)");
+      "options implementing trainkit::optim::CyclableMomentum)");
 }
 
 void require_momentum(const torch::optim::Optimizer& opt, const std::string& scheduler) {

@@ -11,13 +11,13 @@
 #include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 
-#include "trainkit/optim/scaled_step.h"
-#include "trainkit/sched/cyclic.h"
+#include "trainkit/optim/cyclable_momentum.h"
+#include "trainkit/optim/optimizer_base.h"
 
 namespace trainkit::optim {
 
 /// Options of Adam (PyTorch's names and defaults). Also the options of one param group.
-struct AdamOptions : public torch::optim::OptimizerCloneableOptions<AdamOptions>, public sched::CyclableMomentum {
+struct AdamOptions : public torch::optim::OptimizerCloneableOptions<AdamOptions>, public CyclableMomentum {
   using betas_t = std::tuple<double, double>;
   AdamOptions() = default;
   /// Options with learning rate `lr`.
@@ -51,7 +51,7 @@ struct AdamOptions : public torch::optim::OptimizerCloneableOptions<AdamOptions>
 
 /// Options of AdamW: Adam's, with decoupled weight decay p ← p·(1 - lr·weight_decay) and its default 1e-2.
 struct AdamWOptions : public torch::optim::OptimizerCloneableOptions<AdamWOptions>,
-                      public sched::CyclableMomentum {
+                      public CyclableMomentum {
   using betas_t = std::tuple<double, double>;
   AdamWOptions() = default;
   /// Options with learning rate `lr`.
@@ -99,28 +99,41 @@ struct AdamParamState : public torch::optim::OptimizerCloneableParamState<AdamPa
 using AdamWParamState = AdamParamState;
 
 /// Adam. Parameters without a gradient are skipped; sparse gradients are rejected.
-class Adam : public torch::optim::Optimizer, public ScaledStep {
+class Adam : public OptimizerBase<Adam, AdamOptions, AdamParamState> {
  public:
-  /// Param groups may carry their own AdamOptions (layer-wise LR, no decay for biases ...).
-  explicit Adam(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, AdamOptions defaults = {});
-  explicit Adam(std::vector<at::Tensor> params, AdamOptions defaults = {});
+  /// Name in messages.
+  static constexpr const char* kName = "Adam";
+  /// From params or param groups (which may carry their own AdamOptions: layer-wise LR, no decay ...).
+  using OptimizerBase::OptimizerBase;
+  /// Throws std::invalid_argument naming the option and value unless lr >= 0, eps >= 0, betas in [0, 1),
+  /// weight_decay >= 0.
+  static void validate(const AdamOptions& options);
 
-  at::Tensor step(LossClosure closure = nullptr) override;
-  void step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) override;
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
+ private:
+  friend OptimizerBase;
+  void update(const at::Tensor& inv_scale);
 };
 
 /// AdamW (decoupled weight decay).
-class AdamW : public torch::optim::Optimizer, public ScaledStep {
+class AdamW : public OptimizerBase<AdamW, AdamWOptions, AdamWParamState> {
  public:
-  explicit AdamW(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, AdamWOptions defaults = {});
-  explicit AdamW(std::vector<at::Tensor> params, AdamWOptions defaults = {});
+  /// Name in messages.
+  static constexpr const char* kName = "AdamW";
+  /// From params or param groups.
+  using OptimizerBase::OptimizerBase;
+  /// As Adam::validate.
+  static void validate(const AdamWOptions& options);
 
-  at::Tensor step(LossClosure closure = nullptr) override;
-  void step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) override;
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
+ private:
+  friend OptimizerBase;
+  void update(const at::Tensor& inv_scale);
 };
+
+/// Registers "adam" and "adamw" with the optimizer factory (trainkit/optim/factory.h); defined beside the optimizer.
+bool register_adam_optimizers();
+namespace internal {
+/// Registers wherever this header is linked in, so the factory always knows the optimizer.
+inline const bool adam_registered = register_adam_optimizers();
+}  // namespace internal
 
 }  // namespace trainkit::optim

@@ -10,13 +10,13 @@
 #include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 
-#include "trainkit/optim/scaled_step.h"
-#include "trainkit/sched/cyclic.h"
+#include "trainkit/optim/cyclable_momentum.h"
+#include "trainkit/optim/optimizer_base.h"
 
 namespace trainkit::optim {
 
 /// Options of Lamb (timm's names and defaults).
-struct LambOptions : public torch::optim::OptimizerCloneableOptions<LambOptions>, public sched::CyclableMomentum {
+struct LambOptions : public torch::optim::OptimizerCloneableOptions<LambOptions>, public CyclableMomentum {
   using betas_t = std::tuple<double, double>;
   LambOptions() = default;
   /// Options with learning rate `lr`.
@@ -67,22 +67,32 @@ struct LambParamState : public torch::optim::OptimizerCloneableParamState<LambPa
 /// LAMB: gradients divided by max(‖g‖_global / max_grad_norm, 1); Adam moments; u = m̂/(√v̂ + eps) + wd·p;
 /// where weight_decay ≠ 0 (or always_adapt) the step is scaled by the trust ratio ‖w‖/‖u‖ (1 where either
 /// is 0); p ← p - lr·ratio·u. The step count is kept per param group, as timm does.
-class Lamb : public torch::optim::Optimizer, public ScaledStep {
+class Lamb : public OptimizerBase<Lamb, LambOptions, LambParamState> {
  public:
-  explicit Lamb(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, LambOptions defaults = {});
-  explicit Lamb(std::vector<at::Tensor> params, LambOptions defaults = {});
-
-  at::Tensor step(LossClosure closure = nullptr) override;
-  void step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) override;
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
+  /// Name in messages.
+  static constexpr const char* kName = "Lamb";
+  /// From params or param groups (which may carry their own LambOptions).
+  using OptimizerBase::OptimizerBase;
+  /// Throws std::invalid_argument naming the option and value unless lr, eps, weight_decay >= 0, betas in
+  /// [0, 1) and max_grad_norm (when set) > 0.
+  static void validate(const LambOptions& options);
 
   /// Steps taken by each param group.
   const std::vector<int64_t>& group_steps() const { return group_steps_; }
 
  private:
-  void step_impl(const at::Tensor& inv_scale);
+  friend OptimizerBase;
+  void update(const at::Tensor& inv_scale);
+  void save_extra(torch::serialize::OutputArchive& archive) const;
+  void load_extra(torch::serialize::InputArchive& archive);
   std::vector<int64_t> group_steps_;
 };
+
+/// Registers "lamb" with the optimizer factory (trainkit/optim/factory.h); defined beside the optimizer.
+bool register_lamb_optimizer();
+namespace internal {
+/// Registers wherever this header is linked in, so the factory always knows the optimizer.
+inline const bool lamb_registered = register_lamb_optimizer();
+}  // namespace internal
 
 }  // namespace trainkit::optim

@@ -9,13 +9,13 @@
 #include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 
-#include "trainkit/optim/scaled_step.h"
-#include "trainkit/sched/cyclic.h"
+#include "trainkit/optim/cyclable_momentum.h"
+#include "trainkit/optim/optimizer_base.h"
 
 namespace trainkit::optim {
 
 /// Options of Lars (timm's defaults; timm calls trust_coefficient `trust_coeff`).
-struct LarsOptions : public torch::optim::OptimizerCloneableOptions<LarsOptions>, public sched::CyclableMomentum {
+struct LarsOptions : public torch::optim::OptimizerCloneableOptions<LarsOptions>, public CyclableMomentum {
   LarsOptions() = default;
   /// Options with learning rate `lr`.
   LarsOptions(double lr) : lr_(lr) {}  // NOLINT(google-explicit-constructor)
@@ -62,15 +62,26 @@ struct LarsParamState : public torch::optim::OptimizerCloneableParamState<LarsPa
 /// LARS: where weight_decay ≠ 0 (or always_adapt), d = ratio·(g + wd·p) with the trust ratio above (1 where
 /// ‖w‖ or ‖g‖ is 0); then SGD momentum on d and p ← p - lr·d. Use weight_decay_param_groups() to keep
 /// biases and norm weights (ndim ≤ 1) out of decay and adaptation.
-class Lars : public torch::optim::Optimizer, public ScaledStep {
+class Lars : public OptimizerBase<Lars, LarsOptions, LarsParamState> {
  public:
-  explicit Lars(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, LarsOptions defaults = {});
-  explicit Lars(std::vector<at::Tensor> params, LarsOptions defaults = {});
+  /// Name in messages.
+  static constexpr const char* kName = "Lars";
+  /// From params or param groups (which may carry their own LarsOptions).
+  using OptimizerBase::OptimizerBase;
+  /// Throws std::invalid_argument naming the option and value unless lr, momentum, weight_decay, eps >= 0
+  /// and nesterov has momentum > 0 and dampening = 0.
+  static void validate(const LarsOptions& options);
 
-  at::Tensor step(LossClosure closure = nullptr) override;
-  void step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) override;
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
+ private:
+  friend OptimizerBase;
+  void update(const at::Tensor& inv_scale);
 };
+
+/// Registers "lars" with the optimizer factory (trainkit/optim/factory.h); defined beside the optimizer.
+bool register_lars_optimizer();
+namespace internal {
+/// Registers wherever this header is linked in, so the factory always knows the optimizer.
+inline const bool lars_registered = register_lars_optimizer();
+}  // namespace internal
 
 }  // namespace trainkit::optim

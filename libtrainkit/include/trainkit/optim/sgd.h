@@ -9,13 +9,13 @@
 #include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 
-#include "trainkit/optim/scaled_step.h"
-#include "trainkit/sched/cyclic.h"
+#include "trainkit/optim/cyclable_momentum.h"
+#include "trainkit/optim/optimizer_base.h"
 
 namespace trainkit::optim {
 
 /// Options of Sgd (PyTorch's names and defaults).
-struct SgdOptions : public torch::optim::OptimizerCloneableOptions<SgdOptions>, public sched::CyclableMomentum {
+struct SgdOptions : public torch::optim::OptimizerCloneableOptions<SgdOptions>, public CyclableMomentum {
   SgdOptions() = default;
   /// Options with learning rate `lr`.
   SgdOptions(double lr) : lr_(lr) {}  // NOLINT(google-explicit-constructor)
@@ -55,15 +55,26 @@ struct SgdParamState : public torch::optim::OptimizerCloneableParamState<SgdPara
 
 /// Stochastic gradient descent: d = g + wd·p; b ← momentum·b + (1-dampening)·d (b = d at first);
 /// d = nesterov ? d + momentum·b : b; p ← p - lr·d.
-class Sgd : public torch::optim::Optimizer, public ScaledStep {
+class Sgd : public OptimizerBase<Sgd, SgdOptions, SgdParamState> {
  public:
-  explicit Sgd(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, SgdOptions defaults = {});
-  explicit Sgd(std::vector<at::Tensor> params, SgdOptions defaults = {});
+  /// Name in messages.
+  static constexpr const char* kName = "Sgd";
+  /// From params or param groups (which may carry their own SgdOptions).
+  using OptimizerBase::OptimizerBase;
+  /// Throws std::invalid_argument naming the option and value unless lr, momentum, weight_decay >= 0 and
+  /// nesterov has momentum > 0 and dampening = 0.
+  static void validate(const SgdOptions& options);
 
-  at::Tensor step(LossClosure closure = nullptr) override;
-  void step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) override;
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
+ private:
+  friend OptimizerBase;
+  void update(const at::Tensor& inv_scale);
 };
+
+/// Registers "sgd" with the optimizer factory (trainkit/optim/factory.h); defined beside the optimizer.
+bool register_sgd_optimizer();
+namespace internal {
+/// Registers wherever this header is linked in, so the factory always knows the optimizer.
+inline const bool sgd_registered = register_sgd_optimizer();
+}  // namespace internal
 
 }  // namespace trainkit::optim

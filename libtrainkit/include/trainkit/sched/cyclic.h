@@ -10,20 +10,13 @@
 
 #include <torch/arg.h>
 
+#include "trainkit/optim/cyclable_momentum.h"
 #include "trainkit/sched/scheduler.h"
 
 namespace trainkit::sched {
 
-/// Optimizer options whose momentum CyclicLR/OneCycleLR may cycle, beyond LibTorch's own (SGD and
-/// RMSprop `momentum`, Adam and AdamW `beta1`, which are handled directly). Implement it in your options.
-class CyclableMomentum {
- public:
-  virtual ~CyclableMomentum() = default;
-  /// The momentum (or beta1) the scheduler cycles.
-  virtual double cycled_momentum() const = 0;
-  /// Sets it.
-  virtual void set_cycled_momentum(double momentum) = 0;
-};
+/// The momentum interface optimizers implement (defined in optim; this alias keeps sched:: spellings).
+using optim::CyclableMomentum;
 
 /// True when the options of `group` have a momentum (or beta1) that can be cycled.
 bool has_cyclable_momentum(const torch::optim::OptimizerParamGroup& group);

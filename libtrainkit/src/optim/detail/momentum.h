@@ -1,6 +1,7 @@
 #pragma once
 // The step shared by Sgd and Lars: optional trust ratio (LARS), L2 decay, momentum/nesterov, fused or ATen.
 
+#include <array>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -9,12 +10,13 @@
 
 namespace trainkit::optim::detail {
 
+/// The hyperparameters of one group of Sgd or Lars, set by name (the LARS fields stay at their defaults for Sgd).
 struct MomentumHyper {
-  double lr, momentum, dampening, weight_decay;
-  bool nesterov, maximize;
-  bool adapt;  // LARS trust ratio on
-  double trust_coefficient, eps;
-  bool trust_clip;
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false, maximize = false;
+  bool adapt = false;  // LARS trust ratio on
+  double trust_coefficient = 0, eps = 0;
+  bool trust_clip = false;
   std::optional<bool> fused;
 };
 
@@ -38,48 +40,38 @@ void fused_momentum(const MomentumGroup& g, const MomentumHyper& h, double grad_
   std::vector<SgdCoef<T>> coefs;
   std::vector<MomentumMode> modes;
   for (size_t t = 0; t < g.params.size(); ++t) {
-    coefs.push_back({static_cast<T>(grad_mul), static_cast<T>(h.weight_decay), T(1), static_cast<T>(h.momentum),
-                     static_cast<T>(1 - h.dampening), static_cast<T>(h.lr), h.nesterov});
+    SgdCoef<T> c{};
+    c.grad_mul = static_cast<T>(grad_mul);
+    c.l2 = static_cast<T>(h.weight_decay);
+    c.trust = T(1);
+    c.momentum = static_cast<T>(h.momentum);
+    c.keep = static_cast<T>(1 - h.dampening);
+    c.lr = static_cast<T>(h.lr);
+    c.nesterov = h.nesterov;
+    coefs.push_back(c);
     modes.push_back(h.momentum == 0 ? MomentumMode::kNone
                                     : (g.first[t] ? MomentumMode::kFirst : MomentumMode::kRunning));
   }
-  const auto update = [&](const std::vector<Chunk>& chunks) {
-    for_each_chunk(chunks, [&](const Chunk& c) {
-      const auto t = static_cast<size_t>(c.tensor);
-      T* buf = h.momentum == 0 ? nullptr : g.buffers[t].data_ptr<T>() + c.begin;
-      sgd_kernel(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin, buf, c.n, coefs[t],
-                 modes[t]);
-    });
+  const auto update = [&](const Chunk& c) {
+    const auto t = static_cast<size_t>(c.tensor);
+    T* buf = h.momentum == 0 ? nullptr : g.buffers[t].data_ptr<T>() + c.begin;
+    sgd_kernel(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin, buf, c.n, coefs[t], modes[t]);
   };
   if (!h.adapt) {
-    update(make_chunks(numels));
+    for_each_chunk(make_chunks(numels), update);
     return;
   }
   // LARS: norms of w and g, then the update, block by block so that the update re-reads from cache.
-  for (const auto& [first, last] : make_blocks(numels)) {
-    const auto chunks = make_chunks(numels, first, last);
-    // Per-chunk partial sums, combined per tensor in chunk order: independent of the thread count.
-    std::vector<double> sp(chunks.size(), 0.0);
-    std::vector<double> sg(chunks.size(), 0.0);
-    at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) {
-        const Chunk& ch = chunks[static_cast<size_t>(c)];
-        const auto t = static_cast<size_t>(ch.tensor);
-        sum_squares2(g.params[t].data_ptr<T>() + ch.begin, g.grads[t].data_ptr<T>() + ch.begin, ch.n,
-                     sp[static_cast<size_t>(c)], sg[static_cast<size_t>(c)]);
-      }
-    });
-    std::vector<double> wp(g.params.size(), 0.0);
-    std::vector<double> wg(g.params.size(), 0.0);
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      wp[static_cast<size_t>(chunks[c].tensor)] += sp[c];
-      wg[static_cast<size_t>(chunks[c].tensor)] += sg[c];
-    }
-    for (size_t t = first; t < last; ++t) {
-      coefs[t].trust = static_cast<T>(lars_trust_ratio(std::sqrt(wp[t]), std::abs(grad_mul) * std::sqrt(wg[t]), h));
-    }
-    update(chunks);
-  }
+  two_phase_blocks<2>(
+      numels,
+      [&](const Chunk& c, std::array<double, 2>& sums) {
+        const auto t = static_cast<size_t>(c.tensor);
+        sum_squares2(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin, c.n, sums[0], sums[1]);
+      },
+      [&](size_t t, const std::array<double, 2>& sums) {
+        coefs[t].trust = static_cast<T>(lars_trust_ratio(std::sqrt(sums[0]), std::abs(grad_mul) * std::sqrt(sums[1]), h));
+      },
+      update);
 }
 
 /// timm's _single_tensor_lars / PyTorch's single-tensor SGD, op for op, with no host sync.
@@ -115,11 +107,11 @@ inline void reference_momentum(MomentumGroup& g, const MomentumHyper& h, const a
   }
 }
 
-/// One step of every group of `opt`; `hyper_of(options)` reads a group's hyperparameters.
-template <class State, class Options, class HyperOf>
-void momentum_step(torch::optim::Optimizer& opt, const HyperOf& hyper_of, const char* name,
-                   const at::Tensor& inv_scale) {
-  at::NoGradGuard no_grad;
+/// One step of every group of `opt` (Sgd or Lars); `hyper_of(options)` reads a group's hyperparameters.
+template <class Opt, class HyperOf>
+void momentum_update(Opt& opt, const HyperOf& hyper_of, const at::Tensor& inv_scale) {
+  using Options = typename Opt::options_type;
+  using State = typename Opt::param_state_type;
   auto& groups = opt.param_groups();
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const MomentumHyper h = hyper_of(static_cast<const Options&>(groups[gi].options()));
@@ -131,9 +123,9 @@ void momentum_step(torch::optim::Optimizer& opt, const HyperOf& hyper_of, const 
         continue;
       }
       g.params.push_back(p);
-      g.grads.push_back(checked_grad(p, gi, i, name));
+      g.grads.push_back(internal::checked_grad(p, gi, i, Opt::kName));
       if (h.momentum != 0) {
-        auto& state = param_state<State>(opt, p, [](State&) {});
+        auto& state = internal::param_state<State>(opt, p, [](State&) {});
         const bool first = !state.momentum_buffer().defined();
         if (first) {
           state.momentum_buffer(at::empty_like(p, at::MemoryFormat::Preserve));
@@ -150,16 +142,13 @@ void momentum_step(torch::optim::Optimizer& opt, const HyperOf& hyper_of, const 
     std::vector<at::Tensor> all = g.params;
     all.insert(all.end(), g.grads.begin(), g.grads.end());
     all.insert(all.end(), g.buffers.begin(), g.buffers.end());
-    if (use_fused(h.fused, all, name, gi)) {
-      const double grad_mul = (h.maximize ? -1.0 : 1.0) * cpu_scalar(inv_scale, 1.0);
-      if (g.params.front().scalar_type() == at::kFloat) {
-        fused_momentum<float>(g, h, grad_mul);
-      } else {
-        fused_momentum<double>(g, h, grad_mul);
-      }
-    } else {
-      reference_momentum(g, h, inv_scale);
-    }
+    dispatch_fused(
+        h.fused, all, Opt::kName, gi,
+        [&](auto type) {
+          const double grad_mul = (h.maximize ? -1.0 : 1.0) * cpu_scalar(inv_scale, 1.0);
+          fused_momentum<decltype(type)>(g, h, grad_mul);
+        },
+        [&] { reference_momentum(g, h, inv_scale); });
   }
 }
 
@@ -169,11 +158,9 @@ inline void validate_momentum(const MomentumHyper& h, const char* name) {
   check_option(h.momentum >= 0, name, "momentum", h.momentum);
   check_option(h.weight_decay >= 0, name, "weight_decay", h.weight_decay);
   check_option(h.eps >= 0, name, "epsilon (eps)", h.eps);
-  if (h.nesterov && (h.momentum <= 0 || h.dampening != 0)) {
-    throw std::invalid_argument(fmt::format("{}: nesterov momentum requires a momentum > 0 and zero dampening "
-                                            "(momentum = {}, dampening = {})",
-                                            name, h.momentum, h.dampening));
-  }
+  TRAINKIT_CHECK_ARG(!h.nesterov || (h.momentum > 0 && h.dampening == 0),
+                     "{}: nesterov momentum requires a momentum > 0 and zero dampening (momentum = {}, dampening = {})",
+                     name, h.momentum, h.dampening);
 }
 
 }  // namespace trainkit::optim::detail

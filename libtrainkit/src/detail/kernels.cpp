@@ -5,7 +5,7 @@
 // calls but std::sqrt (which needs -fno-math-errno, set on the target) and std::max, branches on
 // loop-invariant flags only. Each is compiled for AVX-512, AVX2 and baseline x86-64 and the widest one the
 // CPU supports is picked at load time (GCC function multiversioning).
-#include "optim/detail/kernels.h"
+#include "detail/kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,7 +16,7 @@
 #define TRAINKIT_MULTIVERSION
 #endif
 
-namespace trainkit::optim::detail {
+namespace trainkit::detail {
 
 std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, int64_t grain) {
   return make_chunks(numels, 0, numels.size(), grain);
@@ -368,4 +368,4 @@ void lamb_moments_apply(double* p, const double* g, double* m, double* v, int64_
   lamb_moments_apply_f64(p, g, m, v, n, c, step);
 }
 
-}  // namespace trainkit::optim::detail
+}  // namespace trainkit::detail

@@ -1,6 +1,7 @@
 #pragma once
-// Fused single-pass CPU kernels shared by trainkit's optimizers (Adam/AdamW, SGD/LARS, LAMB), and the
-// chunking that spreads many tensors over threads with no per-tensor dispatch.
+// Fused single-pass CPU kernels shared by trainkit's optimizers (Adam/AdamW, SGD/LARS, LAMB), gradient
+// clipping and the GradScaler overflow check, and the chunking that spreads many tensors over threads with
+// no per-tensor dispatch. Neutral ground below optim, grad and amp; includes no LibTorch header.
 //
 // Every kernel takes raw pointers of one contiguous slice and the hyperparameters folded into a few
 // per-tensor coefficients, so that variants (Adam vs AdamW, SGD vs LARS, maximize, L2 vs decoupled decay)
@@ -11,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace trainkit::optim::detail {
+namespace trainkit::detail {
 
 /// Elements per work item: large enough to amortize scheduling, small enough to balance threads.
 constexpr int64_t kChunkGrain = 1 << 15;
@@ -29,7 +30,7 @@ std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, int64_t grain
 std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, std::size_t first, std::size_t last,
                                int64_t grain = kChunkGrain);
 
-/// Elements per block of the two-phase optimizers (LARS, LAMB): a per-tensor norm must be complete before
+/// Elements per block of the two-phase optimizers (LARS, LAMB; see two_phase_blocks in parallel.h): a per-tensor norm must be complete before
 /// that tensor is updated, so they run phase 1 and phase 2 block by block; a block of this size
 /// (4 MB per float32 stream) is still in the last-level cache when phase 2 reads it again.
 constexpr int64_t kBlockElements = 1 << 20;
@@ -92,6 +93,22 @@ template <class T>
 struct LambCoef {
   T grad_mul, beta1, beta3, beta2, one_minus_beta2, inv_bc1, inv_bc2_sqrt, eps, wd;
   bool lerp;
+  /// The same coefficients rounded to U.
+  template <class U>
+  LambCoef<U> cast() const {
+    LambCoef<U> c{};
+    c.grad_mul = static_cast<U>(grad_mul);
+    c.beta1 = static_cast<U>(beta1);
+    c.beta3 = static_cast<U>(beta3);
+    c.beta2 = static_cast<U>(beta2);
+    c.one_minus_beta2 = static_cast<U>(one_minus_beta2);
+    c.inv_bc1 = static_cast<U>(inv_bc1);
+    c.inv_bc2_sqrt = static_cast<U>(inv_bc2_sqrt);
+    c.eps = static_cast<U>(eps);
+    c.wd = static_cast<U>(wd);
+    c.lerp = lerp;
+    return c;
+  }
 };
 /// Pass 1 when the trust ratio is needed: updates m and v, adds Σp² and Σu² to the sums.
 void lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n, const LambCoef<float>& c,
@@ -106,4 +123,4 @@ void lamb_moments_apply(float* p, const float* g, float* m, float* v, int64_t n,
 void lamb_moments_apply(double* p, const double* g, double* m, double* v, int64_t n, const LambCoef<double>& c,
                         double step);
 
-}  // namespace trainkit::optim::detail
+}  // namespace trainkit::detail

@@ -1,0 +1,158 @@
+#pragma once
+/// @file
+/// The shell every trainkit optimizer shares (constructors from params or param groups, validation of every
+/// group's options, step with a closure, step_scaled for amp::GradScaler, save/load through LibTorch's
+/// serialize templates, the fused-or-reference choice), written once as a CRTP base, so that an optimizer
+/// supplies only its Options, ParamState, `validate(const Options&)` and `update(inv_scale)`.
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
+#include <torch/optim/serialize.h>
+
+#include "trainkit/optim/scaled_step.h"
+
+namespace trainkit::optim {
+
+/// Helpers of OptimizerBase that need no template parameter (defined in optimizer_base.cpp).
+namespace internal {
+/// Puts back the options the caller gave each param group: recent LibTorch (2.9+) keeps a group's own
+/// options only for its own optimizer types, which would silently drop layer-wise learning rates.
+void restore_group_options(torch::optim::Optimizer& optimizer,
+                           const std::vector<torch::optim::OptimizerParamGroup>& given);
+/// Throws std::invalid_argument "<optimizer>: param group <group> has options of another optimizer ...".
+[[noreturn]] void throw_foreign_options(const char* optimizer, std::size_t group);
+/// Runs `closure` with gradients enabled (the step itself runs under NoGradGuard), as PyTorch does.
+at::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure);
+/// True when the 0-dim `found_inf` is non-zero.
+bool found_inf(const at::Tensor& found_inf);
+/// The gradient of `p` (parameter `index` of param group `group`); throws std::invalid_argument when sparse.
+const at::Tensor& checked_grad(const at::Tensor& p, std::size_t group, std::size_t index, const char* optimizer);
+/// The state of `p` in `optimizer`, created by `init(state)` on first use.
+template <class State, class Init>
+State& param_state(torch::optim::Optimizer& optimizer, const at::Tensor& p, const Init& init) {
+  auto& states = optimizer.state();
+  auto it = states.find(p.unsafeGetTensorImpl());
+  if (it == states.end()) {
+    auto fresh = std::make_unique<State>();
+    init(*fresh);
+    it = states.emplace(p.unsafeGetTensorImpl(), std::move(fresh)).first;
+  }
+  return static_cast<State&>(*it->second);
+}
+/// The path for one group: `fused` unset → the fused CPU kernel when every tensor allows it (contiguous
+/// float32/float64 on the CPU, one dtype); true → fused, or std::invalid_argument saying why not;
+/// false → the ATen reference path.
+bool use_fused(const std::optional<bool>& fused, const std::vector<at::Tensor>& tensors, const char* optimizer,
+               std::size_t group);
+}  // namespace internal
+
+/// Runs `fused(float{})` or `fused(double{})` (the tensors' dtype) when internal::use_fused() picks the fused
+/// kernel for param group `group`, else `reference()`.
+template <class Fused, class Reference>
+void dispatch_fused(const std::optional<bool>& fused, const std::vector<at::Tensor>& tensors, const char* optimizer,
+                    std::size_t group, const Fused& fused_fn, const Reference& reference) {
+  if (internal::use_fused(fused, tensors, optimizer, group)) {
+    if (tensors.front().scalar_type() == at::kFloat) {
+      fused_fn(float{});
+    } else {
+      fused_fn(double{});
+    }
+  } else {
+    reference();
+  }
+}
+
+/// Base of trainkit's optimizers. `Derived` supplies:
+///   `static constexpr const char* kName`            its name in messages ("Adam");
+///   `static void validate(const Options&)`          throws std::invalid_argument naming optimizer, option, value;
+///   `void update(const at::Tensor& inv_scale)`      one step of every param group, under NoGradGuard, with the
+///                                                   gradients multiplied by `inv_scale` (undefined = 1);
+/// and may hide `save_extra`/`load_extra` for state beyond the per-parameter ParamState.
+template <class Derived, class Options, class ParamState>
+class OptimizerBase : public torch::optim::Optimizer, public ScaledStep {
+ public:
+  /// The options type of the optimizer and of each of its param groups.
+  using options_type = Options;
+  /// The per-parameter state type.
+  using param_state_type = ParamState;
+
+  /// Param groups may carry their own Options (layer-wise LR, no decay for biases ...); `defaults` fills the
+  /// others. Every group's options are validated with Derived::validate.
+  explicit OptimizerBase(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, Options defaults = {})
+      : Optimizer(param_groups, std::make_unique<Options>(defaults)) {
+    internal::restore_group_options(*this, param_groups);
+    for (std::size_t i = 0; i < param_groups_.size(); ++i) {
+      if (dynamic_cast<const Options*>(&param_groups_[i].options()) == nullptr) {
+        internal::throw_foreign_options(Derived::kName, i);
+      }
+    }
+    Derived::validate(defaults);
+    for (const auto& group : param_groups_) {
+      Derived::validate(static_cast<const Options&>(group.options()));
+    }
+  }
+  /// One param group of `params` with `defaults`.
+  explicit OptimizerBase(std::vector<at::Tensor> params, Options defaults = {})
+      : OptimizerBase({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
+
+  /// One step; `closure` (re-evaluating the loss, with gradients enabled) runs first when given.
+  at::Tensor step(LossClosure closure = nullptr) override {
+    at::Tensor loss = internal::run_closure(closure);
+    at::NoGradGuard no_grad;
+    derived().update({});
+    return loss;
+  }
+  /// See ScaledStep: the step of gradients multiplied by `inv_scale`; nothing when `found_inf` is non-zero.
+  void step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) override {
+    if (!internal::found_inf(found_inf)) {
+      at::NoGradGuard no_grad;
+      derived().update(inv_scale);
+    }
+  }
+  /// Per-parameter state and param groups in LibTorch's format, then Derived::save_extra.
+  void save(torch::serialize::OutputArchive& archive) const override {
+    torch::optim::serialize<ParamState, Options>(archive, *this);
+    static_cast<const Derived&>(*this).save_extra(archive);
+  }
+  /// Reads what save() wrote.
+  void load(torch::serialize::InputArchive& archive) override {
+    torch::optim::serialize<ParamState, Options>(archive, *this);
+    derived().load_extra(archive);
+  }
+
+ protected:
+  /// State beyond ParamState (none by default).
+  void save_extra(torch::serialize::OutputArchive& /*archive*/) const {}
+  /// See save_extra().
+  void load_extra(torch::serialize::InputArchive& /*archive*/) {}
+
+  /// The options of param group `group`.
+  const Options& group_options(std::size_t group) const {
+    return static_cast<const Options&>(param_groups_[group].options());
+  }
+  /// The state of `p`, created by `init(state)` on first use.
+  template <class Init>
+  ParamState& state_of(const at::Tensor& p, const Init& init) {
+    return internal::param_state<ParamState>(*this, p, init);
+  }
+  /// The gradient of `p` (parameter `index` of param group `group`), checked to be dense.
+  const at::Tensor& checked_grad(const at::Tensor& p, std::size_t group, std::size_t index) const {
+    return internal::checked_grad(p, group, index, Derived::kName);
+  }
+  /// dispatch_fused() for param group `group`.
+  template <class Fused, class Reference>
+  void dispatch(const std::optional<bool>& fused, const std::vector<at::Tensor>& tensors, std::size_t group,
+                const Fused& fused_fn, const Reference& reference) const {
+    dispatch_fused(fused, tensors, Derived::kName, group, fused_fn, reference);
+  }
+
+ private:
+  Derived& derived() { return static_cast<Derived&>(*this); }
+};
+
+}  // namespace trainkit::optim

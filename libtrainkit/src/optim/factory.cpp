@@ -1,0 +1,186 @@
+#include "trainkit/optim/factory.h"
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+// The built-in optimizers register themselves from their own sources; including their headers here links
+// those sources into every program that uses the factory (see the registration line in each header).
+#include "trainkit/optim.h"
+
+namespace trainkit::optim {
+namespace {
+
+constexpr const char* kNoDecay1d = "no_decay_1d";
+
+struct Registry {
+  std::mutex mutex;
+  std::vector<OptimizerEntry> entries;  // sorted by name
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+/// A copy of the entries (registration may run on another thread during static initialization).
+std::vector<OptimizerEntry> entries() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.entries;
+}
+
+const OptimizerEntry* find_entry(const std::vector<OptimizerEntry>& all, const std::string& name) {
+  const auto it = std::find_if(all.begin(), all.end(), [&](const OptimizerEntry& e) { return e.name == name; });
+  return it == all.end() ? nullptr : &*it;
+}
+
+const OptimizerArg* find_arg(const OptimizerEntry& entry, const std::string& key) {
+  const auto it =
+      std::find_if(entry.args.begin(), entry.args.end(), [&](const OptimizerArg& a) { return a.name == key; });
+  return it == entry.args.end() ? nullptr : &*it;
+}
+
+std::string line_of(const ArgValue& value) {
+  return value.line() > 0 ? fmt::format(" (line {})", value.line()) : std::string();
+}
+
+std::vector<std::string> names_of(const std::vector<OptimizerEntry>& all) {
+  std::vector<std::string> names;
+  for (const auto& e : all) {
+    names.push_back(e.name);
+  }
+  return names;
+}
+
+const OptimizerEntry& entry_of(const std::vector<OptimizerEntry>& all, const std::string& name) {
+  const OptimizerEntry* entry = find_entry(all, name);
+  if (entry == nullptr) {
+    throw std::invalid_argument(
+        fmt::format("unknown optimizer \"{}\" (known: {})", name, fmt::join(names_of(all), ", ")));
+  }
+  return *entry;
+}
+
+}  // namespace
+
+void register_optimizer(OptimizerEntry entry) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (find_entry(r.entries, entry.name) != nullptr) {
+    throw std::invalid_argument(fmt::format("register_optimizer: optimizer \"{}\" is already registered", entry.name));
+  }
+  // Sorted by name: registration runs during static initialization, in an order that depends on linking.
+  const auto at = std::lower_bound(r.entries.begin(), r.entries.end(), entry.name,
+                                   [](const OptimizerEntry& e, const std::string& n) { return e.name < n; });
+  r.entries.insert(at, std::move(entry));
+}
+
+std::vector<std::string> optimizer_names() { return names_of(entries()); }
+
+OptimizerSpec parse_optimizer(const std::string& name, ArgReader& args, const std::string& section) {
+  const auto all = entries();
+  const OptimizerEntry* entry = find_entry(all, name);
+  if (entry == nullptr) {
+    args.fail(fmt::format("{}.name: unknown optimizer \"{}\" (known: {})", section, name,
+                          fmt::join(names_of(all), ", ")));
+  }
+  OptimizerSpec spec;
+  spec.name = name;
+  spec.options = entry->defaults();
+  for (const std::string& key : args.unread()) {
+    const ArgValue& value = *trainkit::find_arg(args.table(), key);
+    if (key == kNoDecay1d) {
+      const auto* b = value.get_if<bool>();
+      if (b == nullptr) {
+        args.fail(fmt::format("{}.{}: expected true or false, got {}{}", section, key, value.to_string(),
+                              line_of(value)));
+      }
+      spec.no_decay_1d = *b;
+    } else if (const OptimizerArg* arg = find_arg(*entry, key)) {
+      if (!arg->read(value, *spec.options)) {
+        args.fail(fmt::format("{}.{}: expected {}, got {}{}", section, key, arg->expected, value.to_string(),
+                              line_of(value)));
+      }
+    } else {
+      std::vector<std::string> takers;
+      for (const auto& other : all) {
+        if (find_arg(other, key) != nullptr) {
+          takers.push_back(other.name);
+        }
+      }
+      if (!takers.empty()) {
+        args.fail(fmt::format("{}.{} does not apply to optimizer \"{}\" (only to {})", section, key, name,
+                              fmt::join(takers, ", ")));
+      }
+      std::vector<std::string> known;
+      for (const auto& a : entry->args) {
+        known.push_back(section + "." + a.name);
+      }
+      known.push_back(section + "." + kNoDecay1d);
+      args.fail(fmt::format("unknown key '{}.{}'{} for optimizer \"{}\" (known: {})", section, key, line_of(value),
+                            name, fmt::join(known, ", ")));
+    }
+    args.ignore(key);
+  }
+  args.finish(fmt::format("optimizer \"{}\"", name));
+  try {
+    entry->validate(*spec.options);
+  } catch (const std::invalid_argument& e) {
+    args.fail(fmt::format("{}: {}", section, e.what()));
+  }
+  return spec;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& spec,
+                                                        const std::vector<at::Tensor>& params) {
+  const auto all = entries();
+  const OptimizerEntry& entry = entry_of(all, spec.name);
+  if (spec.no_decay_1d) {
+    return entry.make(entry.no_decay_groups(params, *spec.options), *spec.options);
+  }
+  return entry.make({torch::optim::OptimizerParamGroup(params)}, *spec.options);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& spec,
+                                                        const std::vector<torch::optim::OptimizerParamGroup>& groups) {
+  const auto all = entries();
+  return entry_of(all, spec.name).make(groups, *spec.options);
+}
+
+ArgTable optimizer_args(const OptimizerSpec& spec) {
+  const auto all = entries();
+  const OptimizerEntry& entry = entry_of(all, spec.name);
+  ArgTable out;
+  for (const auto& arg : entry.args) {
+    if (auto value = arg.show(*spec.options)) {
+      out.emplace_back(arg.name, std::move(*value));
+    }
+  }
+  out.emplace_back(kNoDecay1d, ArgValue(spec.no_decay_1d));
+  return out;
+}
+
+std::vector<OptimizerArgDoc> optimizer_arg_docs() {
+  const auto all = entries();
+  std::vector<OptimizerArgDoc> docs;
+  for (const auto& entry : all) {
+    for (const auto& arg : entry.args) {
+      auto it = std::find_if(docs.begin(), docs.end(), [&](const OptimizerArgDoc& d) { return d.name == arg.name; });
+      if (it == docs.end()) {
+        docs.push_back({arg.name, arg.type, arg.doc, {}});
+        it = std::prev(docs.end());
+      }
+      it->optimizers.push_back(entry.name);
+    }
+  }
+  docs.push_back({kNoDecay1d, "boolean",
+                  "Parameters with ndim <= 1 (biases, norm weights) in a group with weight_decay 0",
+                  names_of(all)});
+  return docs;
+}
+
+}  // namespace trainkit::optim
