@@ -260,7 +260,8 @@ TEST_CASE("parse_scheduler checks keys, types and values without an optimizer", 
   Setup s("adam");
   const auto unknown_length = parse("type = \"WarmupCosine\"\nwarmup_steps = 2");
   CHECK_THROWS_WITH(trainkit::sched::make_scheduler(unknown_length, *s.opt), Contains("cfg.toml") && Contains("total_steps"));
-  CHECK_THROWS_WITH(trainkit::sched::make_scheduler(parse("type = \"OneCycleLR\"\nmax_lr = [0.1, 0.2, 0.3]"), *s.opt),
+  CHECK_THROWS_WITH(trainkit::sched::make_scheduler(parse("type = \"OneCycleLR\"\nmax_lr = [0.1, 0.2, 0.3]"), *s.opt,
+                                                    SchedulerContext{3, 10}),
                     Contains("cfg.toml") && Contains("max_lr"));
 }
 

@@ -216,7 +216,7 @@ TEST_CASE("trainkit batch-size reports every trial and the answer", "[cli][tune]
   CHECK_THAT(r.output, Contains("batch size     32: fits"));
   CHECK_THAT(r.output, Contains("batch size found (binsearch): 40"));
   const Run bad = trainkit_cli("batch-size --config " + config + " --steps-per-trial 0", tmp);
-  CHECK(bad.code == 1);
+  CHECK(bad.code == 2);  // an invalid argument is a usage error (docs/architecture.md, error policy)
   CHECK_THAT(bad.output, Contains("steps_per_trial: 0"));
   const Run no_config = trainkit_cli("batch-size", tmp);
   CHECK(no_config.code == 2);

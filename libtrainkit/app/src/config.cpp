@@ -238,6 +238,27 @@ ArgTable& section_table(ArgTable& root, const std::string& section) {
   return *table;
 }
 
+/// `table` in the order TOML readers give it back (`type` first, then by key, nested tables too), so that
+/// the effective config prints the same whichever way it was written or overridden.
+ArgTable canonical(ArgTable table) {
+  std::stable_sort(table.begin(), table.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.first != "type", a.first) < std::make_pair(b.first != "type", b.first);
+  });
+  for (auto& [key, value] : table) {
+    if (const auto* nested = value.get_if<ArgTable>()) {
+      value = ArgValue(canonical(*nested), value.line());
+    } else if (const auto* items = value.get_if<ArgValue::Array>()) {
+      ArgValue::Array sorted;
+      for (const auto& item : *items) {
+        const auto* t = item.get_if<ArgTable>();
+        sorted.push_back(t != nullptr ? ArgValue(canonical(*t), item.line()) : item);
+      }
+      value = ArgValue(std::move(sorted), value.line());
+    }
+  }
+  return table;
+}
+
 /// Applies one `--set section.key=value` to the document; remembers where the value came from.
 void apply_override(ArgTable& root, const std::string& text, std::map<std::string, Where>& origin) {
   const Where where = fmt::format("--set {}", text);
@@ -298,7 +319,7 @@ Config::Config() {
   const amp::GradScalerOptions scaler;
   amp.init_scale = scaler.init_scale();
   amp.growth_interval = scaler.growth_interval();
-  const dist::ProcessGroupOptions group;
+  const dist::InitOptions group;
   distributed.backend = group.backend();
   distributed.timeout = static_cast<double>(group.timeout().count()) / 1000.0;
   distributed.bucket_cap_mb = dist::DistributedDataParallelOptions().bucket_cap_mb();
@@ -323,7 +344,7 @@ Config parse_config(const std::string& toml_text, const std::string& source,
     const std::string name = optimizer.string("name").value_or("adam");
     config.optimizer = optim::parse_optimizer(name, optimizer);
     if (const ArgValue* sched = find_arg(root, "scheduler")) {
-      config.scheduler_args = *sched->get_if<ArgTable>();
+      config.scheduler_args = canonical(*sched->get_if<ArgTable>());
       if (!config.scheduler_args.empty()) {
         config.scheduler = sched::parse_scheduler(config.scheduler_args, source + ": [scheduler]");
       }

@@ -80,9 +80,6 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   }
   Run run = build_run(config, options.config_path,
                       RunOptions().dir(plan.dir).append_metrics(!resume_path.empty()).distributed(true));
-  if (!run.main_rank()) {
-    spdlog::set_level(spdlog::level::warn);  // rank 0 reports
-  }
   train::Trainer& trainer = *run.trainer;
   if (!resume_path.empty()) {
     try {
@@ -90,6 +87,9 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     } catch (const c10::Error& e) {
       throw train::CheckpointError(fmt::format("{}: does not match this config's model or optimizer: {}", resume_path,
                                                e.what_without_backtrace()));
+    } catch (const std::invalid_argument& e) {
+      throw train::CheckpointError(
+          fmt::format("{}: does not match this config's model or optimizer: {}", resume_path, e.what()));
     }
     spdlog::info("resumed from {} at epoch {}, step {}", resume_path, trainer.state().epoch + 1, trainer.state().step);
   }

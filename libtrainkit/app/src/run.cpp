@@ -39,6 +39,9 @@ void join_group(Run& run, const Config& config) {
       run.group = dist::ProcessGroup::init(options);
       run.rank = run.group->rank();
       run.world_size = run.group->world_size();
+      if (run.rank != 0) {
+        spdlog::set_level(spdlog::level::warn);  // rank 0 reports
+      }
     }
   } catch (const dist::DistError& e) {
     throw UsageError(e.what());

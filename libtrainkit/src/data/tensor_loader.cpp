@@ -2,17 +2,19 @@
 
 #include <torch/torch.h>
 
+#include "detail/check.h"
+
 namespace trainkit::data {
 
 TensorLoader::TensorLoader(at::Tensor inputs, at::Tensor targets, TensorLoaderOptions options)
     : inputs_(std::move(inputs)), targets_(std::move(targets)), options_(options) {
-  TORCH_CHECK(inputs_.defined() && targets_.defined(), "TensorLoader: inputs and targets must be defined");
-  TORCH_CHECK(inputs_.size(0) == targets_.size(0), "TensorLoader: ", inputs_.size(0), " inputs but ",
-              targets_.size(0), " targets");
-  TORCH_CHECK(options_.batch_size() > 0, "TensorLoader: invalid batch_size: ", options_.batch_size());
-  TORCH_CHECK(options_.num_replicas() >= 1, "TensorLoader: invalid num_replicas: ", options_.num_replicas());
-  TORCH_CHECK(options_.rank() >= 0 && options_.rank() < options_.num_replicas(), "TensorLoader: rank ",
-              options_.rank(), " not in [0, num_replicas=", options_.num_replicas(), ")");
+  TRAINKIT_CHECK_ARG(inputs_.defined() && targets_.defined(), "TensorLoader: inputs and targets must be defined");
+  TRAINKIT_CHECK_ARG(inputs_.size(0) == targets_.size(0), "TensorLoader: {} inputs but {} targets", inputs_.size(0),
+                     targets_.size(0));
+  TRAINKIT_CHECK_ARG(options_.batch_size() > 0, "TensorLoader: invalid batch_size: {}", options_.batch_size());
+  TRAINKIT_CHECK_ARG(options_.num_replicas() >= 1, "TensorLoader: invalid num_replicas: {}", options_.num_replicas());
+  TRAINKIT_CHECK_ARG(options_.rank() >= 0 && options_.rank() < options_.num_replicas(),
+                     "TensorLoader: rank {} not in [0, num_replicas={})", options_.rank(), options_.num_replicas());
   set_epoch(0);
 }
 
@@ -52,8 +54,8 @@ int64_t TensorLoader::num_batches() const {
 }
 
 Batch TensorLoader::batch(int64_t index) const {
-  TORCH_CHECK(index >= 0 && index < num_batches(), "TensorLoader: batch ", index, " out of range [0, ",
-              num_batches(), ")");
+  TRAINKIT_CHECK_ARG(index >= 0 && index < num_batches(), "TensorLoader: batch {} out of range [0, {})", index,
+                     num_batches());
   const int64_t start = index * options_.batch_size();
   const int64_t len = std::min(options_.batch_size(), shard_size() - start);
   if (!order_.defined()) {

@@ -8,13 +8,14 @@
 #include <torch/torch.h>
 
 #include "dist/detail/reducer.h"
+#include "detail/check.h"
 
 namespace trainkit::dist {
 
 std::vector<std::vector<int64_t>> compute_bucket_assignment(const std::vector<at::Tensor>& params,
                                                             double first_bucket_mb, double bucket_cap_mb) {
-  TORCH_CHECK(first_bucket_mb > 0, "Invalid first_bucket_mb: ", first_bucket_mb);
-  TORCH_CHECK(bucket_cap_mb > 0, "Invalid bucket_cap_mb: ", bucket_cap_mb);
+  TRAINKIT_CHECK_ARG(first_bucket_mb > 0, "Invalid first_bucket_mb: {}", first_bucket_mb);
+  TRAINKIT_CHECK_ARG(bucket_cap_mb > 0, "Invalid bucket_cap_mb: {}", bucket_cap_mb);
   std::vector<std::vector<int64_t>> buckets;
   std::vector<int64_t> current;
   int64_t bytes = 0;
@@ -67,8 +68,8 @@ class ReadyHook : public torch::autograd::FunctionPostHook {
 Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> group,
                  std::vector<std::vector<int64_t>> buckets, ReducerOptions options)
     : params_(std::move(params)), names_(std::move(names)), group_(std::move(group)), options_(std::move(options)) {
-  TORCH_CHECK(options_.compression == "none" || options_.compression == "fp16" || options_.compression == "bf16",
-              "Invalid gradient compression: '", options_.compression, "' (none, fp16 or bf16)");
+  TRAINKIT_CHECK_ARG(options_.compression == "none" || options_.compression == "fp16" || options_.compression == "bf16",
+                     "Invalid gradient compression: '{}' (none, fp16 or bf16)", options_.compression);
   bucket_of_.assign(params_.size(), -1);
   ready_.assign(params_.size(), false);
   for (auto& indices : buckets) {
@@ -90,7 +91,8 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
 void Reducer::install_hooks(const std::shared_ptr<Reducer>& self) {
   for (size_t i = 0; i < self->params_.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(self->params_[i]);
-    TORCH_CHECK(accumulator, "DistributedDataParallel: parameter ", self->names_[i], " is not a leaf that requires grad");
+    TRAINKIT_CHECK_ARG(accumulator, "DistributedDataParallel: parameter {} is not a leaf that requires grad",
+                       self->names_[i]);
     accumulator->add_post_hook(std::make_unique<ReadyHook>(self, static_cast<int64_t>(i)));
     self->accumulators_.push_back(std::move(accumulator));  // params only hold them weakly
   }
@@ -112,8 +114,10 @@ void Reducer::mark_ready(int64_t index) {
     });
   }
   const auto i = static_cast<size_t>(index);
-  TORCH_CHECK(!ready_[i], "DistributedDataParallel: parameter ", names_[i],
-              " got its gradient twice in one backward (reentrant backward is not supported)");
+  TRAINKIT_CHECK_ARG(!ready_[i],
+                     "DistributedDataParallel: parameter {} got its gradient twice in one backward (reentrant backward "
+                     "is not supported)",
+                     names_[i]);
   ready_[i] = true;
   ++num_ready_;
   auto& bucket = buckets_[static_cast<size_t>(bucket_of_[i])];
@@ -189,10 +193,11 @@ void Reducer::finalize() {
       }
       if (count > 8) unused << ", ...";
       // Other ranks are waiting for this rank's all-reduce: they fail at the timeout, naming the collective.
-      TORCH_CHECK(false, "DistributedDataParallel: ", count, " parameter(s) got no gradient in this backward: ",
-                  unused.str(),
-                  ". Every rank must produce a gradient for every parameter; construct with "
-                  "find_unused_parameters(true) if some are unused on purpose");
+      TRAINKIT_CHECK_ARG(
+          false,
+          "DistributedDataParallel: {} parameter(s) got no gradient in this backward: {}. Every rank must produce a "
+          "gradient for every parameter; construct with find_unused_parameters(true) if some are unused on purpose",
+          count, unused.str());
     }
     for (size_t i = 0; i < params_.size(); ++i) {
       if (!ready_[i]) {
@@ -233,12 +238,13 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
                                                  std::shared_ptr<ProcessGroup> group,
                                                  DistributedDataParallelOptions options)
     : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
-  TORCH_CHECK(module_, "DistributedDataParallel: module is null");
-  TORCH_CHECK(group_, "DistributedDataParallel: process group is null");
-  TORCH_CHECK(options_.bucket_cap_mb() > 0, "Invalid bucket_cap_mb: ", options_.bucket_cap_mb());
-  TORCH_CHECK(options_.first_bucket_mb() > 0, "Invalid first_bucket_mb: ", options_.first_bucket_mb());
-  TORCH_CHECK(options_.compression() == "none" || options_.compression() == "fp16" || options_.compression() == "bf16",
-              "Invalid compression: '", options_.compression(), "' (none, fp16 or bf16)");
+  TRAINKIT_CHECK_ARG(module_, "DistributedDataParallel: module is null");
+  TRAINKIT_CHECK_ARG(group_, "DistributedDataParallel: process group is null");
+  TRAINKIT_CHECK_ARG(options_.bucket_cap_mb() > 0, "Invalid bucket_cap_mb: {}", options_.bucket_cap_mb());
+  TRAINKIT_CHECK_ARG(options_.first_bucket_mb() > 0, "Invalid first_bucket_mb: {}", options_.first_bucket_mb());
+  TRAINKIT_CHECK_ARG(
+      options_.compression() == "none" || options_.compression() == "fp16" || options_.compression() == "bf16",
+      "Invalid compression: '{}' (none, fp16 or bf16)", options_.compression());
   if (group_->world_size() == 1) {
     return;  // nothing to average: no hooks, no cost
   }

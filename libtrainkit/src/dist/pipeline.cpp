@@ -5,16 +5,18 @@
 
 #include <torch/torch.h>
 
+#include "detail/check.h"
+
 namespace trainkit::dist {
 
 Pipeline::Pipeline(std::vector<torch::nn::Sequential> stages, std::vector<c10::Device> devices, PipelineOptions options)
     : stages_(std::move(stages)), devices_(std::move(devices)), options_(options) {
-  TORCH_CHECK(!stages_.empty(), "Pipeline: no stages");
-  TORCH_CHECK(stages_.size() == devices_.size(), "Pipeline: ", stages_.size(), " stages but ", devices_.size(),
-              " devices");
-  TORCH_CHECK(options_.chunks() >= 1, "Pipeline: invalid chunks: ", options_.chunks());
+  TRAINKIT_CHECK_ARG(!stages_.empty(), "Pipeline: no stages");
+  TRAINKIT_CHECK_ARG(stages_.size() == devices_.size(), "Pipeline: {} stages but {} devices", stages_.size(),
+                     devices_.size());
+  TRAINKIT_CHECK_ARG(options_.chunks() >= 1, "Pipeline: invalid chunks: {}", options_.chunks());
   for (size_t s = 0; s < stages_.size(); ++s) {
-    TORCH_CHECK(stages_[s], "Pipeline: stage ", s, " is null");
+    TRAINKIT_CHECK_ARG(stages_[s], "Pipeline: stage {} is null", s);
     stages_[s]->to(devices_[s]);
   }
 }

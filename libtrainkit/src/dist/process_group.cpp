@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
+#include <stdexcept>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -142,10 +143,17 @@ struct ProcessGroup::Impl {
 
   c10d::Backend& backend_for(const at::Tensor& t, const char* what) {
     if (t.is_cuda()) {
-      TORCH_CHECK(nccl, what, ": CUDA tensor but this group has no NCCL backend (backend=\"nccl\" or \"auto\" with a GPU)");
+      if (!nccl) {
+        throw std::invalid_argument(std::string(what) +
+                                    ": CUDA tensor but this group has no NCCL backend (backend=\"nccl\" or \"auto\" "
+                                    "with a GPU)");
+      }
       return *nccl;
     }
-    TORCH_CHECK(gloo, what, ": ", t.device(), " tensor but this group has no Gloo backend (backend=\"gloo\" or \"auto\")");
+    if (!gloo) {
+      throw std::invalid_argument(std::string(what) + ": " + t.device().str() +
+                                  " tensor but this group has no Gloo backend (backend=\"gloo\" or \"auto\")");
+    }
     return *gloo;
   }
 };
@@ -242,7 +250,9 @@ Work ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
   if (world_size() == 1) {
     return {};
   }
-  TORCH_CHECK(tensor.is_contiguous(), "all_reduce: the tensor must be contiguous");
+  if (!tensor.is_contiguous()) {
+    throw std::invalid_argument("all_reduce: the tensor must be contiguous");
+  }
   auto impl = std::make_shared<Work::Impl>();
   impl->what = "all_reduce of " + std::to_string(tensor.numel()) + " elements on rank " + std::to_string(rank());
   impl->timeout = seconds_text(options_.timeout());
@@ -267,8 +277,13 @@ Work ProcessGroup::broadcast(at::Tensor tensor, int64_t root) {
   if (world_size() == 1) {
     return {};
   }
-  TORCH_CHECK(root >= 0 && root < world_size(), "broadcast: root ", root, " not in [0, ", world_size(), ")");
-  TORCH_CHECK(tensor.is_contiguous(), "broadcast: the tensor must be contiguous");
+  if (root < 0 || root >= world_size()) {
+    throw std::invalid_argument("broadcast: root " + std::to_string(root) + " not in [0, " +
+                                std::to_string(world_size()) + ")");
+  }
+  if (!tensor.is_contiguous()) {
+    throw std::invalid_argument("broadcast: the tensor must be contiguous");
+  }
   auto impl = std::make_shared<Work::Impl>();
   impl->what = "broadcast from rank " + std::to_string(root) + " on rank " + std::to_string(rank());
   impl->timeout = seconds_text(options_.timeout());

@@ -6,6 +6,8 @@
 
 #include <torch/torch.h>
 
+#include "detail/check.h"
+
 namespace trainkit::dist {
 
 namespace {
@@ -42,9 +44,9 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> params, std::shared_ptr<ProcessGroup> group,
                                                  const OptimizerFactory& factory)
     : params_(std::move(params)), group_(std::move(group)) {
-  TORCH_CHECK(group_, "ZeroRedundancyOptimizer: process group is null");
-  TORCH_CHECK(factory, "ZeroRedundancyOptimizer: optimizer factory is empty");
-  TORCH_CHECK(!params_.empty(), "ZeroRedundancyOptimizer: no parameters");
+  TRAINKIT_CHECK_ARG(group_, "ZeroRedundancyOptimizer: process group is null");
+  TRAINKIT_CHECK_ARG(factory, "ZeroRedundancyOptimizer: optimizer factory is empty");
+  TRAINKIT_CHECK_ARG(!params_.empty(), "ZeroRedundancyOptimizer: no parameters");
   const auto world = group_->world_size();
   // PyTorch's partition: parameters by size, largest first, each to the rank with the smallest total.
   std::vector<size_t> order(params_.size());
@@ -64,7 +66,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> params,
   }
   if (!mine.empty()) {
     local_ = factory(std::move(mine));
-    TORCH_CHECK(local_, "ZeroRedundancyOptimizer: the factory returned no optimizer");
+    TRAINKIT_CHECK_ARG(local_, "ZeroRedundancyOptimizer: the factory returned no optimizer");
   }
 }
 
@@ -117,16 +119,17 @@ void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& archive) con
 void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
   at::Tensor version, world, rank, owner;
   archive.read("zero_version", version);
-  TORCH_CHECK(version.item<int64_t>() == 1, "ZeroRedundancyOptimizer: unknown checkpoint version ", version.item<int64_t>());
+  TRAINKIT_CHECK_ARG(version.item<int64_t>() == 1, "ZeroRedundancyOptimizer: unknown checkpoint version {}",
+                     version.item<int64_t>());
   archive.read("world_size", world);
   archive.read("rank", rank);
   archive.read("owner", owner);
-  TORCH_CHECK(world.item<int64_t>() == group_->world_size() && rank.item<int64_t>() == group_->rank(),
-              "ZeroRedundancyOptimizer: checkpoint of rank ", rank.item<int64_t>(), " of ", world.item<int64_t>(),
-              " cannot load into rank ", group_->rank(), " of ", group_->world_size());
-  TORCH_CHECK(owner.numel() == static_cast<int64_t>(owner_.size()) &&
-                  std::equal(owner_.begin(), owner_.end(), owner.data_ptr<int64_t>()),
-              "ZeroRedundancyOptimizer: the checkpoint's parameter partition differs from this one");
+  TRAINKIT_CHECK_ARG(world.item<int64_t>() == group_->world_size() && rank.item<int64_t>() == group_->rank(),
+                     "ZeroRedundancyOptimizer: checkpoint of rank {} of {} cannot load into rank {} of {}",
+                     rank.item<int64_t>(), world.item<int64_t>(), group_->rank(), group_->world_size());
+  TRAINKIT_CHECK_ARG(owner.numel() == static_cast<int64_t>(owner_.size()) &&
+                         std::equal(owner_.begin(), owner_.end(), owner.data_ptr<int64_t>()),
+                     "ZeroRedundancyOptimizer: the checkpoint's parameter partition differs from this one");
   if (local_) {
     torch::serialize::InputArchive shard_archive;
     archive.read("shard", shard_archive);

@@ -2,18 +2,20 @@
 
 #include <torch/torch.h>
 
+#include "detail/check.h"
+
 namespace trainkit::nn {
 
 torch::nn::Sequential make_cnn(const CnnOptions& options) {
-  TORCH_CHECK(!options.channels().empty(), "make_cnn: channels must not be empty");
-  TORCH_CHECK(options.dropout() >= 0.0 && options.dropout() < 1.0, "make_cnn: invalid dropout: ",
-              options.dropout());
+  TRAINKIT_CHECK_ARG(!options.channels().empty(), "make_cnn: channels must not be empty");
+  TRAINKIT_CHECK_ARG(options.dropout() >= 0.0 && options.dropout() < 1.0, "make_cnn: invalid dropout: {}",
+                     options.dropout());
   torch::nn::Sequential net;
   int64_t in = options.in_channels();
   int64_t size = options.image_size();
   for (const int64_t out : options.channels()) {
-    TORCH_CHECK(out > 0, "make_cnn: invalid channel count: ", out);
-    TORCH_CHECK(size >= 2, "make_cnn: too many conv blocks for image size ", options.image_size());
+    TRAINKIT_CHECK_ARG(out > 0, "make_cnn: invalid channel count: {}", out);
+    TRAINKIT_CHECK_ARG(size >= 2, "make_cnn: too many conv blocks for image size {}", options.image_size());
     net->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(!options.batch_norm())));
     if (options.batch_norm()) {
       net->push_back(torch::nn::BatchNorm2d(out));
@@ -41,7 +43,7 @@ torch::nn::Sequential make_mlp(const MlpOptions& options) {
   net->push_back(torch::nn::Flatten());
   int64_t in = options.in_features();
   for (const int64_t width : options.hidden()) {
-    TORCH_CHECK(width > 0, "make_mlp: invalid hidden width: ", width);
+    TRAINKIT_CHECK_ARG(width > 0, "make_mlp: invalid hidden width: {}", width);
     net->push_back(torch::nn::Linear(in, width));
     net->push_back(torch::nn::ReLU());
     if (options.dropout() > 0) {

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/sched/factory.h"
+
 namespace trainkit::sched {
 namespace {
 
@@ -138,6 +140,45 @@ void ChainedScheduler::save(torch::serialize::OutputArchive& archive) const {
 void ChainedScheduler::load(torch::serialize::InputArchive& archive) {
   load_members(archive, schedulers_);
   LRScheduler::load(archive);
+}
+
+namespace {
+
+/// Members are parsed with the outer table's interval; SequentialLR also reads its milestones.
+SchedulerMaker read_composite(ArgReader& a, const std::string& interval, bool sequential) {
+  std::vector<SchedulerSpec> members;
+  for (ArgReader& sub : a.required_tables("schedulers")) {
+    members.push_back(parse_member_scheduler(sub.table(), sub.where(), interval));
+  }
+  std::vector<int64_t> milestones;
+  if (sequential) {
+    milestones = a.required_integers("milestones");
+    if (milestones.size() + 1 != members.size()) {
+      a.fail("milestones", fmt::format("{} milestones (one fewer than the {} schedulers)", members.size() - 1,
+                                       members.size()));
+    }
+  }
+  return [members, milestones, sequential](torch::optim::Optimizer& opt,
+                                           const SchedulerContext& context) -> std::shared_ptr<LRScheduler> {
+    std::vector<std::shared_ptr<LRScheduler>> subs;
+    for (const auto& m : members) {
+      subs.push_back(make_scheduler(m, opt, context).scheduler);
+    }
+    if (sequential) {
+      return std::make_shared<SequentialLR>(opt, subs, milestones);
+    }
+    return std::make_shared<ChainedScheduler>(subs);
+  };
+}
+
+}  // namespace
+
+bool register_compose_schedulers() {
+  register_scheduler("SequentialLR", "epoch",
+                     [](ArgReader& a, const std::string& interval) { return read_composite(a, interval, true); });
+  register_scheduler("ChainedScheduler", "epoch",
+                     [](ArgReader& a, const std::string& interval) { return read_composite(a, interval, false); });
+  return true;
 }
 
 }  // namespace trainkit::sched

@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include "trainkit/sched/factory.h"
+
 namespace trainkit::sched {
 namespace {
 
@@ -150,6 +152,42 @@ std::optional<std::vector<double>> WarmupCosine::closed_form_lr() const {
     }
   }
   return lrs;
+}
+
+bool register_cosine_schedulers() {
+  register_scheduler("CosineAnnealingLR", "epoch", [](ArgReader& a, const std::string&) {
+    CosineAnnealingLROptions o(a.required_integer("T_max"));
+    if (auto v = a.number("eta_min")) o.eta_min(*v);
+    return validated_maker<CosineAnnealingLR>(a, o);
+  });
+  register_scheduler("CosineAnnealingWarmRestarts", "epoch", [](ArgReader& a, const std::string&) {
+    CosineAnnealingWarmRestartsOptions o(a.required_integer("T_0"));
+    if (auto v = a.integer("T_mult")) o.T_mult(*v);
+    if (auto v = a.number("eta_min")) o.eta_min(*v);
+    return validated_maker<CosineAnnealingWarmRestarts>(a, o);
+  });
+  // Without total_steps, the schedule spans the whole run (known when it is built).
+  register_scheduler("WarmupCosine", "step", [](ArgReader& a, const std::string& interval) -> SchedulerMaker {
+    const int64_t warmup = a.required_integer("warmup_steps");
+    const auto total = a.integer("total_steps");
+    WarmupCosineOptions o(warmup, total.value_or(warmup + 1));
+    if (auto v = a.number("warmup_start_factor")) o.warmup_start_factor(*v);
+    if (auto v = a.number("eta_min")) o.eta_min(*v);
+    check_at(a.where(), [&o] { WarmupCosine::validate(o); });
+    const std::string where = a.where();
+    return [o, total, interval, where](torch::optim::Optimizer& opt, const SchedulerContext& context) {
+      WarmupCosineOptions run = o;
+      if (!total) {
+        const int64_t length = run_length(context, interval);
+        if (length == 0) {
+          throw ArgError(where + ": total_steps is required (the run length is unknown here)");
+        }
+        run.total_steps(length);
+      }
+      return std::make_shared<WarmupCosine>(opt, run);
+    };
+  });
+  return true;
 }
 
 }  // namespace trainkit::sched

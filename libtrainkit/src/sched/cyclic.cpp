@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/sched/factory.h"
+
 namespace trainkit::sched {
 namespace {
 
@@ -266,6 +268,50 @@ std::vector<double> OneCycleLR::get_lr() {
     }
   }
   return lrs;
+}
+
+bool register_cyclic_schedulers() {
+  register_scheduler("CyclicLR", "step", [](ArgReader& a, const std::string&) {
+    CyclicLROptions o(a.required_numbers("base_lr"), a.required_numbers("max_lr"));
+    if (auto v = a.integer("step_size_up")) o.step_size_up(*v);
+    if (auto v = a.integer("step_size_down")) o.step_size_down(*v);
+    if (auto v = a.string("mode")) o.mode(*v);
+    if (auto v = a.number("gamma")) o.gamma(*v);
+    if (auto v = a.boolean("cycle_momentum")) o.cycle_momentum(*v);
+    if (auto v = a.numbers("base_momentum")) o.base_momentum(*v);
+    if (auto v = a.numbers("max_momentum")) o.max_momentum(*v);
+    return validated_maker<CyclicLR>(a, o);
+  });
+  // Without total_steps (or epochs and steps_per_epoch), the cycle spans the whole run.
+  register_scheduler("OneCycleLR", "step", [](ArgReader& a, const std::string& interval) -> SchedulerMaker {
+    OneCycleLROptions o(a.required_numbers("max_lr"));
+    const auto total = a.integer("total_steps");
+    const auto epochs = a.integer("epochs");
+    const auto spe = a.integer("steps_per_epoch");
+    if (total) {
+      o.total_steps(*total);
+    } else if (epochs || spe) {
+      o.epochs(epochs.value_or(0)).steps_per_epoch(spe.value_or(0));
+    }
+    if (auto v = a.number("pct_start")) o.pct_start(*v);
+    if (auto v = a.string("anneal_strategy")) o.anneal_strategy(*v);
+    if (auto v = a.boolean("cycle_momentum")) o.cycle_momentum(*v);
+    if (auto v = a.numbers("base_momentum")) o.base_momentum(*v);
+    if (auto v = a.numbers("max_momentum")) o.max_momentum(*v);
+    if (auto v = a.number("div_factor")) o.div_factor(*v);
+    if (auto v = a.number("final_div_factor")) o.final_div_factor(*v);
+    if (auto v = a.boolean("three_phase")) o.three_phase(*v);
+    check_at(a.where(), [&o] { OneCycleLR::validate(o); });
+    const bool from_run = !total && !epochs && !spe;
+    return [o, from_run, interval](torch::optim::Optimizer& opt, const SchedulerContext& context) {
+      OneCycleLROptions run = o;
+      if (from_run) {
+        run.total_steps(run_length(context, interval));
+      }
+      return std::make_shared<OneCycleLR>(opt, run);
+    };
+  });
+  return true;
 }
 
 }  // namespace trainkit::sched

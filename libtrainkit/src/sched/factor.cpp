@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "trainkit/sched/factory.h"
+
 namespace trainkit::sched {
 namespace {
 
@@ -234,6 +236,49 @@ std::optional<std::vector<double>> PolynomialLR::closed_form_lr() const {
   const double t = static_cast<double>(options_.total_iters());
   const double e = static_cast<double>(std::min(options_.total_iters(), last_epoch_));
   return map_lrs(base_lrs_, [&](size_t, double base) { return base * std::pow(1.0 - e / t, options_.power()); });
+}
+
+bool register_factor_schedulers() {
+  register_scheduler("StepLR", "epoch", [](ArgReader& a, const std::string&) {
+    StepLROptions o(a.required_integer("step_size"));
+    if (auto v = a.number("gamma")) o.gamma(*v);
+    return validated_maker<StepLR>(a, o);
+  });
+  register_scheduler("MultiStepLR", "epoch", [](ArgReader& a, const std::string&) {
+    MultiStepLROptions o(a.required_integers("milestones"));
+    if (auto v = a.number("gamma")) o.gamma(*v);
+    return validated_maker<MultiStepLR>(a, o);
+  });
+  register_scheduler("ConstantLR", "epoch", [](ArgReader& a, const std::string&) {
+    ConstantLROptions o;
+    if (auto v = a.number("factor")) o.factor(*v);
+    if (auto v = a.integer("total_iters")) o.total_iters(*v);
+    return validated_maker<ConstantLR>(a, o);
+  });
+  register_scheduler("LinearLR", "epoch", [](ArgReader& a, const std::string&) {
+    LinearLROptions o;
+    if (auto v = a.number("start_factor")) o.start_factor(*v);
+    if (auto v = a.number("end_factor")) o.end_factor(*v);
+    if (auto v = a.integer("total_iters")) o.total_iters(*v);
+    return validated_maker<LinearLR>(a, o);
+  });
+  register_scheduler("ExponentialLR", "epoch", [](ArgReader& a, const std::string&) {
+    return validated_maker<ExponentialLR>(a, ExponentialLROptions(a.required_number("gamma")));
+  });
+  register_scheduler("PolynomialLR", "epoch", [](ArgReader& a, const std::string&) {
+    PolynomialLROptions o;
+    if (auto v = a.integer("total_iters")) o.total_iters(*v);
+    if (auto v = a.number("power")) o.power(*v);
+    return validated_maker<PolynomialLR>(a, o);
+  });
+  for (const std::string type : {"LambdaLR", "MultiplicativeLR"}) {
+    register_scheduler(type, "epoch", [type](ArgReader& a, const std::string&) -> SchedulerMaker {
+      a.fail(fmt::format("{} needs a C++ function (lr_lambda) and cannot be built from a config; construct "
+                         "trainkit::sched::{} in code",
+                         type, type));
+    });
+  }
+  return true;
 }
 
 }  // namespace trainkit::sched

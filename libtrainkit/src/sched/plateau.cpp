@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/sched/factory.h"
+
 namespace trainkit::sched {
 
 void ReduceLROnPlateau::validate(const ReduceLROnPlateauOptions& o) {
@@ -105,6 +107,25 @@ void ReduceLROnPlateau::load_extra(torch::serialize::InputArchive& archive) {
   num_bad_epochs_ = t.item<int64_t>();
   archive.read("cooldown_counter", t);
   cooldown_counter_ = t.item<int64_t>();
+}
+
+bool register_plateau_scheduler() {
+  register_scheduler("ReduceLROnPlateau", "epoch", [](ArgReader& a, const std::string& interval) {
+    if (interval != "epoch") {
+      a.fail("ReduceLROnPlateau steps once per epoch on the validation loss; interval must be \"epoch\"");
+    }
+    ReduceLROnPlateauOptions o;
+    if (auto v = a.string("mode")) o.mode(*v);
+    if (auto v = a.number("factor")) o.factor(*v);
+    if (auto v = a.integer("patience")) o.patience(*v);
+    if (auto v = a.number("threshold")) o.threshold(*v);
+    if (auto v = a.string("threshold_mode")) o.threshold_mode(*v);
+    if (auto v = a.integer("cooldown")) o.cooldown(*v);
+    if (auto v = a.numbers("min_lr")) o.min_lr(*v);
+    if (auto v = a.number("eps")) o.eps(*v);
+    return validated_maker<ReduceLROnPlateau>(a, o);
+  });
+  return true;
 }
 
 }  // namespace trainkit::sched

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "detail/check.h"
+
 namespace trainkit::sched {
 namespace {
 
@@ -94,7 +96,7 @@ std::vector<double> LRScheduler::group_lrs() const {
 }
 
 void LRScheduler::apply_lrs(const std::vector<double>& lrs) {
-  TORCH_CHECK(lrs.size() == num_groups(), name(), ": ", lrs.size(), " LRs for ", num_groups(), " param groups");
+  TRAINKIT_CHECK_ARG(lrs.size() == num_groups(), "{}: {} LRs for {} param groups", name(), lrs.size(), num_groups());
   for (size_t i = 0; i < lrs.size(); ++i) {
     optimizer_.param_groups()[i].options().set_lr(lrs[i]);
   }

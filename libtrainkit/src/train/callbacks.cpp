@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "detail/check.h"
+
 namespace trainkit::train {
 namespace {
 
@@ -17,7 +19,7 @@ double lr_of(Trainer& trainer) {
 LoggingCallback::LoggingCallback(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar,
                                  std::shared_ptr<log::SummaryWriter> tensorboard)
     : metrics_(std::move(metrics)), tensorboard_(std::move(tensorboard)), every_steps_(every_steps), bar_(bar) {
-  TORCH_CHECK(every_steps_ >= 1, "LoggingCallback: invalid every_steps: ", every_steps_);
+  TRAINKIT_CHECK_ARG(every_steps_ >= 1, "LoggingCallback: invalid every_steps: {}", every_steps_);
 }
 
 void LoggingCallback::on_train_begin(Trainer&) {

@@ -5,6 +5,7 @@
 #include "trainkit/amp/autocast.h"
 #include "trainkit/grad/accumulation.h"
 #include "trainkit/grad/clip.h"
+#include "detail/check.h"
 
 namespace trainkit::train {
 
@@ -17,29 +18,31 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
       loss_([](const at::Tensor& out, const at::Tensor& target) {
         return torch::nn::functional::cross_entropy(out, target);
       }) {
-  TORCH_CHECK(module_ != nullptr, "Trainer: module must not be null");
-  TORCH_CHECK(options_.epochs() >= 1, "Trainer: invalid epochs: ", options_.epochs());
-  TORCH_CHECK(options_.max_steps() >= 0, "Trainer: invalid max_steps: ", options_.max_steps());
-  TORCH_CHECK(options_.accumulation_steps() >= 1, "Trainer: invalid accumulation_steps: ",
-              options_.accumulation_steps());
-  TORCH_CHECK(options_.clip_grad_norm() >= 0, "Trainer: invalid clip_grad_norm: ", options_.clip_grad_norm());
-  TORCH_CHECK(options_.clip_grad_value() >= 0, "Trainer: invalid clip_grad_value: ", options_.clip_grad_value());
+  TRAINKIT_CHECK_ARG(module_ != nullptr, "Trainer: module must not be null");
+  TRAINKIT_CHECK_ARG(options_.epochs() >= 1, "Trainer: invalid epochs: {}", options_.epochs());
+  TRAINKIT_CHECK_ARG(options_.max_steps() >= 0, "Trainer: invalid max_steps: {}", options_.max_steps());
+  TRAINKIT_CHECK_ARG(options_.accumulation_steps() >= 1, "Trainer: invalid accumulation_steps: {}",
+                     options_.accumulation_steps());
+  TRAINKIT_CHECK_ARG(options_.clip_grad_norm() >= 0, "Trainer: invalid clip_grad_norm: {}", options_.clip_grad_norm());
+  TRAINKIT_CHECK_ARG(options_.clip_grad_value() >= 0, "Trainer: invalid clip_grad_value: {}",
+                     options_.clip_grad_value());
   state_.epoch_loss_sum = torch::zeros({}, torch::kFloat64);
 }
 
 void Trainer::set_scheduler(std::shared_ptr<sched::LRScheduler> scheduler, bool per_step) {
-  TORCH_CHECK(scheduler != nullptr, "Trainer::set_scheduler: scheduler must not be null");
-  TORCH_CHECK(!(per_step && scheduler->takes_metric()), "Trainer::set_scheduler: ", scheduler->name(),
-              " steps with a metric once per epoch, not per step");
-  TORCH_CHECK(&scheduler->optimizer() == &optimizer_, "Trainer::set_scheduler: ", scheduler->name(),
-              " drives a different optimizer");
+  TRAINKIT_CHECK_ARG(scheduler != nullptr, "Trainer::set_scheduler: scheduler must not be null");
+  TRAINKIT_CHECK_ARG(!(per_step && scheduler->takes_metric()),
+                     "Trainer::set_scheduler: {} steps with a metric once per epoch, not per step", scheduler->name());
+  TRAINKIT_CHECK_ARG(&scheduler->optimizer() == &optimizer_, "Trainer::set_scheduler: {} drives a different optimizer",
+                     scheduler->name());
   scheduler_ = std::move(scheduler);
   scheduler_per_step_ = per_step;
 }
 
 void Trainer::set_autocast(c10::DeviceType device, c10::ScalarType dtype) {
-  TORCH_CHECK(amp::is_autocast_dtype_supported(device, dtype), "Trainer::set_autocast: ", dtype,
-              " autocast is not supported on ", device);
+  TRAINKIT_CHECK_ARG(amp::is_autocast_dtype_supported(device, dtype),
+                     "Trainer::set_autocast: {} autocast is not supported on {}", c10::toString(dtype),
+                     c10::DeviceTypeName(device));
   autocast_ = std::make_pair(device, dtype);
 }
 

@@ -47,4 +47,9 @@ class ChainedScheduler : public LRScheduler {
   friend class SequentialLR;
 };
 
+/// Registers SequentialLR and ChainedScheduler (members as an array of tables `schedulers`) with the scheduler factory (sched/factory.h); runs once, before main.
+bool register_compose_schedulers();
+/// Makes every program that includes this header register them (and link their source).
+inline const bool compose_schedulers_registered = register_compose_schedulers();
+
 }  // namespace trainkit::sched

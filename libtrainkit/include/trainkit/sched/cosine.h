@@ -101,4 +101,9 @@ class WarmupCosine : public LRScheduler {
   WarmupCosineOptions options_;
 };
 
+/// Registers CosineAnnealingLR, CosineAnnealingWarmRestarts and WarmupCosine with the scheduler factory (sched/factory.h); runs once, before main.
+bool register_cosine_schedulers();
+/// Makes every program that includes this header register them (and link their source).
+inline const bool cosine_schedulers_registered = register_cosine_schedulers();
+
 }  // namespace trainkit::sched

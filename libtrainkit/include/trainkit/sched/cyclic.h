@@ -132,4 +132,9 @@ class OneCycleLR : public LRScheduler {
   std::vector<std::array<double, 5>> values_;
 };
 
+/// Registers CyclicLR and OneCycleLR with the scheduler factory (sched/factory.h); runs once, before main.
+bool register_cyclic_schedulers();
+/// Makes every program that includes this header register them (and link their source).
+inline const bool cyclic_schedulers_registered = register_cyclic_schedulers();
+
 }  // namespace trainkit::sched

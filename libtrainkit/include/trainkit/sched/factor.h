@@ -198,4 +198,10 @@ class PolynomialLR : public LRScheduler {
   PolynomialLROptions options_;
 };
 
+/// Registers StepLR, MultiStepLR, ConstantLR, LinearLR, ExponentialLR and PolynomialLR (LambdaLR and MultiplicativeLR
+/// as types that name why they cannot come from a config) with the scheduler factory (sched/factory.h); runs once, before main.
+bool register_factor_schedulers();
+/// Makes every program that includes this header register them (and link their source).
+inline const bool factor_schedulers_registered = register_factor_schedulers();
+
 }  // namespace trainkit::sched

@@ -5,7 +5,8 @@
 /// their members as an array of tables `schedulers`. Two steps: parse_scheduler() reads and checks every
 /// key, type and value without an optimizer (so a bad table fails before any work starts), and
 /// make_scheduler() builds the parsed scheduler for an optimizer once the run's length is known.
-/// One registry entry per type; register_scheduler() adds a user's own.
+/// Each scheduler registers its reader from its own source (the built-ins: see the registration line in
+/// each header); register_scheduler() adds a user's own.
 
 #include <cstdint>
 #include <functional>
@@ -48,6 +49,10 @@ struct BuiltScheduler {
 /// Unknown types or keys, wrong types, missing or invalid values throw ArgError naming `where` and the key.
 SchedulerSpec parse_scheduler(const ArgTable& table, const std::string& where);
 
+/// Reads a member table of a composite (SequentialLR, ChainedScheduler): it takes the outer table's
+/// `interval` and may not set its own.
+SchedulerSpec parse_member_scheduler(const ArgTable& table, const std::string& where, const std::string& interval);
+
 /// Builds `spec` for `optimizer`. Without total_steps, OneCycleLR and WarmupCosine run for the whole run
 /// (`context`), counted in the scheduler's interval. Problems that need the optimizer or the run length
 /// (values per param group, a missing momentum, an unknown length) throw ArgError naming spec.where.
@@ -62,7 +67,24 @@ using SchedulerReader = std::function<SchedulerMaker(ArgReader& args, const std:
 /// "epoch". Replaces an existing entry of the same type.
 void register_scheduler(const std::string& type, const std::string& default_interval, SchedulerReader reader);
 
-/// The `type` names parse_scheduler accepts, in registration order.
+/// The `type` names parse_scheduler accepts, sorted.
 std::vector<std::string> scheduler_types();
+
+/// Runs `check` (e.g. a scheduler's validate); its std::invalid_argument becomes an ArgError prefixed with
+/// `where` (unless it already starts with it).
+void check_at(const std::string& where, const std::function<void()>& check);
+
+/// The usual reader's result: `options` checked now with Scheduler::validate (errors named by
+/// args.where()), the scheduler constructed from them when built.
+template <class Scheduler, class Options>
+SchedulerMaker validated_maker(const ArgReader& args, Options options) {
+  check_at(args.where(), [&options] { Scheduler::validate(options); });
+  return [options](torch::optim::Optimizer& optimizer, const SchedulerContext&) {
+    return std::make_shared<Scheduler>(optimizer, options);
+  };
+}
+
+/// Optimizer steps (interval "step") or epochs of the whole run, as `context` knows them (0 = unknown).
+int64_t run_length(const SchedulerContext& context, const std::string& interval);
 
 }  // namespace trainkit::sched

@@ -68,4 +68,9 @@ class ReduceLROnPlateau : public LRScheduler {
   bool reduce_ = false;
 };
 
+/// Registers ReduceLROnPlateau with the scheduler factory (sched/factory.h); runs once, before main.
+bool register_plateau_scheduler();
+/// Makes every program that includes this header register them (and link their source).
+inline const bool plateau_scheduler_registered = register_plateau_scheduler();
+
 }  // namespace trainkit::sched
