@@ -123,11 +123,10 @@ int main(int argc, char** argv) {
         csv << fmt::format("{},{},{},{},{}\n", i + 1, ours.loss[i], theirs.loss[i], ours.step_ms[i], theirs.step_ms[i]);
         x.push_back(static_cast<double>(i + 1));
       }
-      trainkit::log::PlotOptions po;
-      po.title = "Fashion-MNIST CNN: trainkit::optim::Adam vs torch::optim::Adam";
-      po.x_label = "step";
-      po.y_label = "training loss";
-      trainkit::log::SvgPlot plot(po);
+      trainkit::log::SvgPlot plot(trainkit::log::PlotOptions()
+                                      .title("Fashion-MNIST CNN: trainkit::optim::Adam vs torch::optim::Adam")
+                                      .x_label("step")
+                                      .y_label("training loss"));
       plot.add_series({"trainkit::optim::Adam", x, ours.loss, false});
       plot.add_series({"torch::optim::Adam", x, theirs.loss, false});
       plot.save(out_prefix + ".svg");

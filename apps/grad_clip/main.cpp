@@ -123,12 +123,12 @@ int main(int argc, char** argv) {
                          clipped.grad_norm[i]);
     }
     for (const auto& [what, log_y] : {std::pair<std::string, bool>{"loss", true}, {"grad_norm", true}}) {
-      trainkit::log::PlotOptions po;
-      po.title = fmt::format("LSTM, adding problem (T = {}), SGD lr {}: {}", length, lr, what);
-      po.x_label = "step";
-      po.y_label = what == "loss" ? "training loss (MSE)" : "gradient norm before clipping";
-      po.log_y = log_y;
-      trainkit::log::SvgPlot plot(po);
+      trainkit::log::SvgPlot plot(
+          trainkit::log::PlotOptions()
+              .title(fmt::format("LSTM, adding problem (T = {}), SGD lr {}: {}", length, lr, what))
+              .x_label("step")
+              .y_label(what == "loss" ? "training loss (MSE)" : "gradient norm before clipping")
+              .log_y(log_y));
       plot.add_series({"no clipping", plain.step, what == "loss" ? plain.loss : plain.grad_norm, false});
       plot.add_series({fmt::format("clip_grad_norm_ {}", clip), clipped.step,
                        what == "loss" ? clipped.loss : clipped.grad_norm, false});

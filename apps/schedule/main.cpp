@@ -115,10 +115,10 @@ int main(int argc, char** argv) {
       std::fputs(csv.c_str(), stdout);
     }
     if (!svg_path.empty()) {
-      trainkit::log::PlotOptions po;
-      po.title = fmt::format("{} ({})", scheduler.name(), config);
-      po.x_label = built.interval == "step" ? "step" : "epoch";
-      po.y_label = "learning rate";
+      const auto po = trainkit::log::PlotOptions()
+                          .title(fmt::format("{} ({})", scheduler.name(), config))
+                          .x_label(built.interval == "step" ? "step" : "epoch")
+                          .y_label("learning rate");
       trainkit::log::SvgPlot plot(po);
       for (size_t g = 0; g < lrs.size(); ++g) {
         plot.add_series({groups > 1 ? fmt::format("lr, group {}", g) : "lr", xs, lrs[g], false});
@@ -127,10 +127,10 @@ int main(int argc, char** argv) {
       // A second picture for the cycled momentum, when the scheduler moves it.
       const auto [mn, mx] = std::minmax_element(momenta[0].begin(), momenta[0].end());
       if (*mx - *mn > 0) {
-        trainkit::log::PlotOptions mo = po;
-        mo.y_label = optimizer == "adam" ? "beta1" : "momentum";
+        auto mo = po;
+        mo.y_label(optimizer == "adam" ? "beta1" : "momentum");
         trainkit::log::SvgPlot mplot(mo);
-        mplot.add_series({mo.y_label, xs, momenta[0], false});
+        mplot.add_series({mo.y_label(), xs, momenta[0], false});
         const std::string mpath = svg_path.substr(0, svg_path.rfind(".svg")) + "_momentum.svg";
         mplot.save(mpath);
       }

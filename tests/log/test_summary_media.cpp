@@ -7,6 +7,9 @@
 
 #include <torch/torch.h>
 
+#include "log/detail/hparams.h"
+#include "log/detail/image.h"
+#include "log/detail/png.h"
 #include "support.h"
 #include "trainkit/log/summary_writer.h"
 
@@ -96,7 +99,7 @@ TEST_CASE("make_image converts tensors as PyTorch's add_image", "[log][tensorboa
   for (const auto& node : *g["image"].as_array()) {
     const auto& c = *node.as_table();
     DYNAMIC_SECTION(c["name"].value<std::string>().value()) {
-      const log::Image img = log::make_image(golden_input(c), c["dataformats"].value<std::string>().value());
+      const log::Image img = log::detail::make_image(golden_input(c), c["dataformats"].value<std::string>().value());
       CHECK(img.height == c["height"].value<int64_t>().value());
       CHECK(img.width == c["width"].value<int64_t>().value());
       CHECK(img.channels == c["colorspace"].value<int64_t>().value());
@@ -108,7 +111,7 @@ TEST_CASE("make_image converts tensors as PyTorch's add_image", "[log][tensorboa
       }
       CHECK(mismatches == 0);
       // What add_image stores decodes back to the same pixels.
-      const log::Image back = log::decode_png(log::encode_png(img));
+      const log::Image back = log::detail::decode_png(log::detail::encode_png(img));
       CHECK(back.height == img.height);
       CHECK(back.width == img.width);
       CHECK(back.channels == img.channels);
@@ -120,7 +123,7 @@ TEST_CASE("make_image converts tensors as PyTorch's add_image", "[log][tensorboa
 TEST_CASE("make_image edge cases and errors", "[log][tensorboard][image]") {
   SECTION("NaN becomes 0, values are clipped and truncated") {
     const at::Tensor t = torch::tensor({std::nanf(""), -1.0F, 0.5F, 2.0F, 0.999F, 0.004F}).reshape({1, 2, 3});
-    const log::Image img = log::make_image(t, "CHW");
+    const log::Image img = log::detail::make_image(t, "CHW");
     REQUIRE(img.channels == 3);
     std::vector<uint8_t> gray;
     for (size_t i = 0; i < img.pixels.size(); i += 3) {
@@ -129,26 +132,26 @@ TEST_CASE("make_image edge cases and errors", "[log][tensorboard][image]") {
     CHECK(gray == std::vector<uint8_t>{0, 0, 127, 255, 254, 1});
   }
   SECTION("lower-case dataformats") {
-    CHECK(log::make_image(torch::zeros({2, 3}, torch::kByte), "hw").width == 3);
+    CHECK(log::detail::make_image(torch::zeros({2, 3}, torch::kByte), "hw").width == 3);
   }
   using trainkit::test::WhatContains;
-  CHECK_THROWS_MATCHES(log::make_image(torch::zeros({3, 4, 5}), "CHWX"), std::invalid_argument, WhatContains("CHWX"));
-  CHECK_THROWS_MATCHES(log::make_image(torch::zeros({3, 4, 5}), "CHH"), std::invalid_argument, WhatContains("CHH"));
-  CHECK_THROWS_MATCHES(log::make_image(torch::zeros({4, 5}), "CHW"), std::invalid_argument, WhatContains("4x5"));
-  CHECK_THROWS_MATCHES(log::make_image(torch::zeros({2, 4, 5}), "CHW"), std::invalid_argument,
+  CHECK_THROWS_MATCHES(log::detail::make_image(torch::zeros({3, 4, 5}), "CHWX"), std::invalid_argument, WhatContains("CHWX"));
+  CHECK_THROWS_MATCHES(log::detail::make_image(torch::zeros({3, 4, 5}), "CHH"), std::invalid_argument, WhatContains("CHH"));
+  CHECK_THROWS_MATCHES(log::detail::make_image(torch::zeros({4, 5}), "CHW"), std::invalid_argument, WhatContains("4x5"));
+  CHECK_THROWS_MATCHES(log::detail::make_image(torch::zeros({2, 4, 5}), "CHW"), std::invalid_argument,
                        WhatContains("2 channels"));
-  CHECK_THROWS_MATCHES(log::make_image(torch::zeros({2, 4, 3, 3}), "NCHW"), std::invalid_argument,
+  CHECK_THROWS_MATCHES(log::detail::make_image(torch::zeros({2, 4, 3, 3}), "NCHW"), std::invalid_argument,
                        WhatContains("1 or 3 channels"));
-  CHECK_THROWS_MATCHES(log::make_image(torch::zeros({0, 3}), "HW"), std::invalid_argument, WhatContains("empty"));
+  CHECK_THROWS_MATCHES(log::detail::make_image(torch::zeros({0, 3}), "HW"), std::invalid_argument, WhatContains("empty"));
 }
 
 TEST_CASE("PNG encoding round trips and rejects bad input", "[log][tensorboard][image]") {
   for (int64_t c : {1, 3, 4}) {
     DYNAMIC_SECTION(c << " channels") {
       const log::Image img = gradient_image(7, 13, c);
-      const std::string png = log::encode_png(img);
+      const std::string png = log::detail::encode_png(img);
       CHECK(png.substr(0, 8) == std::string("\x89PNG\r\n\x1a\n", 8));
-      const log::Image back = log::decode_png(png);
+      const log::Image back = log::detail::decode_png(png);
       CHECK(back.height == 7);
       CHECK(back.width == 13);
       CHECK(back.channels == c);
@@ -158,12 +161,12 @@ TEST_CASE("PNG encoding round trips and rejects bad input", "[log][tensorboard][
   using trainkit::test::WhatContains;
   log::Image bad = gradient_image(2, 2, 3);
   bad.pixels.pop_back();
-  CHECK_THROWS_MATCHES(log::encode_png(bad), std::invalid_argument, WhatContains("11 bytes"));
-  CHECK_THROWS_MATCHES(log::encode_png(gradient_image(2, 2, 2)), std::invalid_argument, WhatContains("2 channels"));
-  CHECK_THROWS_MATCHES(log::encode_png(log::Image{0, 3, 1, {}}), std::invalid_argument, WhatContains("0x3"));
-  const std::string png = log::encode_png(gradient_image(4, 4, 3));
-  CHECK_THROWS_MATCHES(log::decode_png(png.substr(0, png.size() / 2)), std::runtime_error, WhatContains("decode_png"));
-  CHECK_THROWS_MATCHES(log::decode_png("not a png"), std::runtime_error, WhatContains("decode_png"));
+  CHECK_THROWS_MATCHES(log::detail::encode_png(bad), std::invalid_argument, WhatContains("11 bytes"));
+  CHECK_THROWS_MATCHES(log::detail::encode_png(gradient_image(2, 2, 2)), std::invalid_argument, WhatContains("2 channels"));
+  CHECK_THROWS_MATCHES(log::detail::encode_png(log::Image{0, 3, 1, {}}), std::invalid_argument, WhatContains("0x3"));
+  const std::string png = log::detail::encode_png(gradient_image(4, 4, 3));
+  CHECK_THROWS_MATCHES(log::detail::decode_png(png.substr(0, png.size() / 2)), std::runtime_error, WhatContains("decode_png"));
+  CHECK_THROWS_MATCHES(log::detail::decode_png("not a png"), std::runtime_error, WhatContains("decode_png"));
 }
 
 TEST_CASE("hparams summaries equal PyTorch's", "[log][tensorboard][hparams][golden]") {
@@ -188,20 +191,20 @@ TEST_CASE("hparams summaries equal PyTorch's", "[log][tensorboard][hparams][gold
       for (size_t i = 0; i < metric_names.size(); ++i) {
         metrics.emplace_back(metric_names[i].value<std::string>().value(), metric_values[i]);
       }
-      const auto s = log::make_hparams_summaries(hp, metrics);
+      const auto s = log::detail::make_hparams_summaries(hp, metrics);
       CHECK(to_hex(s.experiment) == c["experiment"].value<std::string>().value());
       CHECK(to_hex(s.session_start_info) == c["session_start_info"].value<std::string>().value());
       CHECK(to_hex(s.session_end_info) == c["session_end_info"].value<std::string>().value());
     }
   }
   using trainkit::test::WhatContains;
-  CHECK_THROWS_MATCHES(log::make_hparams_summaries({{"lr", 0.1}, {"lr", 0.2}}, {}), std::invalid_argument,
+  CHECK_THROWS_MATCHES(log::detail::make_hparams_summaries({{"lr", 0.1}, {"lr", 0.2}}, {}), std::invalid_argument,
                        WhatContains("\"lr\" is given twice"));
-  CHECK_THROWS_MATCHES(log::make_hparams_summaries({{"", 0.1}}, {}), std::invalid_argument, WhatContains("empty"));
-  CHECK_THROWS_MATCHES(log::make_hparams_summaries({{"lr", 0.1}}, {{"acc", 1.0}, {"acc", 2.0}}), std::invalid_argument,
+  CHECK_THROWS_MATCHES(log::detail::make_hparams_summaries({{"", 0.1}}, {}), std::invalid_argument, WhatContains("empty"));
+  CHECK_THROWS_MATCHES(log::detail::make_hparams_summaries({{"lr", 0.1}}, {{"acc", 1.0}, {"acc", 2.0}}), std::invalid_argument,
                        WhatContains("metric \"acc\""));
   // A bool stays a bool (PyTorch would write 1.0): Value.bool_value = field 4, varint 1.
-  const auto b = log::make_hparams_summaries({{"flag", true}}, {});
+  const auto b = log::detail::make_hparams_summaries({{"flag", true}}, {});
   CHECK(to_hex(b.session_start_info).find(to_hex(std::string("\x12\x02\x20\x01", 4))) != std::string::npos);
 }
 
@@ -227,7 +230,7 @@ TEST_CASE("SummaryWriter writes image events and an hparams run", "[log][tensorb
   CHECK(e.find(std::string("\x08\x05\x10\x18\x18\x03\x22", 7)) != std::string::npos);
   const size_t png_at = e.find("\x89PNG");
   REQUIRE(png_at != std::string::npos);
-  const log::Image back = log::decode_png(e.substr(png_at));
+  const log::Image back = log::detail::decode_png(e.substr(png_at));
   CHECK(back.height == 5);
   CHECK(back.width == 24);
 
@@ -235,7 +238,7 @@ TEST_CASE("SummaryWriter writes image events and an hparams run", "[log][tensorb
   REQUIRE(hp_files.size() == 1);
   const auto hp_events = records(read_bytes(hp_files[0]));
   REQUIRE(hp_events.size() == 5);  // version, experiment, session start, session end, one metric
-  const auto s = log::make_hparams_summaries({{"lr", 0.01}, {"optimizer", "sgd"}, {"bn", false}}, {{"hparam/accuracy", 0.5}});
+  const auto s = log::detail::make_hparams_summaries({{"lr", 0.01}, {"optimizer", "sgd"}, {"bn", false}}, {{"hparam/accuracy", 0.5}});
   CHECK(hp_events[1].find(s.experiment) != std::string::npos);
   CHECK(hp_events[2].find(s.session_start_info) != std::string::npos);
   CHECK(hp_events[3].find(s.session_end_info) != std::string::npos);

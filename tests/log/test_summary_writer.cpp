@@ -13,6 +13,9 @@
 
 #include <torch/torch.h>
 
+#include "log/detail/crc32c.h"
+#include "log/detail/histogram.h"
+#include "log/detail/tfrecord.h"
 #include "support.h"
 
 namespace {
@@ -50,7 +53,7 @@ Records read_records(const std::string& bytes) {
       break;
     }
     const uint64_t length = get_le(bytes, pos, 8);
-    if (get_le(bytes, pos + 8, 4) != trainkit::log::masked_crc32c(bytes.data() + pos, 8)) {
+    if (get_le(bytes, pos + 8, 4) != trainkit::log::detail::masked_crc32c(bytes.data() + pos, 8)) {
       r.crc_ok = false;
       break;
     }
@@ -59,7 +62,7 @@ Records read_records(const std::string& bytes) {
       break;
     }
     const std::string data = bytes.substr(pos + 12, length);
-    if (get_le(bytes, pos + 12 + length, 4) != trainkit::log::masked_crc32c(data.data(), data.size())) {
+    if (get_le(bytes, pos + 12 + length, 4) != trainkit::log::detail::masked_crc32c(data.data(), data.size())) {
       r.crc_ok = false;
       break;
     }
@@ -194,7 +197,7 @@ void write_sample(const std::string& dir) {
 }  // namespace
 
 TEST_CASE("crc32c matches the Castagnoli test vectors", "[log][tensorboard]") {
-  using trainkit::log::crc32c;
+  using trainkit::log::detail::crc32c;
   CHECK(crc32c("123456789", 9) == 0xE3069283u);
   std::array<unsigned char, 32> bytes{};
   CHECK(crc32c(bytes.data(), bytes.size()) == 0x8A9136AAu);
@@ -204,11 +207,11 @@ TEST_CASE("crc32c matches the Castagnoli test vectors", "[log][tensorboard]") {
   CHECK(crc32c(bytes.data(), bytes.size()) == 0x46DD794Eu);
   CHECK(crc32c("", 0) == 0u);
   const uint32_t crc = crc32c("123456789", 9);
-  CHECK(trainkit::log::masked_crc32c("123456789", 9) == static_cast<uint32_t>(((crc >> 15) | (crc << 17)) + 0xA282EAD8u));
+  CHECK(trainkit::log::detail::masked_crc32c("123456789", 9) == static_cast<uint32_t>(((crc >> 15) | (crc << 17)) + 0xA282EAD8u));
 }
 
 TEST_CASE("make_histogram bins as PyTorch", "[log][tensorboard]") {
-  using trainkit::log::make_histogram;
+  using trainkit::log::detail::make_histogram;
   SECTION("equal-width bins keep an empty bucket on the left") {
     const auto h = make_histogram({1, 2, 3, 4}, 3);
     CHECK(h.min == 1);

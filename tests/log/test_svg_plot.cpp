@@ -97,11 +97,7 @@ Series line(std::string name, std::vector<double> x, std::vector<double> y) {
 }  // namespace
 
 TEST_CASE("SvgPlot renders a standalone SVG document", "[log][svg]") {
-  PlotOptions options;
-  options.title = "Loss";
-  options.x_label = "epoch";
-  options.y_label = "loss";
-  SvgPlot plot(options);
+  SvgPlot plot(PlotOptions().title("Loss").x_label("epoch").y_label("loss"));
   plot.add_series(line("train", {0, 1, 2}, {3, 2, 1}));
   const std::string svg = plot.render();
   CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" height=\"420\" viewBox=\"0 0 720 420\" "
@@ -144,32 +140,23 @@ TEST_CASE("SvgPlot formats tick labels compactly", "[log][svg]") {
 
 TEST_CASE("SvgPlot puts log ticks on decades", "[log][svg]") {
   SECTION("y in [1e-5, 1]") {
-    PlotOptions options;
-    options.log_y = true;
-    SvgPlot plot(options);
+    SvgPlot plot(PlotOptions().log_y(true));
     plot.add_series(line("a", {0, 1, 2}, {1e-5, 3e-3, 1}));
     CHECK(y_tick_labels(plot.render()) == std::vector<std::string>{"1e-05", "0.0001", "0.001", "0.01", "0.1", "1"});
   }
   SECTION("x in [1e-7, 10], as a learning-rate sweep") {
-    PlotOptions options;
-    options.log_x = true;
-    SvgPlot plot(options);
+    SvgPlot plot(PlotOptions().log_x(true));
     plot.add_series(line("a", {1e-7, 1e-3, 10}, {2, 1, 5}));
     CHECK(x_tick_labels(plot.render()) ==
           std::vector<std::string>{"1e-07", "1e-06", "1e-05", "0.0001", "0.001", "0.01", "0.1", "1", "10"});
   }
   SECTION("data inside one decade extends to the decade's ends") {
-    PlotOptions options;
-    options.log_y = true;
-    SvgPlot plot(options);
+    SvgPlot plot(PlotOptions().log_y(true));
     plot.add_series(line("a", {0, 1}, {2, 5}));
     CHECK(y_tick_labels(plot.render()) == std::vector<std::string>{"1", "10"});
   }
   SECTION("many decades on a short axis label every third decade") {
-    PlotOptions options;
-    options.log_y = true;
-    options.height = 200;
-    SvgPlot plot(options);
+    SvgPlot plot(PlotOptions().log_y(true).height(200));
     plot.add_series(line("a", {0, 1}, {1e-6, 1e6}));
     CHECK(y_tick_labels(plot.render()) == std::vector<std::string>{"1e-06", "0.001", "1", "1000", "1e+06"});
   }
@@ -201,9 +188,7 @@ TEST_CASE("SvgPlot draws one polyline per finite segment", "[log][svg]") {
     CHECK(count(svg, "inf") == 0);
   }
   SECTION("non-positive values split a series on a log axis but not on a linear one") {
-    PlotOptions options;
-    options.log_y = true;
-    SvgPlot log_plot(options);
+    SvgPlot log_plot(PlotOptions().log_y(true));
     log_plot.add_series(line("a", {0, 1, 2, 3, 4}, {1, 2, 0, 2, -1}));
     CHECK(count(log_plot.render(), "<polyline") == 1);  // the lone point after 0 becomes a dot
     CHECK(count(log_plot.render(), "<circle") == 1);
@@ -268,11 +253,7 @@ TEST_CASE("SvgPlot draws markers, annotations and a legend", "[log][svg]") {
 }
 
 TEST_CASE("SvgPlot escapes text", "[log][svg]") {
-  PlotOptions options;
-  options.title = "a<b & \"c\"";
-  options.x_label = "x > 0";
-  options.y_label = "it's";
-  SvgPlot plot(options);
+  SvgPlot plot(PlotOptions().title("a<b & \"c\"").x_label("x > 0").y_label("it's"));
   plot.add_series(line("<train>", {0, 1}, {0, 1}));
   plot.add_marker(0.5, 0.5, "lr & co");
   const std::string svg = plot.render();
@@ -295,10 +276,7 @@ TEST_CASE("SvgPlot renders axes without drawable data", "[log][svg]") {
     CHECK(x_tick_labels(svg) == std::vector<std::string>{"0", "0.2", "0.4", "0.6", "0.8", "1"});
   }
   SECTION("all points skipped on log axes") {
-    PlotOptions options;
-    options.log_x = true;
-    options.log_y = true;
-    SvgPlot plot(options);
+    SvgPlot plot(PlotOptions().log_x(true).log_y(true));
     plot.add_series(line("a", {-1, 0, kNaN}, {1, 2, 3}));
     const std::string svg = plot.render();
     CHECK(well_formed(svg));
@@ -321,9 +299,7 @@ TEST_CASE("SvgPlot gives a constant series a non-zero range", "[log][svg]") {
     CHECK_THAT(points[0], Contains(",201 "));
   }
   SECTION("on a log axis, a power of ten gets the decades either side") {
-    PlotOptions options;
-    options.log_y = true;
-    SvgPlot plot(options);
+    SvgPlot plot(PlotOptions().log_y(true));
     plot.add_series(line("a", {0, 1}, {1, 1}));
     CHECK(y_tick_labels(plot.render()) == std::vector<std::string>{"0.1", "1", "10"});
   }
@@ -348,9 +324,7 @@ TEST_CASE("SvgPlot rejects bad input", "[log][svg]") {
   CHECK_THROWS_MATCHES(plot.add_series(line("my series", {0, 1, 2}, {0, 1})), std::invalid_argument,
                        Catch::Matchers::Message("SvgPlot: series \"my series\" has 3 x values but 2 y values"));
   CHECK(count(plot.render(), "<polyline") == 0);  // nothing was added
-  PlotOptions tiny;
-  tiny.width = 100;
-  CHECK_THROWS_AS(SvgPlot(tiny), std::invalid_argument);
+  CHECK_THROWS_AS(SvgPlot(PlotOptions().width(100)), std::invalid_argument);
 }
 
 TEST_CASE("SvgPlot saves the rendered document", "[log][svg]") {
@@ -375,10 +349,7 @@ TEST_CASE("SvgPlot saves the rendered document", "[log][svg]") {
 
 TEST_CASE("SvgPlot renders deterministically", "[log][svg]") {
   const auto build = [] {
-    PlotOptions options;
-    options.title = "lr finder";
-    options.log_x = true;
-    SvgPlot plot(options);
+    SvgPlot plot(PlotOptions().title("lr finder").log_x(true));
     Series s;
     s.name = "loss";
     for (int i = 0; i <= 200; ++i) {

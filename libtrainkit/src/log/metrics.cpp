@@ -113,12 +113,8 @@ void write_curves_svg(const std::string& metrics_csv, const std::string& svg_pat
     }
   }
   const auto panel = [&title](const std::string& what, const std::string& y_label, bool log_y) {
-    PlotOptions po;
-    po.title = fmt::format("{}: {}", title, what);
-    po.x_label = "step";
-    po.y_label = y_label;
-    po.log_y = log_y;
-    return SvgPlot(po);
+    return SvgPlot(
+        PlotOptions().title(fmt::format("{}: {}", title, what)).x_label("step").y_label(y_label).log_y(log_y));
   };
   SvgPlot loss = panel("loss", "loss", false);
   loss.add_series({"train (interval mean)", train_loss.x, train_loss.y, false});
@@ -129,10 +125,10 @@ void write_curves_svg(const std::string& metrics_csv, const std::string& svg_pat
   SvgPlot rate = panel("learning rate", "learning rate (group 0)", false);
   rate.add_series({"lr", lr.x, lr.y, false});
   // Three standalone plots stacked in one document (nested <svg> elements placed by their y attribute).
-  const int height = PlotOptions().height;
+  const int height = PlotOptions().height();
   std::string doc = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">\n",
-      PlotOptions().width, 3 * height, PlotOptions().width, 3 * height);
+      PlotOptions().width(), 3 * height, PlotOptions().width(), 3 * height);
   int y = 0;
   for (const SvgPlot* p : {&loss, &acc, &rate}) {
     std::string part = p->render();

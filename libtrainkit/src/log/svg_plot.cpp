@@ -310,12 +310,57 @@ std::string halo_text(double x, double y, const char* anchor, const std::string&
       num(x), num(y), anchor, num(kTickFont), kAnnotationColour, escape(text));
 }
 
+// The plot area in pixels and the axes that map data onto it.
+struct Layout {
+  double width = 0;  // of the document
+  double height = 0;
+  Axis xa;
+  Axis ya;
+  double top = 0;  // of the plot area
+  double left = 0;
+  double plot_w = 0;
+  double plot_h = 0;
+
+  double plot_bottom() const { return top + plot_h; }
+  double plot_right() const { return left + plot_w; }
+  double px(double x) const { return left + xa.frac(x) * plot_w; }
+  double py(double y) const { return top + (1 - ya.frac(y)) * plot_h; }
+};
+
+// The y axis first, because its labels' width decides where the plot area starts.
+Layout make_layout(const PlotOptions& options, const Extent& ex, const Extent& ey) {
+  Layout l;
+  l.width = options.width();
+  l.height = options.height();
+  l.top = options.title().empty() ? 14 : 40;
+  const double bottom = options.x_label().empty() ? 32 : 54;
+  l.plot_h = l.height - l.top - bottom;
+  l.ya = make_axis(ey, l.plot_h, false, options.log_y());
+  double widest_y = 0;
+  for (const std::string& label : l.ya.labels) {
+    widest_y = std::max(widest_y, text_width(label, kTickFont));
+  }
+  l.left = std::min(l.width / 2, (options.y_label().empty() ? 8 : 30) + widest_y + kTickLength + 4);
+  // The last x label is centred on its tick and may overhang the plot area, so the right margin depends on it.
+  double right = 16;
+  l.xa = make_axis(ex, l.width - l.left - right, true, options.log_x());
+  if (!l.xa.labels.empty()) {
+    const double overhang = text_width(l.xa.labels.back(), kTickFont) / 2 + 4;
+    if (overhang > right) {
+      right = std::min(overhang, l.width - l.left - 40);
+      l.xa = make_axis(ex, l.width - l.left - right, true, options.log_x());
+    }
+  }
+  l.plot_w = l.width - l.left - right;
+  return l;
+}
+
 }  // namespace
 
 SvgPlot::SvgPlot(PlotOptions options) : options_(std::move(options)) {
-  if (options_.width < 200 || options_.height < 150) {
+  if (options_.width() < 200 || options_.height() < 150) {
     throw std::invalid_argument(
-        fmt::format("SvgPlot: size {}x{} is below the minimum of 200x150", options_.width, options_.height));
+        fmt::format("SvgPlot: size {}x{} is below the minimum of 200x150", options_.width(), options_.height()));
   }
 }
 
@@ -331,250 +376,298 @@ void SvgPlot::add_marker(double x, double y, std::string label) { markers_.push_
 
 void SvgPlot::add_vline(double x, std::string label) { vlines_.push_back({x, std::move(label)}); }
 
-std::string SvgPlot::render() const {
-  const bool log_x = options_.log_x;
-  const bool log_y = options_.log_y;
-  const double width = options_.width;
-  const double height = options_.height;
+// Each step appends its part of the document in drawing order: later parts are drawn on top.
+class SvgPlot::Renderer {
+ public:
+  explicit Renderer(const SvgPlot& plot) : plot_(plot), options_(plot.options_) {}
 
-  Extent ex;
-  Extent ey;
-  for (const Series& s : series_) {
-    for (size_t i = 0; i < s.x.size(); ++i) {
-      if (drawable(s.x[i], log_x) && drawable(s.y[i], log_y)) {
-        ex.add(s.x[i]);
-        ey.add(s.y[i]);
-      }
-    }
-  }
-  for (const Marker& m : markers_) {
-    if (drawable(m.x, log_x) && drawable(m.y, log_y)) {
-      ex.add(m.x);
-      ey.add(m.y);
-    }
-  }
-  for (const VLine& v : vlines_) {
-    if (drawable(v.x, log_x)) {
-      ex.add(v.x);
-    }
+  std::string render() {
+    layout();
+    document();
+    grid();
+    series();
+    axes();
+    annotations();
+    legend();
+    out_ += "</svg>\n";
+    return std::move(out_);
   }
 
-  // Layout: the y axis first, because its labels' width decides where the plot area starts.
-  const double top = options_.title.empty() ? 14 : 40;
-  const double bottom = options_.x_label.empty() ? 32 : 54;
-  const double plot_h = height - top - bottom;
-  const Axis ya = make_axis(ey, plot_h, false, log_y);
-  double widest_y = 0;
-  for (const std::string& l : ya.labels) {
-    widest_y = std::max(widest_y, text_width(l, kTickFont));
-  }
-  const double left = std::min(width / 2, (options_.y_label.empty() ? 8 : 30) + widest_y + kTickLength + 4);
-  // The last x label is centred on its tick and may overhang the plot area, so the right margin depends on it.
-  double right = 16;
-  Axis xa = make_axis(ex, width - left - right, true, log_x);
-  if (!xa.labels.empty()) {
-    const double overhang = text_width(xa.labels.back(), kTickFont) / 2 + 4;
-    if (overhang > right) {
-      right = std::min(overhang, width - left - 40);
-      xa = make_axis(ex, width - left - right, true, log_x);
-    }
-  }
-  const double plot_w = width - left - right;
-  const double plot_bottom = top + plot_h;
-  const double plot_right = left + plot_w;
-  const auto px = [&](double x) { return left + xa.frac(x) * plot_w; };
-  const auto py = [&](double y) { return top + (1 - ya.frac(y)) * plot_h; };
+ private:
+  bool drawable_x(double x) const { return drawable(x, options_.log_x()); }
+  bool drawable_point(double x, double y) const { return drawable_x(x) && drawable(y, options_.log_y()); }
 
-  std::string out;
-  auto put = std::back_inserter(out);
-  fmt::format_to(put,
-                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
-                 "font-family=\"sans-serif\">\n",
-                 options_.width, options_.height);
-  fmt::format_to(put, "<rect width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n", options_.width, options_.height);
-
-  if (!options_.title.empty()) {
-    // Centred over the plot area, but shifted back inside the document when it is wider than the plot area.
-    const double tw = text_width(options_.title, kTitleFont);
-    const double cx =
-        std::clamp(left + plot_w / 2, std::min(width / 2, tw / 2 + 6), std::max(width / 2, width - tw / 2 - 6));
-    fmt::format_to(put,
-                   "<text x=\"{}\" y=\"26\" text-anchor=\"middle\" font-size=\"{}\" font-weight=\"bold\">{}</text>\n",
-                   num(cx), num(kTitleFont), escape(options_.title));
-  }
-
-  // Grid.
-  out += "<g stroke-width=\"1\" shape-rendering=\"crispEdges\">\n";
-  for (const double v : xa.minor) {
-    fmt::format_to(put, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#f3f3f3\"/>\n", num(px(v)),
-                   num(top), num(plot_bottom));
-  }
-  for (const double v : ya.minor) {
-    fmt::format_to(put, "<line x1=\"{1}\" y1=\"{0}\" x2=\"{2}\" y2=\"{0}\" stroke=\"#f3f3f3\"/>\n", num(py(v)),
-                   num(left), num(plot_right));
-  }
-  for (const double v : xa.major) {
-    fmt::format_to(put, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#e0e0e0\"/>\n", num(px(v)),
-                   num(top), num(plot_bottom));
-  }
-  for (const double v : ya.major) {
-    fmt::format_to(put, "<line x1=\"{1}\" y1=\"{0}\" x2=\"{2}\" y2=\"{0}\" stroke=\"#e0e0e0\"/>\n", num(py(v)),
-                   num(left), num(plot_right));
-  }
-  out += "</g>\n";
-
-  // Series, as pixel segments: an undrawable point ends the current segment.
-  std::vector<std::vector<std::vector<Point>>> segments(series_.size());
-  for (size_t si = 0; si < series_.size(); ++si) {
-    const Series& s = series_[si];
-    std::vector<Point> current;
-    for (size_t i = 0; i <= s.x.size(); ++i) {
-      if (i < s.x.size() && drawable(s.x[i], log_x) && drawable(s.y[i], log_y)) {
-        current.push_back({px(s.x[i]), py(s.y[i])});
-      } else if (!current.empty()) {
-        segments[si].push_back(std::move(current));
-        current.clear();
-      }
-    }
-  }
-  for (size_t si = 0; si < series_.size(); ++si) {
-    const char* colour = kPalette[si % kPalette.size()];
-    const char* dashes = kDashes[(si / kPalette.size()) % kDashes.size()];
-    fmt::format_to(put, "<g fill=\"{0}\" stroke=\"{0}\">\n", colour);
-    for (const std::vector<Point>& seg : segments[si]) {
-      if (seg.size() == 1) {
-        // A lone point has no line to show it; unless markers will draw it anyway, give it a dot of its own.
-        if (!series_[si].markers) {
-          fmt::format_to(put, "<circle cx=\"{}\" cy=\"{}\" r=\"2\" stroke=\"none\"/>\n", num(seg[0].x), num(seg[0].y));
+  // Axes that fit every drawable point, marker and vertical line.
+  void layout() {
+    Extent ex;
+    Extent ey;
+    for (const Series& s : plot_.series_) {
+      for (size_t i = 0; i < s.x.size(); ++i) {
+        if (drawable_point(s.x[i], s.y[i])) {
+          ex.add(s.x[i]);
+          ey.add(s.y[i]);
         }
+      }
+    }
+    for (const Marker& m : plot_.markers_) {
+      if (drawable_point(m.x, m.y)) {
+        ex.add(m.x);
+        ey.add(m.y);
+      }
+    }
+    for (const VLine& v : plot_.vlines_) {
+      if (drawable_x(v.x)) {
+        ex.add(v.x);
+      }
+    }
+    l_ = make_layout(options_, ex, ey);
+  }
+
+  // The root element, a white background and the title.
+  void document() {
+    auto put = std::back_inserter(out_);
+    fmt::format_to(put,
+                   "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+                   "font-family=\"sans-serif\">\n",
+                   options_.width(), options_.height());
+    fmt::format_to(put, "<rect width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n", options_.width(), options_.height());
+    if (!options_.title().empty()) {
+      // Centred over the plot area, but shifted back inside the document when it is wider than the plot area.
+      const double tw = text_width(options_.title(), kTitleFont);
+      const double cx = std::clamp(l_.left + l_.plot_w / 2, std::min(l_.width / 2, tw / 2 + 6),
+                                   std::max(l_.width / 2, l_.width - tw / 2 - 6));
+      fmt::format_to(put,
+                     "<text x=\"{}\" y=\"26\" text-anchor=\"middle\" font-size=\"{}\" font-weight=\"bold\">{}</text>\n",
+                     num(cx), num(kTitleFont), escape(options_.title()));
+    }
+  }
+
+  // Minor lines first, so that the darker major lines stay unbroken where they cross them.
+  void grid() {
+    out_ += "<g stroke-width=\"1\" shape-rendering=\"crispEdges\">\n";
+    grid_lines(l_.xa.minor, l_.ya.minor, "#f3f3f3");
+    grid_lines(l_.xa.major, l_.ya.major, "#e0e0e0");
+    out_ += "</g>\n";
+  }
+
+  // Vertical lines at data x values `xs`, then horizontal ones at data y values `ys`.
+  void grid_lines(const std::vector<double>& xs, const std::vector<double>& ys, const char* stroke) {
+    auto put = std::back_inserter(out_);
+    const std::string top = num(l_.top);
+    const std::string bottom = num(l_.plot_bottom());
+    const std::string left = num(l_.left);
+    const std::string right = num(l_.plot_right());
+    for (const double v : xs) {
+      fmt::format_to(put, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"{3}\"/>\n", num(l_.px(v)), top,
+                     bottom, stroke);
+    }
+    for (const double v : ys) {
+      fmt::format_to(put, "<line x1=\"{1}\" y1=\"{0}\" x2=\"{2}\" y2=\"{0}\" stroke=\"{3}\"/>\n", num(l_.py(v)), left,
+                     right, stroke);
+    }
+  }
+
+  // Each series as pixel segments (an undrawable point ends the current one), kept for the legend placement.
+  void series() {
+    const std::vector<Series>& all = plot_.series_;
+    segments_.assign(all.size(), {});
+    for (size_t si = 0; si < all.size(); ++si) {
+      const Series& s = all[si];
+      std::vector<Point> current;
+      for (size_t i = 0; i <= s.x.size(); ++i) {
+        if (i < s.x.size() && drawable_point(s.x[i], s.y[i])) {
+          current.push_back({l_.px(s.x[i]), l_.py(s.y[i])});
+        } else if (!current.empty()) {
+          segments_[si].push_back(std::move(current));
+          current.clear();
+        }
+      }
+    }
+    auto put = std::back_inserter(out_);
+    for (size_t si = 0; si < all.size(); ++si) {
+      fmt::format_to(put, "<g fill=\"{0}\" stroke=\"{0}\">\n", colour(si));
+      for (const std::vector<Point>& seg : segments_[si]) {
+        if (seg.size() == 1) {
+          // A lone point has no line to show it; unless markers will draw it anyway, give it a dot of its own.
+          if (!all[si].markers) {
+            fmt::format_to(put, "<circle cx=\"{}\" cy=\"{}\" r=\"2\" stroke=\"none\"/>\n", num(seg[0].x),
+                           num(seg[0].y));
+          }
+          continue;
+        }
+        polyline(seg, dashes(si));
+      }
+      if (all[si].markers) {
+        for (const std::vector<Point>& seg : segments_[si]) {
+          for (const Point& p : seg) {
+            fmt::format_to(put, "<circle cx=\"{}\" cy=\"{}\" r=\"3\" stroke=\"#ffffff\" stroke-width=\"0.8\"/>\n",
+                           num(p.x), num(p.y));
+          }
+        }
+      }
+      out_ += "</g>\n";
+    }
+  }
+
+  void polyline(const std::vector<Point>& seg, const char* dashes) {
+    fmt::format_to(std::back_inserter(out_),
+                   "<polyline fill=\"none\" stroke-width=\"1.8\" stroke-linejoin=\"round\" "
+                   "stroke-linecap=\"round\"{} points=\"",
+                   dashes);
+    // Points closer than the output resolution add bytes but nothing visible (long runs have thousands of them).
+    std::string previous;
+    for (const Point& p : seg) {
+      std::string xy = num(p.x) + "," + num(p.y);
+      if (xy != previous) {
+        out_ += previous.empty() ? "" : " ";
+        out_ += xy;
+        previous = std::move(xy);
+      }
+    }
+    out_ += "\"/>\n";
+  }
+
+  // Frame, ticks, tick labels and axis labels (after the series, so that lines along an edge do not cover the
+  // frame).
+  void axes() {
+    auto put = std::back_inserter(out_);
+    const double plot_bottom = l_.plot_bottom();
+    fmt::format_to(put,
+                   "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333333\" "
+                   "stroke-width=\"1\" shape-rendering=\"crispEdges\"/>\n",
+                   num(l_.left), num(l_.top), num(l_.plot_w), num(l_.plot_h));
+    out_ += "<g stroke=\"#333333\" stroke-width=\"1\" shape-rendering=\"crispEdges\">\n";
+    for (const double v : l_.xa.major) {
+      fmt::format_to(put, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>\n", num(l_.px(v)), num(plot_bottom),
+                     num(plot_bottom + kTickLength));
+    }
+    for (const double v : l_.ya.major) {
+      fmt::format_to(put, "<line x1=\"{1}\" y1=\"{0}\" x2=\"{2}\" y2=\"{0}\"/>\n", num(l_.py(v)),
+                     num(l_.left - kTickLength), num(l_.left));
+    }
+    out_ += "</g>\n";
+    fmt::format_to(put, "<g font-size=\"{}\" fill=\"#333333\">\n", num(kTickFont));
+    for (size_t i = 0; i < l_.xa.major.size(); ++i) {
+      fmt::format_to(put, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", num(l_.px(l_.xa.major[i])),
+                     num(plot_bottom + kTickLength + 3 + kTickFont), escape(l_.xa.labels[i]));
+    }
+    for (size_t i = 0; i < l_.ya.major.size(); ++i) {
+      // +4 puts the digits' middle on the tick; dominant-baseline would do it, but not in every renderer.
+      fmt::format_to(put, "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", num(l_.left - kTickLength - 3),
+                     num(l_.py(l_.ya.major[i]) + 4), escape(l_.ya.labels[i]));
+    }
+    out_ += "</g>\n";
+    if (!options_.x_label().empty()) {
+      fmt::format_to(put, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"{}\">{}</text>\n",
+                     num(l_.left + l_.plot_w / 2), num(l_.height - 12), num(kLabelFont), escape(options_.x_label()));
+    }
+    if (!options_.y_label().empty()) {
+      fmt::format_to(
+          put, "<text transform=\"translate(18 {}) rotate(-90)\" text-anchor=\"middle\" font-size=\"{}\">{}</text>\n",
+          num(l_.top + l_.plot_h / 2), num(kLabelFont), escape(options_.y_label()));
+    }
+  }
+
+  // Vertical lines and point markers with their labels, whose boxes are kept for the legend placement.
+  void annotations() {
+    auto put = std::back_inserter(out_);
+    const std::vector<VLine>& vlines = plot_.vlines_;
+    for (size_t i = 0; i < vlines.size(); ++i) {
+      const VLine& v = vlines[i];
+      if (!drawable_x(v.x)) {
         continue;
       }
+      const double x = l_.px(v.x);
       fmt::format_to(put,
-                     "<polyline fill=\"none\" stroke-width=\"1.8\" stroke-linejoin=\"round\" "
-                     "stroke-linecap=\"round\"{} points=\"",
-                     dashes);
-      // Points closer than the output resolution add bytes but nothing visible (long runs have thousands of them).
-      std::string previous;
-      for (const Point& p : seg) {
-        std::string xy = num(p.x) + "," + num(p.y);
-        if (xy != previous) {
-          out += previous.empty() ? "" : " ";
-          out += xy;
-          previous = std::move(xy);
-        }
-      }
-      out += "\"/>\n";
-    }
-    if (series_[si].markers) {
-      for (const std::vector<Point>& seg : segments[si]) {
-        for (const Point& p : seg) {
-          fmt::format_to(put, "<circle cx=\"{}\" cy=\"{}\" r=\"3\" stroke=\"#ffffff\" stroke-width=\"0.8\"/>\n",
-                         num(p.x), num(p.y));
-        }
+                     "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"{3}\" stroke-width=\"1.2\" "
+                     "stroke-dasharray=\"5 4\"/>\n",
+                     num(x), num(l_.top), num(l_.plot_bottom()), kAnnotationColour);
+      if (!v.label.empty()) {
+        // Staggered, so that labels of nearby lines do not print over each other.
+        const double y = l_.top + 4 + kTickFont + static_cast<double>(i % 4) * (kTickFont + 4);
+        label(x, 4, y, v.label);
       }
     }
-    out += "</g>\n";
-  }
-
-  // Frame, ticks and tick labels (after the series, so that lines along an edge do not cover the frame).
-  fmt::format_to(put,
-                 "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333333\" "
-                 "stroke-width=\"1\" shape-rendering=\"crispEdges\"/>\n",
-                 num(left), num(top), num(plot_w), num(plot_h));
-  out += "<g stroke=\"#333333\" stroke-width=\"1\" shape-rendering=\"crispEdges\">\n";
-  for (const double v : xa.major) {
-    fmt::format_to(put, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>\n", num(px(v)), num(plot_bottom),
-                   num(plot_bottom + kTickLength));
-  }
-  for (const double v : ya.major) {
-    fmt::format_to(put, "<line x1=\"{1}\" y1=\"{0}\" x2=\"{2}\" y2=\"{0}\"/>\n", num(py(v)), num(left - kTickLength),
-                   num(left));
-  }
-  out += "</g>\n";
-  fmt::format_to(put, "<g font-size=\"{}\" fill=\"#333333\">\n", num(kTickFont));
-  for (size_t i = 0; i < xa.major.size(); ++i) {
-    fmt::format_to(put, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", num(px(xa.major[i])),
-                   num(plot_bottom + kTickLength + 3 + kTickFont), escape(xa.labels[i]));
-  }
-  for (size_t i = 0; i < ya.major.size(); ++i) {
-    // +4 puts the digits' middle on the tick; dominant-baseline would do it, but not in every renderer.
-    fmt::format_to(put, "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", num(left - kTickLength - 3),
-                   num(py(ya.major[i]) + 4), escape(ya.labels[i]));
-  }
-  out += "</g>\n";
-  if (!options_.x_label.empty()) {
-    fmt::format_to(put, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"{}\">{}</text>\n",
-                   num(left + plot_w / 2), num(height - 12), num(kLabelFont), escape(options_.x_label));
-  }
-  if (!options_.y_label.empty()) {
-    fmt::format_to(
-        put, "<text transform=\"translate(18 {}) rotate(-90)\" text-anchor=\"middle\" font-size=\"{}\">{}</text>\n",
-        num(top + plot_h / 2), num(kLabelFont), escape(options_.y_label));
-  }
-
-  // Annotations. Their label boxes are kept for the legend placement below.
-  std::vector<Rect> annotation_boxes;
-  for (size_t i = 0; i < vlines_.size(); ++i) {
-    const VLine& v = vlines_[i];
-    if (!drawable(v.x, log_x)) {
-      continue;
-    }
-    const double x = px(v.x);
-    fmt::format_to(put,
-                   "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"{3}\" stroke-width=\"1.2\" "
-                   "stroke-dasharray=\"5 4\"/>\n",
-                   num(x), num(top), num(plot_bottom), kAnnotationColour);
-    if (!v.label.empty()) {
-      // Staggered, so that labels of nearby lines do not print over each other.
-      const double y = top + 4 + kTickFont + static_cast<double>(i % 4) * (kTickFont + 4);
-      const double tw = text_width(v.label, kTickFont);
-      const LabelPlace place = place_label(x, 4, tw, left, plot_right, width);
-      out += halo_text(place.x, y, place.anchor, v.label);
-      annotation_boxes.push_back({place.left, y - kTickFont, tw, kTickFont + 3});
-    }
-  }
-  for (const Marker& m : markers_) {
-    if (!drawable(m.x, log_x) || !drawable(m.y, log_y)) {
-      continue;
-    }
-    const double x = px(m.x);
-    const double y = py(m.y);
-    fmt::format_to(put, "<circle cx=\"{}\" cy=\"{}\" r=\"5\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"/>\n",
-                   num(x), num(y), kAnnotationColour);
-    annotation_boxes.push_back({x - 6, y - 6, 12, 12});
-    if (!m.label.empty()) {
-      // Above the point unless that leaves the plot area.
-      const double tw = text_width(m.label, kTickFont);
-      const LabelPlace place = place_label(x, 7, tw, left, plot_right, width);
-      const double ly = y - 7 - kTickFont < top ? y + 7 + kTickFont : y - 7;
-      out += halo_text(place.x, ly, place.anchor, m.label);
-      annotation_boxes.push_back({place.left, ly - kTickFont, tw, kTickFont + 3});
+    for (const Marker& m : plot_.markers_) {
+      if (!drawable_point(m.x, m.y)) {
+        continue;
+      }
+      const double x = l_.px(m.x);
+      const double y = l_.py(m.y);
+      fmt::format_to(put, "<circle cx=\"{}\" cy=\"{}\" r=\"5\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"/>\n",
+                     num(x), num(y), kAnnotationColour);
+      annotation_boxes_.push_back({x - 6, y - 6, 12, 12});
+      if (!m.label.empty()) {
+        // Above the point unless that leaves the plot area.
+        const double ly = y - 7 - kTickFont < l_.top ? y + 7 + kTickFont : y - 7;
+        label(x, 7, ly, m.label);
+      }
     }
   }
 
-  // Legend, in the corner of the plot area that hides the least of the lines and annotations.
-  std::vector<size_t> entries;
-  for (size_t si = 0; si < series_.size(); ++si) {
-    if (!series_[si].name.empty()) {
-      entries.push_back(si);
-    }
+  // An annotation label `gap` pixels beside `x`, with baseline `y`.
+  void label(double x, double gap, double y, const std::string& text) {
+    const double tw = text_width(text, kTickFont);
+    const LabelPlace place = place_label(x, gap, tw, l_.left, l_.plot_right(), l_.width);
+    out_ += halo_text(place.x, y, place.anchor, text);
+    annotation_boxes_.push_back({place.left, y - kTickFont, tw, kTickFont + 3});
   }
-  if (!entries.empty()) {
-    constexpr double kRow = 16;
-    constexpr double kPad = 6;
-    constexpr double kSample = 20;
-    constexpr double kInset = 8;
+
+  static constexpr double kLegendRow = 16;
+  static constexpr double kLegendPad = 6;
+  static constexpr double kLegendSample = 20;
+
+  // A legend entry for each named series.
+  void legend() {
+    const std::vector<Series>& all = plot_.series_;
+    std::vector<size_t> entries;
+    for (size_t si = 0; si < all.size(); ++si) {
+      if (!all[si].name.empty()) {
+        entries.push_back(si);
+      }
+    }
+    if (entries.empty()) {
+      return;
+    }
     double widest = 0;
     for (const size_t si : entries) {
-      widest = std::max(widest, text_width(series_[si].name, kTickFont));
+      widest = std::max(widest, text_width(all[si].name, kTickFont));
     }
-    const double lw = kPad + kSample + 6 + widest + kPad;
-    const double lh = 2 * kPad + static_cast<double>(entries.size()) * kRow - 4;
+    const Rect box = legend_box(kLegendPad + kLegendSample + 6 + widest + kLegendPad,
+                                2 * kLegendPad + static_cast<double>(entries.size()) * kLegendRow - 4);
+    auto put = std::back_inserter(out_);
+    fmt::format_to(put, "<g font-size=\"{}\">\n", num(kTickFont));
+    fmt::format_to(put,
+                   "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"3\" fill=\"#ffffff\" fill-opacity=\"0.85\" "
+                   "stroke=\"#cccccc\"/>\n",
+                   num(box.x), num(box.y), num(box.w), num(box.h));
+    for (size_t e = 0; e < entries.size(); ++e) {
+      const size_t si = entries[e];
+      const double row_mid = box.y + kLegendPad + 6 + static_cast<double>(e) * kLegendRow;
+      fmt::format_to(put,
+                     "<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\" stroke=\"{3}\" stroke-width=\"1.8\"{4}/>\n",
+                     num(box.x + kLegendPad), num(box.x + kLegendPad + kLegendSample), num(row_mid), colour(si),
+                     dashes(si));
+      if (all[si].markers) {
+        fmt::format_to(put, "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\"/>\n",
+                       num(box.x + kLegendPad + kLegendSample / 2), num(row_mid), colour(si));
+      }
+      fmt::format_to(put, "<text x=\"{}\" y=\"{}\" fill=\"#222222\">{}</text>\n",
+                     num(box.x + kLegendPad + kLegendSample + 6), num(row_mid + 4), escape(all[si].name));
+    }
+    out_ += "</g>\n";
+  }
+
+  // The legend's box (`w` x `h`) in the corner of the plot area that hides the least of the lines and annotations.
+  Rect legend_box(double w, double h) const {
+    constexpr double kInset = 8;
+    const double top = l_.top;
+    const double bottom = l_.plot_bottom();
     // Preference order on ties: top right, top left, bottom right, bottom left.
-    const std::array<Rect, 4> candidates = {Rect{plot_right - kInset - lw, top + kInset, lw, lh},
-                                            Rect{left + kInset, top + kInset, lw, lh},
-                                            Rect{plot_right - kInset - lw, plot_bottom - kInset - lh, lw, lh},
-                                            Rect{left + kInset, plot_bottom - kInset - lh, lw, lh}};
+    const std::array<Rect, 4> candidates = {Rect{l_.plot_right() - kInset - w, top + kInset, w, h},
+                                            Rect{l_.left + kInset, top + kInset, w, h},
+                                            Rect{l_.plot_right() - kInset - w, bottom - kInset - h, w, h},
+                                            Rect{l_.left + kInset, bottom - kInset - h, w, h}};
     std::array<double, 4> cost{};
     const auto count = [&](const Point& p, double weight) {
       for (size_t c = 0; c < candidates.size(); ++c) {
@@ -584,7 +677,7 @@ std::string SvgPlot::render() const {
         }
       }
     };
-    for (const auto& series_segments : segments) {
+    for (const auto& series_segments : segments_) {
       for (const std::vector<Point>& seg : series_segments) {
         count(seg[0], 1);
         for (size_t i = 1; i < seg.size(); ++i) {
@@ -598,15 +691,15 @@ std::string SvgPlot::render() const {
         }
       }
     }
-    for (const VLine& v : vlines_) {
-      if (drawable(v.x, log_x)) {
-        for (double y = top; y <= plot_bottom; y += 4) {
-          count({px(v.x), y}, 1);
+    for (const VLine& v : plot_.vlines_) {
+      if (drawable_x(v.x)) {
+        for (double y = top; y <= bottom; y += 4) {
+          count({l_.px(v.x), y}, 1);
         }
       }
     }
     // Hiding an annotation label is worse than hiding a stretch of line.
-    for (const Rect& b : annotation_boxes) {
+    for (const Rect& b : annotation_boxes_) {
       for (size_t c = 0; c < candidates.size(); ++c) {
         const Rect& r = candidates[c];
         if (b.x < r.x + r.w && r.x < b.x + b.w && b.y < r.y + r.h && r.y < b.y + b.h) {
@@ -614,33 +707,21 @@ std::string SvgPlot::render() const {
         }
       }
     }
-    const Rect& box = candidates[static_cast<size_t>(std::min_element(cost.begin(), cost.end()) - cost.begin())];
-    fmt::format_to(put, "<g font-size=\"{}\">\n", num(kTickFont));
-    fmt::format_to(put,
-                   "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"3\" fill=\"#ffffff\" fill-opacity=\"0.85\" "
-                   "stroke=\"#cccccc\"/>\n",
-                   num(box.x), num(box.y), num(box.w), num(box.h));
-    for (size_t e = 0; e < entries.size(); ++e) {
-      const size_t si = entries[e];
-      const char* colour = kPalette[si % kPalette.size()];
-      const char* dashes = kDashes[(si / kPalette.size()) % kDashes.size()];
-      const double row_mid = box.y + kPad + 6 + static_cast<double>(e) * kRow;
-      fmt::format_to(put,
-                     "<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\" stroke=\"{3}\" stroke-width=\"1.8\"{4}/>\n",
-                     num(box.x + kPad), num(box.x + kPad + kSample), num(row_mid), colour, dashes);
-      if (series_[si].markers) {
-        fmt::format_to(put, "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\"/>\n", num(box.x + kPad + kSample / 2),
-                       num(row_mid), colour);
-      }
-      fmt::format_to(put, "<text x=\"{}\" y=\"{}\" fill=\"#222222\">{}</text>\n", num(box.x + kPad + kSample + 6),
-                     num(row_mid + 4), escape(series_[si].name));
-    }
-    out += "</g>\n";
+    return candidates[static_cast<size_t>(std::min_element(cost.begin(), cost.end()) - cost.begin())];
   }
 
-  out += "</svg>\n";
-  return out;
-}
+  static const char* colour(size_t si) { return kPalette[si % kPalette.size()]; }
+  static const char* dashes(size_t si) { return kDashes[(si / kPalette.size()) % kDashes.size()]; }
+
+  const SvgPlot& plot_;
+  const PlotOptions& options_;
+  Layout l_;
+  std::string out_;
+  std::vector<std::vector<std::vector<Point>>> segments_;  // per series
+  std::vector<Rect> annotation_boxes_;                     // label and marker boxes, which the legend avoids
+};
+
+std::string SvgPlot::render() const { return Renderer(*this).render(); }
 
 void SvgPlot::save(const std::string& path) const {
   const std::string svg = render();

@@ -214,12 +214,7 @@ void write_lr_finder_csv(const LRFinderResult& r, const std::string& path) {
 
 void write_lr_finder_svg(const LRFinderResult& r, const std::vector<Suggestion>& suggestions,
                          const std::string& path, const std::string& title) {
-  log::PlotOptions po;
-  po.title = title;
-  po.x_label = "learning rate";
-  po.y_label = "loss (smoothed)";
-  po.log_x = true;
-  log::SvgPlot plot(po);
+  log::SvgPlot plot(log::PlotOptions().title(title).x_label("learning rate").y_label("loss (smoothed)").log_x(true));
   plot.add_series({"smoothed loss", r.lrs, r.smoothed_losses, false});
   for (const auto& s : suggestions) {
     plot.add_marker(s.lr, r.smoothed_losses[static_cast<size_t>(s.index)], fmt::format("{} {:.2g}", s.method, s.lr));

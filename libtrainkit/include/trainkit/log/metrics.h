@@ -11,14 +11,14 @@ namespace trainkit::log {
 
 /// One row of training metrics. Optional fields are empty in CSV and absent in JSONL.
 struct MetricRow {
-  std::string kind;  ///< "train" (every N steps), "epoch" (end of an epoch) or "test"
-  int64_t step = 0;
-  int64_t epoch = 0;
-  std::optional<double> loss;
-  std::optional<double> lr;
-  std::optional<double> samples_per_second;
-  std::optional<double> val_loss;
-  std::optional<double> val_accuracy;
+  std::string kind;                          ///< "train" (every N steps), "epoch" (end of an epoch) or "test"
+  int64_t step = 0;                          ///< optimizer steps taken so far
+  int64_t epoch = 0;                         ///< epoch the row belongs to
+  std::optional<double> loss;                ///< training loss, the mean over the interval or the epoch
+  std::optional<double> lr;                  ///< learning rate of param group 0
+  std::optional<double> samples_per_second;  ///< training throughput over the interval
+  std::optional<double> val_loss;            ///< validation loss, or test loss in a "test" row
+  std::optional<double> val_accuracy;        ///< validation accuracy, or test accuracy in a "test" row
 };
 
 /// Appends MetricRows to `DIR/metrics.csv` and `DIR/metrics.jsonl`, flushing each row so that a

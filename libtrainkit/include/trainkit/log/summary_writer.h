@@ -13,37 +13,25 @@
 #include <utility>
 #include <vector>
 
+#include <torch/arg.h>
+
 namespace at {
 class Tensor;
 }  // namespace at
 
 namespace trainkit::log {
 
-/// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, init and final xor 0xFFFFFFFF).
-/// `crc32c("123456789") == 0xE3069283`.
-uint32_t crc32c(const void* data, size_t n);
-
-/// The TFRecord mask of a CRC-32C: `((crc >> 15) | (crc << 17)) + 0xA282EAD8` modulo 2^32.
-uint32_t masked_crc32c(const void* data, size_t n);
-
 /// A histogram as TensorBoard's `HistogramProto`: `bucket[i]` counts the values in the bucket whose
 /// right edge is `bucket_limit[i]` (the left edge is `bucket_limit[i-1]`).
 struct Histogram {
-  double min = 0;
-  double max = 0;
-  double num = 0;
-  double sum = 0;
-  double sum_squares = 0;
-  std::vector<double> bucket_limit;
-  std::vector<double> bucket;
+  double min = 0;                    ///< smallest value
+  double max = 0;                    ///< largest value
+  double num = 0;                    ///< number of values
+  double sum = 0;                    ///< sum of the values
+  double sum_squares = 0;            ///< sum of their squares
+  std::vector<double> bucket_limit;  ///< right edges of the buckets, increasing
+  std::vector<double> bucket;        ///< count of values per bucket, as many as bucket_limit
 };
-
-/// Bins `values` as PyTorch's `make_histogram` does (numpy.histogram, then trimmed to the buckets
-/// holding values plus one empty bucket on the left so the leftmost edge is kept).
-/// `bins` empty: PyTorch's default "tensorflow" edges, 0 and ±1e-12·1.1^k up to 1e20.
-/// `bins` = n: n equal-width buckets between min and max (min ± 0.5 when all values are equal).
-/// Throws std::invalid_argument for no values, a non-finite value or `bins` < 1.
-Histogram make_histogram(const std::vector<double>& values, std::optional<int64_t> bins = std::nullopt);
 
 /// An 8-bit image: `height` rows top to bottom, each `width` pixels of `channels` interleaved bytes (HWC).
 /// `channels` is 1 (gray), 3 (RGB) or 4 (RGBA).
@@ -54,34 +42,26 @@ struct Image {
   std::vector<uint8_t> pixels;  ///< height · width · channels bytes
 };
 
-/// Converts a tensor (any device) to an Image as PyTorch's `add_image` does (`convert_to_HWC`, then
-/// `_calc_scale_factor`): `dataformats` names the dimensions, an ordering of "HW", "CHW" or "NCHW"
-/// ("HWC", "NHWC" ...); N images (1 or 3 channels) are tiled into a grid of at most 8 columns
-/// (`make_grid`, zero background); one channel is repeated to RGB. uint8 values are kept; any other dtype is multiplied by 255, clipped to
-/// [0, 255] and truncated toward zero (NaN becomes 0). Throws std::invalid_argument naming the shape,
-/// `dataformats` or the channel count when they do not fit.
-Image make_image(const at::Tensor& tensor, const std::string& dataformats = "CHW");
-
-/// PNG bytes of `image` (8-bit gray, RGB or RGBA, no interlacing). Throws std::invalid_argument for a
-/// bad shape and std::runtime_error if libpng fails.
-std::string encode_png(const Image& image);
-/// Decodes 8-bit gray, RGB or RGBA PNG bytes (the inverse of encode_png). Throws std::runtime_error
-/// for anything else.
-Image decode_png(const std::string& png);
-
 /// A hyperparameter value of add_hparams: a number, a string or a bool (TensorBoard's three kinds).
 class HParamValue {
  public:
+  /// Which of the three the value is.
   enum class Kind { kNumber, kString, kBool };
+  /// Implicit from a number, a string or a bool, so that `{{"lr", 0.1}, {"optimizer", "sgd"}}` reads naturally;
+  /// integers become numbers (doubles), as in TensorBoard.
   HParamValue(double v) : kind_(Kind::kNumber), number_(v) {}            // NOLINT(google-explicit-constructor)
   HParamValue(int v) : HParamValue(static_cast<double>(v)) {}            // NOLINT(google-explicit-constructor)
   HParamValue(int64_t v) : HParamValue(static_cast<double>(v)) {}        // NOLINT(google-explicit-constructor)
   HParamValue(bool v) : kind_(Kind::kBool), bool_(v) {}                  // NOLINT(google-explicit-constructor)
   HParamValue(std::string v) : kind_(Kind::kString), string_(std::move(v)) {}  // NOLINT(google-explicit-constructor)
   HParamValue(const char* v) : HParamValue(std::string(v)) {}            // NOLINT(google-explicit-constructor)
+  /// The kind; only the matching accessor below is meaningful.
   Kind kind() const { return kind_; }
+  /// The number (kNumber).
   double number() const { return number_; }
+  /// The string (kString).
   const std::string& string() const { return string_; }
+  /// The bool (kBool).
   bool boolean() const { return bool_; }
 
  private:
@@ -91,47 +71,15 @@ class HParamValue {
   bool bool_ = false;
 };
 
-/// The three hparams-plugin summaries as torch.utils.tensorboard.summary.hparams builds them, each a
-/// serialized `Summary` (one Value: tag `_hparams_/experiment`, `_hparams_/session_start_info` or
-/// `_hparams_/session_end_info`, metadata plugin "hparams" with a serialized HParamsPluginData).
-/// Experiment lists every hparam (type FLOAT64, STRING or BOOL) and every metric tag in the given
-/// order; SessionStartInfo's map is written sorted by key (protobuf's deterministic order);
-/// SessionEndInfo has status SUCCESS. Unlike PyTorch, whose `isinstance(v, int)` also catches bools, a
-/// bool is written as a bool (bool_value, DATA_TYPE_BOOL), which TensorBoard shows as true/false.
-/// Throws std::invalid_argument for an empty or repeated name.
-struct HParamsSummaries {
-  std::string experiment;
-  std::string session_start_info;
-  std::string session_end_info;
-};
-HParamsSummaries make_hparams_summaries(const std::vector<std::pair<std::string, HParamValue>>& hparams,
-                                        const std::vector<std::pair<std::string, double>>& metrics);
-
-/// Options of SummaryWriter, named as PyTorch's `SummaryWriter` arguments.
+/// Options of SummaryWriter, named as PyTorch's `SummaryWriter` arguments:
+/// `SummaryWriterOptions().flush_secs(10).filename_suffix(".rank0")`.
 struct SummaryWriterOptions {
-  /// How often, in seconds, written events are flushed to disk (checked when an event is added).
-  SummaryWriterOptions& flush_secs(double v) {
-    flush_secs_ = v;
-    return *this;
-  }
-  double flush_secs() const { return flush_secs_; }
+  /// How often, in seconds, written events are flushed to disk (checked when an event is added; >= 0).
+  TORCH_ARG(double, flush_secs) = 120;
   /// Appended to every event file's name.
-  SummaryWriterOptions& filename_suffix(std::string v) {
-    filename_suffix_ = std::move(v);
-    return *this;
-  }
-  const std::string& filename_suffix() const { return filename_suffix_; }
+  TORCH_ARG(std::string, filename_suffix);
   /// A disabled writer creates no directory or file and ignores every call (e.g. on ranks other than 0).
-  SummaryWriterOptions& enabled(bool v) {
-    enabled_ = v;
-    return *this;
-  }
-  bool enabled() const { return enabled_; }
-
- private:
-  double flush_secs_ = 120;
-  std::string filename_suffix_;
-  bool enabled_ = true;
+  TORCH_ARG(bool, enabled) = true;
 };
 
 /// Writes TensorBoard event files into `log_dir`: scalars, text, histograms, images and hparams, readable by
@@ -160,7 +108,11 @@ class SummaryWriter {
   /// Text (Markdown in TensorBoard) under the tag `tag + "/text_summary"`, as PyTorch's `add_text`.
   void add_text(const std::string& tag, const std::string& text, int64_t step,
                 std::optional<double> wall_time = {});
-  /// A histogram of `values` binned by make_histogram (PyTorch's default bins when `bins` is empty).
+  /// A histogram of `values`, binned as PyTorch's `make_histogram` (numpy.histogram, then trimmed to the
+  /// buckets holding values plus one empty bucket on the left that carries the leftmost edge).
+  /// `bins` empty: PyTorch's default "tensorflow" edges, 0 and ±1e-12·1.1^k up to 1e20; `bins` = n: n
+  /// equal-width buckets between min and max (min ± 0.5 when all values are equal).
+  /// Throws std::invalid_argument for no values, a non-finite value or `bins` < 1.
   void add_histogram(const std::string& tag, const std::vector<double>& values, int64_t step,
                      std::optional<int64_t> bins = std::nullopt, std::optional<double> wall_time = {});
   /// The same for `n` floats at `values` (e.g. `tensor.data_ptr<float>()` of a contiguous CPU tensor).
@@ -170,16 +122,23 @@ class SummaryWriter {
   void add_histogram_raw(const std::string& tag, const Histogram& histogram, int64_t step,
                          std::optional<double> wall_time = {});
 
-  /// An image (PNG, Summary.Image with height, width, colorspace) from a tensor laid out as `dataformats`
-  /// (PyTorch's `add_image`; see make_image for the conversion).
+  /// An image (PNG, Summary.Image with height, width, colorspace) from a tensor (any device) laid out as
+  /// `dataformats`, converted as PyTorch's `add_image` (`convert_to_HWC`, `_calc_scale_factor`):
+  /// `dataformats` is an ordering of "HW", "CHW" or "NCHW" ("HWC", "NHWC" ...); N images (1 or 3 channels)
+  /// are tiled into a grid of at most 8 columns (`make_grid`, zero background); one channel is repeated to
+  /// RGB. uint8 values are kept; any other dtype is multiplied by 255, clipped to [0, 255] and truncated
+  /// toward zero (NaN becomes 0). Throws std::invalid_argument naming the shape, `dataformats` or the
+  /// channel count when they do not fit.
   void add_image(const std::string& tag, const at::Tensor& image, int64_t step, const std::string& dataformats = "CHW",
                  std::optional<double> wall_time = {});
-  /// An image already in 8-bit HWC form.
+  /// An image already in 8-bit HWC form (std::invalid_argument for a bad shape).
   void add_image(const std::string& tag, const Image& image, int64_t step, std::optional<double> wall_time = {});
   /// Hyperparameters and their final metrics for TensorBoard's HPARAMS tab, as PyTorch's `add_hparams`:
   /// a run `log_dir/<run_name>` (default: the current Unix time with fractional seconds, as PyTorch) gets
-  /// the experiment, session_start_info and session_end_info summaries (make_hparams_summaries) at
-  /// `step`, then one scalar per metric under its own tag. Returns that run's directory ("" if disabled).
+  /// the hparams plugin's experiment, session_start_info and session_end_info summaries at `step`, then
+  /// one scalar per metric under its own tag. Returns that run's directory ("" if disabled). Unlike
+  /// PyTorch, which writes a bool as the number 1.0 or 0.0, a bool stays a bool (true/false in TensorBoard).
+  /// Throws std::invalid_argument for an empty or repeated name.
   std::string add_hparams(const std::vector<std::pair<std::string, HParamValue>>& hparams,
                           const std::vector<std::pair<std::string, double>>& metrics, const std::string& run_name = "",
                           int64_t step = 0);

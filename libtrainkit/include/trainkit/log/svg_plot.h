@@ -1,10 +1,12 @@
 #pragma once
 /// @file
 /// Line plots written as standalone SVG documents (loss curves, learning-rate finder sweeps), with no
-/// dependency beyond the standard library, so that a run can leave a picture next to its metrics files.
+/// graphics library, so that a run can leave a picture next to its metrics files.
 
 #include <string>
 #include <vector>
+
+#include <torch/arg.h>
 
 namespace trainkit::log {
 
@@ -16,15 +18,22 @@ struct Series {
   bool markers = false;   ///< draw a small circle at each point
 };
 
-/// Options of an SvgPlot.
+/// Options of an SvgPlot: `PlotOptions().title("loss").x_label("step").log_y(true)`.
 struct PlotOptions {
-  std::string title;    ///< drawn above the plot area (none when empty)
-  std::string x_label;  ///< drawn below the x axis (none when empty)
-  std::string y_label;  ///< drawn left of the y axis, rotated (none when empty)
-  bool log_x = false;   ///< logarithmic x axis; non-positive x values are skipped
-  bool log_y = false;   ///< logarithmic y axis; non-positive y values are skipped
-  int width = 720;      ///< document width in pixels (at least 200)
-  int height = 420;     ///< document height in pixels (at least 150)
+  /// Drawn above the plot area (none when empty).
+  TORCH_ARG(std::string, title);
+  /// Drawn below the x axis (none when empty).
+  TORCH_ARG(std::string, x_label);
+  /// Drawn left of the y axis, rotated (none when empty).
+  TORCH_ARG(std::string, y_label);
+  /// Logarithmic x axis; non-positive x values are skipped.
+  TORCH_ARG(bool, log_x) = false;
+  /// Logarithmic y axis; non-positive y values are skipped.
+  TORCH_ARG(bool, log_y) = false;
+  /// Document width in pixels (at least 200).
+  TORCH_ARG(int, width) = 720;
+  /// Document height in pixels (at least 150).
+  TORCH_ARG(int, height) = 420;
 };
 
 /// A 2-D line plot rendered as a standalone SVG document: axes with "nice" ticks (1-2-5 steps on linear axes,
@@ -51,6 +60,10 @@ class SvgPlot {
   void save(const std::string& path) const;
 
  private:
+  // render()'s steps (layout, axes, series, annotations, legend) and the state they share; nested so that it
+  // reads the series and annotations, defined in svg_plot.cpp.
+  class Renderer;
+
   struct Marker {
     double x;
     double y;
