@@ -100,6 +100,20 @@ void set_grads(const std::vector<at::Tensor>& params, int step) {
   }
 }
 
+/// Five steps of `x` on `a` and `y` on `b` (equal copies) leave equal parameters.
+void steps_equal(torch::optim::Optimizer& x, torch::optim::Optimizer& y, const std::vector<at::Tensor>& a,
+                 const std::vector<at::Tensor>& b) {
+  for (int step = 0; step < 5; ++step) {
+    set_grads(a, step);
+    set_grads(b, step);
+    x.step();
+    y.step();
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(torch::equal(a[i], b[i]));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("the factory knows the built-in optimizers, with each Options type's defaults", "[optim][factory]") {
@@ -251,15 +265,7 @@ TEST_CASE("an optimizer built by name steps exactly as one constructed directly"
     const auto spec = parse("lars", {{"lr", 0.5}, {"momentum", 0.9}, {"weight_decay", 1e-3}, {"trust_clip", true}});
     auto by_name = make_optimizer(spec, a);
     Lars direct(b, LarsOptions(0.5).momentum(0.9).weight_decay(1e-3).trust_clip(true));
-    for (int step = 0; step < 5; ++step) {
-      set_grads(a, step);
-      set_grads(b, step);
-      by_name->step();
-      direct.step();
-    }
-    for (size_t i = 0; i < a.size(); ++i) {
-      CHECK(torch::equal(a[i], b[i]));
-    }
+    steps_equal(*by_name, direct, a, b);
   }
   SECTION("lamb with no_decay_1d") {
     auto a = params_of(2);
@@ -269,15 +275,7 @@ TEST_CASE("an optimizer built by name steps exactly as one constructed directly"
     REQUIRE(by_name->param_groups().size() == 2);
     const auto options = LambOptions(0.01).betas({0.8, 0.99});
     Lamb direct(weight_decay_param_groups(b, options), options);
-    for (int step = 0; step < 5; ++step) {
-      set_grads(a, step);
-      set_grads(b, step);
-      by_name->step();
-      direct.step();
-    }
-    for (size_t i = 0; i < a.size(); ++i) {
-      CHECK(torch::equal(a[i], b[i]));
-    }
+    steps_equal(*by_name, direct, a, b);
   }
 }
 

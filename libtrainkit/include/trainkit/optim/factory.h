@@ -117,9 +117,13 @@ void register_optimizer(OptimizerEntry entry);
 struct NumberRule {
   /// How docs and messages describe the range.
   std::string text;
+  /// Lower bound.
   double lo = -std::numeric_limits<double>::infinity();
+  /// True: x > lo; false: x >= lo.
   bool lo_open = false;
+  /// Upper bound.
   double hi = std::numeric_limits<double>::infinity();
+  /// True: x < hi; false: x <= hi.
   bool hi_open = false;
   /// True when `x` is finite and in the range.
   bool allows(double x) const {
@@ -146,6 +150,7 @@ inline NumberRule unit_interval() { return {"number in [0, 1)", 0.0, false, 1.0,
 template <class Opt>
 class OptimizerBinding {
  public:
+  /// The optimizer's options type.
   using Options = typename Opt::options_type;
 
   /// An entry named `name` with no arguments yet.
