@@ -47,94 +47,62 @@ at::Tensor golden_loss(const std::vector<at::Tensor>& params) {
   return total;
 }
 
-double num(const toml::table& t, const char* key, double fallback) { return t[key].value<double>().value_or(fallback); }
-bool flag(const toml::table& t, const char* key, bool fallback) { return t[key].value<bool>().value_or(fallback); }
-
-std::tuple<double, double> betas_of(const toml::table& t, std::tuple<double, double> fallback) {
-  if (const auto* a = t["betas"].as_array()) {
-    return {a->get(0)->value<double>().value(), a->get(1)->value<double>().value()};
+/// A golden case's scalar or array of numbers as an ArgValue.
+trainkit::ArgValue arg_of(const toml::node& node) {
+  if (const auto* a = node.as_array()) {
+    trainkit::ArgValue::Array out;
+    for (const auto& e : *a) {
+      out.push_back(arg_of(e));
+    }
+    return out;
   }
-  return fallback;
-}
-
-/// Options for one golden case: the case's keys, then the group-1 overrides on top.
-template <class Options>
-Options adam_options(const toml::table& t, Options o) {
-  return o.lr(num(t, "lr", o.lr()))
-      .betas(betas_of(t, o.betas()))
-      .eps(num(t, "eps", o.eps()))
-      .weight_decay(num(t, "weight_decay", o.weight_decay()))
-      .amsgrad(flag(t, "amsgrad", o.amsgrad()))
-      .maximize(flag(t, "maximize", o.maximize()));
-}
-SgdOptions sgd_options(const toml::table& t, SgdOptions o) {
-  return o.lr(num(t, "lr", o.lr()))
-      .momentum(num(t, "momentum", o.momentum()))
-      .dampening(num(t, "dampening", o.dampening()))
-      .weight_decay(num(t, "weight_decay", o.weight_decay()))
-      .nesterov(flag(t, "nesterov", o.nesterov()))
-      .maximize(flag(t, "maximize", o.maximize()));
-}
-LarsOptions lars_options(const toml::table& t, LarsOptions o) {
-  return o.lr(num(t, "lr", o.lr()))
-      .momentum(num(t, "momentum", o.momentum()))
-      .dampening(num(t, "dampening", o.dampening()))
-      .weight_decay(num(t, "weight_decay", o.weight_decay()))
-      .nesterov(flag(t, "nesterov", o.nesterov()))
-      .trust_coefficient(num(t, "trust_coeff", o.trust_coefficient()))
-      .eps(num(t, "eps", o.eps()))
-      .trust_clip(flag(t, "trust_clip", o.trust_clip()))
-      .always_adapt(flag(t, "always_adapt", o.always_adapt()));
-}
-LambOptions lamb_options(const toml::table& t, LambOptions o) {
-  o.lr(num(t, "lr", o.lr()))
-      .bias_correction(flag(t, "bias_correction", o.bias_correction()))
-      .betas(betas_of(t, o.betas()))
-      .eps(num(t, "eps", o.eps()))
-      .weight_decay(num(t, "weight_decay", o.weight_decay()))
-      .grad_averaging(flag(t, "grad_averaging", o.grad_averaging()))
-      .trust_clip(flag(t, "trust_clip", o.trust_clip()))
-      .always_adapt(flag(t, "always_adapt", o.always_adapt()));
-  if (t["max_grad_norm"].is_string()) {
-    o.max_grad_norm(std::nullopt);
-  } else if (t["max_grad_norm"].is_number()) {
-    o.max_grad_norm(num(t, "max_grad_norm", 1.0));
+  if (const auto* b = node.as_boolean()) {
+    return b->get();
   }
-  return o;
+  if (const auto* i = node.as_integer()) {
+    return i->get();
+  }
+  return node.value<double>().value();
 }
 
-template <class Opt, class Options>
-OptimizerPtr make_two_groups(const std::vector<at::Tensor>& g0, const std::vector<at::Tensor>& g1, Options base,
-                             Options group1) {
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(g0, std::make_unique<Options>(base));
-  groups.emplace_back(g1, std::make_unique<Options>(group1));
-  return std::make_unique<Opt>(groups, base);
+/// The optimizer arguments of a golden case (or its group1 table) under trainkit's names, added to `table`:
+/// timm's trust_coeff is trust_coefficient, and max_grad_norm = "none" is the factory's 0 (no clipping).
+void add_case_args(const toml::table& t, trainkit::ArgTable& table) {
+  for (const auto& [key, node] : t) {
+    const std::string k(key.str());
+    if (k == "optimizer" || k == "steps" || k == "record" || k == "group1") {
+      continue;
+    }
+    if (k == "max_grad_norm" && node.is_string()) {
+      trainkit::set_arg(table, k, 0.0);
+    } else {
+      trainkit::set_arg(table, k == "trust_coeff" ? "trust_coefficient" : k, arg_of(node));
+    }
+  }
 }
 
-/// Builds the optimizer of a golden case on two param groups, on the fused or the reference path.
+/// The spec of a golden case through the optimizer factory (the same names a config file uses).
+OptimizerSpec case_spec(const std::string& name, trainkit::ArgTable table, bool fused) {
+  trainkit::set_arg(table, "fused", fused);
+  trainkit::ArgReader reader(table, "golden case");
+  return parse_optimizer(name, reader);
+}
+
+/// Builds the optimizer of a golden case on two param groups, on the fused or the reference path: group 1
+/// takes the case's arguments with its group1 overrides on top.
 OptimizerPtr make_case_optimizer(const toml::table& c, const std::vector<at::Tensor>& g0,
                                  const std::vector<at::Tensor>& g1, bool fused) {
   const std::string name = c["optimizer"].value<std::string>().value();
-  const toml::table& o1 = *c["group1"].as_table();
-  if (name == "adam") {
-    const auto base = adam_options(c, AdamOptions()).fused(fused);
-    return make_two_groups<Adam>(g0, g1, base, adam_options(o1, base));
-  }
-  if (name == "adamw") {
-    const auto base = adam_options(c, AdamWOptions()).fused(fused);
-    return make_two_groups<AdamW>(g0, g1, base, adam_options(o1, base));
-  }
-  if (name == "sgd") {
-    const auto base = sgd_options(c, SgdOptions()).fused(fused);
-    return make_two_groups<Sgd>(g0, g1, base, sgd_options(o1, base));
-  }
-  if (name == "lars") {
-    const auto base = lars_options(c, LarsOptions()).fused(fused);
-    return make_two_groups<Lars>(g0, g1, base, lars_options(o1, base));
-  }
-  const auto base = lamb_options(c, LambOptions()).fused(fused);
-  return make_two_groups<Lamb>(g0, g1, base, lamb_options(o1, base));
+  trainkit::ArgTable base;
+  add_case_args(c, base);
+  trainkit::ArgTable over = base;
+  add_case_args(*c["group1"].as_table(), over);
+  const OptimizerSpec spec0 = case_spec(name, base, fused);
+  const OptimizerSpec spec1 = case_spec(name, over, fused);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(g0, spec0.options->clone());
+  groups.emplace_back(g1, spec1.options->clone());
+  return make_optimizer(spec0, groups);
 }
 
 void require_close_values(const at::Tensor& got, const std::vector<double>& want, double rel) {

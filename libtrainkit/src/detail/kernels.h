@@ -30,9 +30,9 @@ std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, int64_t grain
 std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, std::size_t first, std::size_t last,
                                int64_t grain = kChunkGrain);
 
-/// Elements per block of the two-phase optimizers (LARS, LAMB; see two_phase_blocks in parallel.h): a per-tensor norm must be complete before
-/// that tensor is updated, so they run phase 1 and phase 2 block by block; a block of this size
-/// (4 MB per float32 stream) is still in the last-level cache when phase 2 reads it again.
+/// Elements per block of the two-phase optimizers (LARS, LAMB; two_phase_blocks in parallel.h): a per-tensor
+/// norm must be complete before that tensor is updated, so they run phase 1 and phase 2 block by block; a
+/// block of this size (4 MB per float32 stream) is still in the last-level cache when phase 2 reads it again.
 constexpr int64_t kBlockElements = 1 << 20;
 
 /// Consecutive tensors grouped into [first, last) blocks of about `target` elements; a larger tensor is a

@@ -222,13 +222,12 @@ template <class Opt>
 OptimizerEntry adam_entry(const char* name, const char* weight_decay_doc) {
   return OptimizerBinding<Opt>(name)
       .bind(TRAINKIT_OPTION(lr), positive(), "Learning rate")
-      .bind(TRAINKIT_OPTION(betas), unit_interval(), "Coefficients (beta1, beta2) of the running averages of g and g^2")
+      .bind(TRAINKIT_OPTION(betas), unit_interval(), "(beta1, beta2): running-average coefficients of g and g^2")
       .bind(TRAINKIT_OPTION(eps), non_negative(), "Term added to the denominator")
       .bind(TRAINKIT_OPTION(weight_decay), non_negative(), weight_decay_doc)
       .bind(TRAINKIT_OPTION(amsgrad), "AMSGrad: the maximum of past squared-gradient averages")
       .bind(TRAINKIT_OPTION(maximize), "Maximize the objective instead of minimizing it")
-      .bind(TRAINKIT_OPTION(fused), "true: the fused CPU kernel (or an error); false: the ATen reference path; "
-                                    "unset: fused where possible")
+      .bind(TRAINKIT_OPTION(fused), detail::kFusedDoc)
       .entry();
 }
 

@@ -146,7 +146,7 @@ bool register_lamb_optimizer() {
   register_optimizer(
       OptimizerBinding<Lamb>("lamb")
           .bind(TRAINKIT_OPTION(lr), positive(), "Learning rate")
-          .bind(TRAINKIT_OPTION(betas), unit_interval(), "Coefficients (beta1, beta2) of the running averages of g and g^2")
+          .bind(TRAINKIT_OPTION(betas), unit_interval(), "(beta1, beta2): running-average coefficients of g and g^2")
           .bind(TRAINKIT_OPTION(eps), non_negative(), "Term added to the denominator")
           .bind(TRAINKIT_OPTION(weight_decay), non_negative(), "Weight decay, inside the adapted update")
           .bind(TRAINKIT_OPTION(bias_correction), "Adam's bias correction of the moments")
@@ -154,8 +154,7 @@ bool register_lamb_optimizer() {
           .bind(TRAINKIT_OPTION(max_grad_norm), non_negative(), "Global gradient-norm clip before the step (0 = none)")
           .bind(TRAINKIT_OPTION(trust_clip), "Clip the trust ratio at 1 (LAMBC)")
           .bind(TRAINKIT_OPTION(always_adapt), "Adapt every parameter, also those with weight_decay 0")
-          .bind(TRAINKIT_OPTION(fused), "true: the fused CPU kernel (or an error); false: the ATen reference path; "
-                                        "unset: fused where possible")
+          .bind(TRAINKIT_OPTION(fused), detail::kFusedDoc)
           .entry());
   return true;
 }

@@ -3,7 +3,6 @@
 #include <torch/optim/serialize.h>
 
 #include "optim/detail/momentum.h"
-#include "trainkit/optim/factory.h"
 
 namespace trainkit::optim {
 
@@ -62,18 +61,12 @@ detail::MomentumHyper hyper_of(const LarsOptions& o) {
 
 bool register_lars_optimizer() {
   register_optimizer(
-      OptimizerBinding<Lars>("lars")
-          .bind(TRAINKIT_OPTION(lr), positive(), "Learning rate")
-          .bind(TRAINKIT_OPTION(momentum), non_negative(), "Momentum factor")
-          .bind(TRAINKIT_OPTION(dampening), non_negative(), "Dampening for momentum")
-          .bind(TRAINKIT_OPTION(weight_decay), non_negative(), "Weight decay, inside the adapted update")
-          .bind(TRAINKIT_OPTION(nesterov), "Nesterov momentum (needs momentum > 0, dampening 0)")
+      detail::momentum_binding<Lars>("lars", "Weight decay, inside the adapted update")
           .bind(TRAINKIT_OPTION(trust_coefficient), positive(), "Trust coefficient (timm's trust_coeff)")
           .bind(TRAINKIT_OPTION(eps), non_negative(), "Term added to the trust ratio's denominator")
           .bind(TRAINKIT_OPTION(trust_clip), "LARC: clip the ratio so that the effective LR never exceeds lr")
           .bind(TRAINKIT_OPTION(always_adapt), "Adapt every parameter, also those with weight_decay 0")
-          .bind(TRAINKIT_OPTION(fused), "true: the fused CPU kernel (or an error); false: the ATen reference path; "
-                                        "unset: fused where possible")
+          .bind(TRAINKIT_OPTION(fused), detail::kFusedDoc)
           .entry());
   return true;
 }

@@ -3,7 +3,6 @@
 #include <torch/optim/serialize.h>
 
 #include "optim/detail/momentum.h"
-#include "trainkit/optim/factory.h"
 
 namespace trainkit::optim {
 
@@ -52,15 +51,9 @@ detail::MomentumHyper hyper_of(const SgdOptions& o) {
 }  // namespace
 
 bool register_sgd_optimizer() {
-  register_optimizer(OptimizerBinding<Sgd>("sgd")
-                         .bind(TRAINKIT_OPTION(lr), positive(), "Learning rate")
-                         .bind(TRAINKIT_OPTION(momentum), non_negative(), "Momentum factor")
-                         .bind(TRAINKIT_OPTION(dampening), non_negative(), "Dampening for momentum")
-                         .bind(TRAINKIT_OPTION(weight_decay), non_negative(), "L2 penalty added to the gradient")
-                         .bind(TRAINKIT_OPTION(nesterov), "Nesterov momentum (needs momentum > 0, dampening 0)")
+  register_optimizer(detail::momentum_binding<Sgd>("sgd", "L2 penalty added to the gradient")
                          .bind(TRAINKIT_OPTION(maximize), "Maximize the objective instead of minimizing it")
-                         .bind(TRAINKIT_OPTION(fused), "true: the fused CPU kernel (or an error); false: the ATen "
-                                                       "reference path; unset: fused where possible")
+                         .bind(TRAINKIT_OPTION(fused), detail::kFusedDoc)
                          .entry());
   return true;
 }

@@ -67,24 +67,22 @@ SequentialLR::SequentialLR(torch::optim::Optimizer& optimizer, std::vector<std::
     optimizer_.param_groups()[i].options().set_lr(initial_lr(i));
   }
   for (auto& s : schedulers_) {
-    undo_one_step(*s);
+    undo_initial_step_of(*s);
   }
   const size_t idx = static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), 0) - milestones_.begin());
-  schedulers_[idx]->initial_step();
+  initial_step_of(*schedulers_[idx]);
   last_lr_ = schedulers_[idx]->get_last_lr();
 }
 
-void SequentialLR::undo_one_step(LRScheduler& scheduler) {
-  if (auto* seq = dynamic_cast<SequentialLR*>(&scheduler)) {
-    for (auto& s : seq->schedulers_) {
-      undo_one_step(*s);
-    }
-  } else if (auto* chain = dynamic_cast<ChainedScheduler*>(&scheduler)) {
-    for (auto& s : chain->schedulers_) {
-      undo_one_step(*s);
-    }
-  } else {
-    --scheduler.last_epoch_;
+void SequentialLR::undo_initial_step() {
+  for (auto& s : schedulers_) {
+    undo_initial_step_of(*s);
+  }
+}
+
+void ChainedScheduler::undo_initial_step() {
+  for (auto& s : schedulers_) {
+    undo_initial_step_of(*s);
   }
 }
 
@@ -94,7 +92,7 @@ void SequentialLR::step() {
   const size_t idx = static_cast<size_t>(it - milestones_.begin());
   LRScheduler& s = *schedulers_[idx];
   if (idx > 0 && milestones_[idx - 1] == last_epoch_) {
-    s.update_lr(0);
+    update_lr_of(s, 0);
   } else {
     s.step();
   }

@@ -117,9 +117,13 @@ void register_optimizer(OptimizerEntry entry);
 struct NumberRule {
   /// How docs and messages describe the range.
   std::string text;
+  /// Lower bound.
   double lo = -std::numeric_limits<double>::infinity();
+  /// True: x > lo; false: x >= lo.
   bool lo_open = false;
+  /// Upper bound.
   double hi = std::numeric_limits<double>::infinity();
+  /// True: x < hi; false: x <= hi.
   bool hi_open = false;
   /// True when `x` is finite and in the range.
   bool allows(double x) const {
@@ -146,6 +150,7 @@ inline NumberRule unit_interval() { return {"number in [0, 1)", 0.0, false, 1.0,
 template <class Opt>
 class OptimizerBinding {
  public:
+  /// The optimizer's options type.
   using Options = typename Opt::options_type;
 
   /// An entry named `name` with no arguments yet.
@@ -174,12 +179,11 @@ class OptimizerBinding {
       arg.type = rule.text;
       arg.expected = "a " + rule.text;
       arg.read = [field, rule](const ArgValue& v, torch::optim::OptimizerOptions& o) {
-        const auto x = v.as_number();
-        if (!x || !rule.allows(*x)) {
-          return false;
+        const auto x = number_in(v, rule);
+        if (x) {
+          field(cast(o)) = *x;
         }
-        field(cast(o)) = *x;
-        return true;
+        return x.has_value();
       };
       arg.show = [field](const torch::optim::OptimizerOptions& o) -> std::optional<ArgValue> {
         return ArgValue(field(cast(o)));
@@ -193,9 +197,9 @@ class OptimizerBinding {
         if (a == nullptr || a->size() != 2) {
           return false;
         }
-        const auto x = (*a)[0].as_number();
-        const auto y = (*a)[1].as_number();
-        if (!x || !y || !rule.allows(*x) || !rule.allows(*y)) {
+        const auto x = number_in((*a)[0], rule);
+        const auto y = number_in((*a)[1], rule);
+        if (!x || !y) {
           return false;
         }
         field(cast(o)) = std::make_tuple(*x, *y);
@@ -210,12 +214,11 @@ class OptimizerBinding {
       arg.type = rule.text;
       arg.expected = "a " + rule.text;
       arg.read = [field, rule](const ArgValue& v, torch::optim::OptimizerOptions& o) {
-        const auto x = v.as_number();
-        if (!x || !rule.allows(*x)) {
-          return false;
+        const auto x = number_in(v, rule);
+        if (x) {
+          field(cast(o)) = *x == 0 ? std::nullopt : std::optional<double>(*x);
         }
-        field(cast(o)) = *x == 0 ? std::nullopt : std::optional<double>(*x);
-        return true;
+        return x.has_value();
       };
       arg.show = [field](const torch::optim::OptimizerOptions& o) -> std::optional<ArgValue> {
         return ArgValue(field(cast(o)).value_or(0.0));
@@ -260,6 +263,11 @@ class OptimizerBinding {
   OptimizerEntry entry() const { return entry_; }
 
  private:
+  /// The number in `v` when it is one and `rule` allows it.
+  static std::optional<double> number_in(const ArgValue& v, const NumberRule& rule) {
+    const auto x = v.as_number();
+    return x && rule.allows(*x) ? x : std::nullopt;
+  }
   static Options& cast(torch::optim::OptimizerOptions& o) { return static_cast<Options&>(o); }
   static const Options& cast(const torch::optim::OptimizerOptions& o) { return static_cast<const Options&>(o); }
 

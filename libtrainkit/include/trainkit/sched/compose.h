@@ -23,9 +23,10 @@ class SequentialLR : public LRScheduler {
 
  protected:
   std::vector<double> get_lr() override { return group_lrs(); }
+  /// Passes the undo on to every scheduler held.
+  void undo_initial_step() override;
 
  private:
-  static void undo_one_step(LRScheduler& scheduler);
   std::vector<std::shared_ptr<LRScheduler>> schedulers_;
   std::vector<int64_t> milestones_;
 };
@@ -41,10 +42,11 @@ class ChainedScheduler : public LRScheduler {
 
  protected:
   std::vector<double> get_lr() override { return group_lrs(); }
+  /// Passes the undo on to every scheduler held.
+  void undo_initial_step() override;
 
  private:
   std::vector<std::shared_ptr<LRScheduler>> schedulers_;
-  friend class SequentialLR;
 };
 
 /// Registers SequentialLR and ChainedScheduler (members as an array of tables `schedulers`) with the scheduler factory (sched/factory.h); runs once, before main.

@@ -64,6 +64,17 @@ class LRScheduler {
 
   /// PyTorch's `_initial_step`: step count 0, then one step in "initial" mode.
   void initial_step();
+  /// Takes back the epoch counted by the initial step, as PyTorch's SequentialLR does to the schedulers it
+  /// composes (`last_epoch -= 1`); compositions pass it on to the schedulers they hold.
+  virtual void undo_initial_step() { --last_epoch_; }
+
+  /// For compositions, which drive other schedulers through these (protected members of another object
+  /// are out of a subclass's reach): `s.initial_step()`.
+  static void initial_step_of(LRScheduler& s) { s.initial_step(); }
+  /// `s.undo_initial_step()`.
+  static void undo_initial_step_of(LRScheduler& s) { s.undo_initial_step(); }
+  /// `s.update_lr(epoch)`: jumps `s` to `epoch` (closed form where it has one).
+  static void update_lr_of(LRScheduler& s, int64_t epoch) { s.update_lr(epoch); }
   /// PyTorch's `_update_lr`: advance (or jump to `epoch` with the closed form) and write the LRs.
   void update_lr(std::optional<int64_t> epoch = std::nullopt);
   /// Writes `lrs` into the param groups and records them as the last LRs.
@@ -88,9 +99,6 @@ class LRScheduler {
   bool is_initial_ = false;
   std::vector<bool> first_of_group_;     // this scheduler recorded the group's initial_lr
   std::vector<const void*> group_keys_;  // the groups' registry keys, for the destructor
-
-  friend class SequentialLR;
-  friend class ChainedScheduler;
 };
 
 /// Throws std::invalid_argument("<scheduler>: invalid <name>: <value> (<expected>)") unless `ok`.

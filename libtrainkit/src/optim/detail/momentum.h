@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "optim/detail/common.h"
+#include "trainkit/optim/factory.h"
 
 namespace trainkit::optim::detail {
 
@@ -69,7 +70,8 @@ void fused_momentum(const MomentumGroup& g, const MomentumHyper& h, double grad_
         sum_squares2(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin, c.n, sums[0], sums[1]);
       },
       [&](size_t t, const std::array<double, 2>& sums) {
-        coefs[t].trust = static_cast<T>(lars_trust_ratio(std::sqrt(sums[0]), std::abs(grad_mul) * std::sqrt(sums[1]), h));
+        const double g_norm = std::abs(grad_mul) * std::sqrt(sums[1]);
+        coefs[t].trust = static_cast<T>(lars_trust_ratio(std::sqrt(sums[0]), g_norm, h));
       },
       update);
 }
@@ -150,6 +152,18 @@ void momentum_update(Opt& opt, const HyperOf& hyper_of, const at::Tensor& inv_sc
         },
         [&] { reference_momentum(g, h, inv_scale); });
   }
+}
+
+/// The factory arguments Sgd and Lars share (lr, momentum, dampening, weight_decay, nesterov).
+template <class Opt>
+OptimizerBinding<Opt> momentum_binding(const char* name, const char* weight_decay_doc) {
+  OptimizerBinding<Opt> b(name);
+  b.bind(TRAINKIT_OPTION(lr), positive(), "Learning rate")
+      .bind(TRAINKIT_OPTION(momentum), non_negative(), "Momentum factor")
+      .bind(TRAINKIT_OPTION(dampening), non_negative(), "Dampening for momentum")
+      .bind(TRAINKIT_OPTION(weight_decay), non_negative(), weight_decay_doc)
+      .bind(TRAINKIT_OPTION(nesterov), "Nesterov momentum (needs momentum > 0, dampening 0)");
+  return b;
 }
 
 /// Validation shared by Sgd and Lars.
