@@ -403,8 +403,11 @@ std::string config_keys_markdown() {
       row("optimizer.name", fmt::format("\"{}\"", fmt::join(optim::optimizer_names(), "\", \"")),
           fmt::format("`\"{}\"`", defaults.optimizer.name), "Optimizer (trainkit's own, fused CPU kernels; docs/optimizers.md)");
       for (const auto& arg : optim::optimizer_arg_docs()) {
-        row("optimizer." + arg.name, arg.type, "the optimizer's",
-            fmt::format("{} ({})", arg.doc, fmt::join(arg.optimizers, ", ")));
+        row("optimizer." + arg.name, arg.type,
+            arg.default_value ? fmt::format("`{}`", arg.default_value->to_string()) : "the optimizer's",
+            arg.optimizers.size() == optim::optimizer_names().size()
+                ? arg.doc
+                : fmt::format("{} (only {})", arg.doc, fmt::join(arg.optimizers, ", ")));
       }
     } else if (section == "scheduler") {
       row("scheduler.*", "table", "none (constant LR)",

@@ -165,21 +165,58 @@ ArgTable optimizer_args(const OptimizerSpec& spec) {
 }
 
 std::vector<OptimizerArgDoc> optimizer_arg_docs() {
+  struct Seen {
+    OptimizerArgDoc doc;
+    std::vector<std::pair<std::string, std::vector<std::string>>> meanings;  // meaning -> its optimizers
+    std::vector<std::string> defaults;                                        // each optimizer's, as text
+    std::optional<ArgValue> first_default;
+  };
   const auto all = entries();
-  std::vector<OptimizerArgDoc> docs;
+  std::vector<Seen> seen;
   for (const auto& entry : all) {
+    const auto defaults = entry.defaults();
     for (const auto& arg : entry.args) {
-      auto it = std::find_if(docs.begin(), docs.end(), [&](const OptimizerArgDoc& d) { return d.name == arg.name; });
-      if (it == docs.end()) {
-        docs.push_back({arg.name, arg.type, arg.doc, {}});
-        it = std::prev(docs.end());
+      auto it = std::find_if(seen.begin(), seen.end(), [&](const Seen& s) { return s.doc.name == arg.name; });
+      if (it == seen.end()) {
+        seen.push_back({{arg.name, arg.type, "", {}, std::nullopt}, {}, {}, std::nullopt});
+        it = std::prev(seen.end());
       }
-      it->optimizers.push_back(entry.name);
+      it->doc.optimizers.push_back(entry.name);
+      auto meaning = std::find_if(it->meanings.begin(), it->meanings.end(),
+                                  [&](const auto& m) { return m.first == arg.doc; });
+      if (meaning == it->meanings.end()) {
+        it->meanings.push_back({arg.doc, {}});
+        meaning = std::prev(it->meanings.end());
+      }
+      meaning->second.push_back(entry.name);
+      const auto value = arg.show(*defaults);
+      it->defaults.push_back(value ? value->to_string() : std::string("unset"));
+      if (!it->first_default) {
+        it->first_default = value;
+      }
     }
   }
+  std::vector<OptimizerArgDoc> docs;
+  for (auto& s : seen) {
+    if (s.meanings.size() == 1) {
+      s.doc.doc = s.meanings.front().first;
+    } else {
+      std::vector<std::string> parts;
+      for (const auto& [meaning, names] : s.meanings) {
+        parts.push_back(fmt::format("{}: {}", fmt::join(names, ", "), meaning));
+      }
+      s.doc.doc = fmt::format("{}", fmt::join(parts, "; "));
+    }
+    const bool same = std::all_of(s.defaults.begin(), s.defaults.end(),
+                                  [&](const std::string& d) { return d == s.defaults.front(); });
+    if (same && s.first_default) {
+      s.doc.default_value = s.first_default;
+    }
+    docs.push_back(std::move(s.doc));
+  }
   docs.push_back({kNoDecay1d, "boolean",
-                  "Parameters with ndim <= 1 (biases, norm weights) in a group with weight_decay 0",
-                  names_of(all)});
+                  "Parameters with ndim <= 1 (biases, norm weights) in a group with weight_decay 0", names_of(all),
+                  ArgValue(false)});
   return docs;
 }
 

@@ -66,10 +66,13 @@ struct OptimizerArgDoc {
   std::string name;
   /// Type and range as text ("number > 0").
   std::string type;
-  /// Meaning (from the first optimizer, by name, that binds it).
+  /// Meaning; where optimizers bind it with different meanings, each meaning after the optimizers it is
+  /// theirs ("adam, sgd: L2 penalty ...; adamw: decoupled weight decay ...").
   std::string doc;
   /// Optimizers that take it, sorted.
   std::vector<std::string> optimizers;
+  /// The default, when every optimizer that takes it has the same one (else the optimizer's own).
+  std::optional<ArgValue> default_value;
 };
 /// Every argument name once (in binding order, optimizers taken by name), then `no_decay_1d`.
 std::vector<OptimizerArgDoc> optimizer_arg_docs();
