@@ -1,6 +1,7 @@
 // The optimizer registry and factory (trainkit/optim/factory.h): defaults equal each Options type's,
 // every error names where, key and value, a user's optimizer registers like the built-in ones, and an
 // optimizer built by name steps exactly as one constructed directly.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
