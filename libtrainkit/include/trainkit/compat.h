@@ -83,6 +83,7 @@ void autocast_clear_cache();
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
+#include <stdexcept>
 
 namespace trainkit::compat {
 
@@ -90,9 +91,11 @@ namespace trainkit::compat {
 // functions (the other backends too, which trainkit does not drive).
 #if !TRAINKIT_TORCH_AT_LEAST(2, 4)
 namespace detail {
-void check_autocast_device(c10::DeviceType device) {
-  TORCH_CHECK(device == c10::DeviceType::CPU || device == c10::DeviceType::CUDA,
-              "autocast before LibTorch 2.4: only CPU and CUDA are supported, got ", device);
+inline void check_autocast_device(c10::DeviceType device) {
+  if (device != c10::DeviceType::CPU && device != c10::DeviceType::CUDA) {
+    throw std::invalid_argument(std::string("autocast before LibTorch 2.4: only CPU and CUDA are supported, got ") +
+                                c10::DeviceTypeName(device));
+  }
 }
 }  // namespace detail
 #endif
