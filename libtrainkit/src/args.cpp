@@ -78,6 +78,11 @@ const ArgValue* find_arg(const ArgTable& table, const std::string& key) {
   return it == table.end() ? nullptr : &it->second;
 }
 
+ArgValue* find_arg(ArgTable& table, const std::string& key) {
+  const auto it = std::find_if(table.begin(), table.end(), [&key](const auto& kv) { return kv.first == key; });
+  return it == table.end() ? nullptr : &it->second;
+}
+
 void set_arg(ArgTable& table, const std::string& key, ArgValue value) {
   const auto it = std::find_if(table.begin(), table.end(), [&key](const auto& kv) { return kv.first == key; });
   if (it == table.end()) {

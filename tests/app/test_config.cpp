@@ -115,6 +115,8 @@ TEST_CASE("overrides given with --set are typed and validated like the file", "[
   CHECK_THROWS_WITH(parse_config("", "g.toml", {"train.epochs=-1"}),
                     Contains("--set train.epochs=-1") && Contains(">= 1"));
   CHECK_THROWS_WITH(parse_config("", "g.toml", {"epochs"}), Contains("section.key=value"));
+  CHECK_THROWS_WITH(parse_config("optimizer = 3\n", "g.toml", {"optimizer.lr=0.1"}),
+                    Contains("--set optimizer.lr=0.1") && Contains("'optimizer' must be a table"));
 }
 
 TEST_CASE("the [scheduler] table is validated when the config is read", "[train][config][sched]") {

@@ -229,12 +229,15 @@ std::vector<std::string> known_names(const std::string& section) {
   return out;
 }
 
-/// The table `section` of `root`, created when absent.
-ArgTable& section_table(ArgTable& root, const std::string& section) {
+/// The table `section` of `root`, created when absent; `where` names the override in errors.
+ArgTable& section_table(ArgTable& root, const std::string& section, const Where& where) {
   if (find_arg(root, section) == nullptr) {
     set_arg(root, section, ArgTable{});
   }
-  auto* table = const_cast<ArgTable*>(find_arg(root, section)->get_if<ArgTable>());
+  ArgTable* table = find_arg(root, section)->get_if<ArgTable>();
+  if (table == nullptr) {
+    throw ConfigError(fmt::format("{}: '{}' must be a table [{}]", where, section, section));
+  }
   return *table;
 }
 
@@ -277,7 +280,7 @@ void apply_override(ArgTable& root, const std::string& text, std::map<std::strin
   if (!open_table && find_key(section, name) == nullptr) {
     throw ConfigError(fmt::format("{}: unknown key '{}'", where, path));
   }
-  set_arg(section_table(root, section), name, parse_toml_value(text.substr(eq + 1)));
+  set_arg(section_table(root, section, where), name, parse_toml_value(text.substr(eq + 1)));
   origin[path] = where;
 }
 

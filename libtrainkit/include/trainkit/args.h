@@ -55,6 +55,10 @@ class ArgValue {
   const T* get_if() const {
     return std::get_if<T>(&value_);
   }
+  template <class T>
+  T* get_if() {
+    return std::get_if<T>(&value_);
+  }
   /// A number: a double, or an integer converted.
   std::optional<double> as_number() const;
 
@@ -68,6 +72,8 @@ class ArgValue {
 
 /// The value of `key` in `table`, or null.
 const ArgValue* find_arg(const ArgTable& table, const std::string& key);
+/// The value of `key` in `table`, or null (to change it in place).
+ArgValue* find_arg(ArgTable& table, const std::string& key);
 /// Sets `key` to `value`, replacing an existing entry in place or appending.
 void set_arg(ArgTable& table, const std::string& key, ArgValue value);
 

@@ -203,7 +203,12 @@ std::vector<OptimizerArgDoc> optimizer_arg_docs() {
     } else {
       std::vector<std::string> parts;
       for (const auto& [meaning, names] : s.meanings) {
-        parts.push_back(fmt::format("{}: {}", fmt::join(names, ", "), meaning));
+        // "adamw: decoupled weight decay ..." reads as one sentence: the meaning starts lower case.
+        std::string text = meaning;
+        if (text.size() >= 2 && text[0] >= 'A' && text[0] <= 'Z' && text[1] >= 'a' && text[1] <= 'z') {
+          text[0] = static_cast<char>(text[0] - 'A' + 'a');
+        }
+        parts.push_back(fmt::format("{}: {}", fmt::join(names, ", "), text));
       }
       s.doc.doc = fmt::format("{}", fmt::join(parts, "; "));
     }
