@@ -82,14 +82,16 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
                       RunOptions().dir(plan.dir).append_metrics(!resume_path.empty()).distributed(true));
   train::Trainer& trainer = *run.trainer;
   if (!resume_path.empty()) {
+    const auto mismatch = [&resume_path](const char* why) {
+      return train::CheckpointError(
+          fmt::format("{}: does not match this config's model or optimizer: {}", resume_path, why));
+    };
     try {
       trainer.load(archive);
-    } catch (const c10::Error& e) {
-      throw train::CheckpointError(fmt::format("{}: does not match this config's model or optimizer: {}", resume_path,
-                                               e.what_without_backtrace()));
-    } catch (const std::invalid_argument& e) {
-      throw train::CheckpointError(
-          fmt::format("{}: does not match this config's model or optimizer: {}", resume_path, e.what()));
+    } catch (const c10::Error& e) {  // LibTorch's archive reader (a missing key or a shape)
+      throw mismatch(e.what_without_backtrace());
+    } catch (const std::invalid_argument& e) {  // trainkit's own checks of the loaded state
+      throw mismatch(e.what());
     }
     spdlog::info("resumed from {} at epoch {}, step {}", resume_path, trainer.state().epoch + 1, trainer.state().step);
   }
