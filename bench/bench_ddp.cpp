@@ -61,7 +61,7 @@ void worker_train(const std::string& data_dir, int64_t limit, int64_t batch_size
     for (int64_t i = 0; i < n; ++i) {
       const auto batch = loader.batch((first + i) % loader.num_batches());
       opt.zero_grad();
-      torch::nn::functional::cross_entropy(model->forward(batch.input), batch.target).backward();
+      torch::nn::functional::cross_entropy(model->forward(batch.input()), batch.target()).backward();
       opt.step();
     }
   };

@@ -44,7 +44,7 @@ double hand_loop(trainkit::data::TensorLoader& loader, int64_t steps) {
   for (int64_t b = 0; b < steps; ++b) {
     const auto batch = loader.batch(b % loader.num_batches());
     s.optimizer->zero_grad();
-    const at::Tensor loss = torch::nn::functional::cross_entropy(s.model->forward(batch.input), batch.target);
+    const at::Tensor loss = torch::nn::functional::cross_entropy(s.model->forward(batch.input()), batch.target());
     loss.backward();
     s.optimizer->step();
   }

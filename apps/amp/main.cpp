@@ -49,7 +49,7 @@ RunResult run(const trainkit::data::ImageSet& train, const trainkit::data::Image
       if (autocast_dtype) {
         guard.emplace(device.type(), *autocast_dtype);
       }
-      loss = torch::nn::functional::cross_entropy(model->forward(b.input), b.target).to(torch::kFloat32);
+      loss = torch::nn::functional::cross_entropy(model->forward(b.input()), b.target()).to(torch::kFloat32);
     }
     scaler.scale(loss).backward();
     scaler.step(opt);

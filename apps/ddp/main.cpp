@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
         const auto batch = loader.batch(b);
         optimizer.zero_grad();
         ddp.sync_buffers();
-        const at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(batch.input), batch.target);
+        const at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(batch.input()), batch.target());
         loss.backward();  // gradients are averaged over the ranks when this returns
         optimizer.step();
         loss_sum += loss.detach().to(torch::kFloat64);

@@ -69,15 +69,15 @@ int main(int argc, char** argv) {
     for (int64_t s = 0; s < n_steps; ++s) {
       const auto b = big_loader.batch(s);
       opt_big.zero_grad();
-      const at::Tensor loss_big = torch::nn::functional::cross_entropy(model_big->forward(b.input), b.target);
+      const at::Tensor loss_big = torch::nn::functional::cross_entropy(model_big->forward(b.input()), b.target());
       loss_big.backward();
       opt_big.step();
 
       opt_acc.zero_grad();
       double loss_acc = 0;
       for (int64_t k = 0; k < accumulation; ++k) {
-        const at::Tensor xi = b.input.narrow(0, k * micro, micro);
-        const at::Tensor yi = b.target.narrow(0, k * micro, micro);
+        const at::Tensor xi = b.input().narrow(0, k * micro, micro);
+        const at::Tensor yi = b.target().narrow(0, k * micro, micro);
         const at::Tensor loss = torch::nn::functional::cross_entropy(model_acc->forward(xi), yi);
         (loss * acc.loss_scale()).backward();
         loss_acc += loss.item<double>() * acc.loss_scale();

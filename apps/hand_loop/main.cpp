@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
       for (int64_t b = 0; b < loader.num_batches(); ++b) {
         const auto batch = loader.batch(b);
         optimizer.zero_grad();
-        const at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(batch.input), batch.target);
+        const at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(batch.input()), batch.target());
         loss.backward();
         optimizer.step();
         loss_sum += loss.detach().to(torch::kFloat64);

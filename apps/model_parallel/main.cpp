@@ -66,14 +66,14 @@ int main(int argc, char** argv) {
       const auto batch = loader.batch(step % loader.num_batches());
       auto t0 = std::chrono::steady_clock::now();
       opt_whole.zero_grad();
-      torch::nn::functional::cross_entropy(whole->forward(batch.input.to(devices.front())),
-                                           batch.target.to(devices.front()))
+      torch::nn::functional::cross_entropy(whole->forward(batch.input().to(devices.front())),
+                                           batch.target().to(devices.front()))
           .backward();
       opt_whole.step();
       auto t1 = std::chrono::steady_clock::now();
       opt_pipe.zero_grad();
       const at::Tensor loss =
-          torch::nn::functional::cross_entropy(pipe.forward(batch.input), batch.target.to(pipe.output_device()));
+          torch::nn::functional::cross_entropy(pipe.forward(batch.input()), batch.target().to(pipe.output_device()));
       loss.backward();
       opt_pipe.step();
       auto t2 = std::chrono::steady_clock::now();

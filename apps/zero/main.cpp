@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     for (int64_t step = 0; step < steps; ++step) {
       const auto batch = loader.batch(step % loader.num_batches());
       zero.zero_grad();
-      const auto loss = torch::nn::functional::cross_entropy(model->forward(batch.input), batch.target);
+      const auto loss = torch::nn::functional::cross_entropy(model->forward(batch.input()), batch.target());
       loss.backward();
       zero.step();
       loss_sum += loss.item<double>();

@@ -17,7 +17,7 @@ TEST_CASE("TensorLoader's order matches Python's torch.randperm with the same se
       TensorLoader loader(inputs, inputs, TensorLoaderOptions().batch_size(32).seed(seed));
       loader.set_epoch(0);
       const auto& expected = *golden["randperm_55000"]["seed_" + std::to_string(seed)].as_array();
-      const at::Tensor first = loader.batch(0).input;
+      const at::Tensor first = loader.batch(0).input();
       REQUIRE(first.size(0) == 32);
       for (size_t i = 0; i < expected.size(); ++i) {
         CHECK(first[static_cast<int64_t>(i)].item<int64_t>() == expected[i].value<int64_t>().value());
@@ -37,23 +37,23 @@ TEST_CASE("TensorLoader covers every sample once per epoch", "[data][loader]") {
       std::vector<at::Tensor> seen;
       for (int64_t b = 0; b < loader.num_batches(); ++b) {
         const auto batch = loader.batch(b);
-        CHECK(torch::equal(batch.target, batch.input * 10));
-        seen.push_back(batch.input);
+        CHECK(torch::equal(batch.target(), batch.input() * 10));
+        seen.push_back(batch.input());
       }
       CHECK(seen.back().size(0) == 3);
       CHECK(torch::equal(std::get<0>(torch::cat(seen).sort()), inputs));
     }
     loader.set_epoch(0);
-    const at::Tensor e0 = loader.batch(0).input.clone();
+    const at::Tensor e0 = loader.batch(0).input().clone();
     loader.set_epoch(1);
-    CHECK_FALSE(torch::equal(e0, loader.batch(0).input));
+    CHECK_FALSE(torch::equal(e0, loader.batch(0).input()));
     loader.set_epoch(0);
-    CHECK(torch::equal(e0, loader.batch(0).input));  // any epoch can be replayed
+    CHECK(torch::equal(e0, loader.batch(0).input()));  // any epoch can be replayed
   }
   SECTION("drop_last and sequential order") {
     TensorLoader loader(inputs, targets, TensorLoaderOptions().batch_size(10).shuffle(false).drop_last(true));
     REQUIRE(loader.num_batches() == 10);
-    CHECK(torch::equal(loader.batch(9).input, torch::arange(90, 100, torch::kInt64)));
+    CHECK(torch::equal(loader.batch(9).input(), torch::arange(90, 100, torch::kInt64)));
     CHECK_THROWS_WITH(loader.batch(10), Catch::Matchers::Contains("out of range"));
   }
   SECTION("bad arguments") {

@@ -427,9 +427,9 @@ TEST_CASE("TensorLoader shards like DistributedSampler", "[dist][data]") {
         const auto batch = loader.batch(0);
         const auto* expected = golden["sampler"]["epoch" + std::to_string(epoch) + "_rank" + std::to_string(rank)].as_array();
         REQUIRE(expected != nullptr);
-        REQUIRE(static_cast<size_t>(batch.target.numel()) == expected->size());
+        REQUIRE(static_cast<size_t>(batch.target().numel()) == expected->size());
         for (size_t i = 0; i < expected->size(); ++i) {
-          CHECK(batch.target[static_cast<int64_t>(i)].item<int64_t>() == (*expected)[i].value<int64_t>().value());
+          CHECK(batch.target()[static_cast<int64_t>(i)].item<int64_t>() == (*expected)[i].value<int64_t>().value());
         }
       }
     }

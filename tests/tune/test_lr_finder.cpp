@@ -62,7 +62,7 @@ TEST_CASE("the range test restores model, optimizer and RNG bitwise", "[tune][lr
   for (int i = 0; i < 5; ++i) {  // give the optimizer some state
     const auto b = loader.batch(i);
     opt.zero_grad();
-    torch::nn::functional::cross_entropy(model->forward(b.input), b.target).backward();
+    torch::nn::functional::cross_entropy(model->forward(b.input()), b.target()).backward();
     opt.step();
   }
   // A copy of everything to compare with afterwards.

@@ -20,6 +20,7 @@ TensorLoader::TensorLoader(at::Tensor inputs, at::Tensor targets, TensorLoaderOp
 
 void TensorLoader::set_epoch(int64_t epoch) {
   epoch_ = epoch;
+  cursor_ = 0;
   if (options_.shuffle()) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(options_.seed() + static_cast<uint64_t>(epoch));
     order_ = torch::randperm(inputs_.size(0), gen, torch::TensorOptions().dtype(torch::kInt64));
@@ -53,16 +54,28 @@ int64_t TensorLoader::num_batches() const {
   return options_.drop_last() ? n / b : (n + b - 1) / b;
 }
 
+std::optional<Batch> TensorLoader::next() {
+  if (cursor_ >= num_batches()) {
+    return std::nullopt;
+  }
+  return batch(cursor_++);
+}
+
+void TensorLoader::skip(int64_t count) {
+  TRAINKIT_CHECK_ARG(count >= 0, "TensorLoader::skip: invalid count: {}", count);
+  cursor_ = std::min(num_batches(), cursor_ + count);
+}
+
 Batch TensorLoader::batch(int64_t index) const {
   TRAINKIT_CHECK_ARG(index >= 0 && index < num_batches(), "TensorLoader: batch {} out of range [0, {})", index,
                      num_batches());
   const int64_t start = index * options_.batch_size();
   const int64_t len = std::min(options_.batch_size(), shard_size() - start);
   if (!order_.defined()) {
-    return {inputs_.narrow(0, start, len), targets_.narrow(0, start, len)};
+    return Batch(inputs_.narrow(0, start, len), targets_.narrow(0, start, len));
   }
   const at::Tensor idx = order_.narrow(0, start, len);
-  return {inputs_.index_select(0, idx), targets_.index_select(0, idx)};
+  return Batch(inputs_.index_select(0, idx), targets_.index_select(0, idx));
 }
 
 }  // namespace trainkit::data

@@ -55,7 +55,7 @@ std::optional<amp::Autocast> Trainer::autocast_region() const {
 
 at::Tensor Trainer::forward_loss(const data::Batch& batch) {
   const auto guard = autocast_region();
-  const at::Tensor loss = loss_(forward_(batch.input), batch.target);
+  const at::Tensor loss = loss_(forward_(batch.input()), batch.target());
   // Under autocast the loss is reported and backpropagated from float32, whatever the forward's precision.
   return autocast_ ? loss.to(torch::kFloat32) : loss;
 }
@@ -115,10 +115,10 @@ EvalResult Trainer::evaluate(const data::TensorLoader& loader) {
   for (int64_t i = 0; i < loader.num_batches(); ++i) {
     const data::Batch b = loader.batch(i);
     const auto guard = autocast_region();
-    const at::Tensor out = forward_(b.input);
-    const int64_t n = b.target.size(0);
-    loss_sum += loss_(out, b.target).to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
-    correct += out.argmax(1).eq(b.target).sum().to(torch::kCPU);
+    const at::Tensor out = forward_(b.input());
+    const int64_t n = b.target().size(0);
+    loss_sum += loss_(out, b.target()).to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
+    correct += out.argmax(1).eq(b.target()).sum().to(torch::kCPU);
     samples += n;
   }
   module_->train(was_training);
@@ -150,7 +150,7 @@ void Trainer::fit(data::TensorLoader& train, const data::TensorLoader* val) {
     while (state_.batch < num_batches && !stop_) {
       const data::Batch batch = train.batch(state_.batch);
       const at::Tensor loss = backward(batch, accumulation.loss_scale());
-      const int64_t n = batch.target.size(0);
+      const int64_t n = batch.target().size(0);
       const at::Tensor weighted = loss.to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
       state_.epoch_loss_sum += weighted;
       state_.epoch_samples += n;

@@ -77,7 +77,7 @@ LRFinderResult LRFinder::range_test(data::TensorLoader& train, const data::Tenso
       double loss = 0;
       for (int64_t k = 0; k < options.accumulation_steps(); ++k) {
         const auto b = next_batch();
-        const at::Tensor l = loss_(forward_(b.input), b.target) / static_cast<double>(options.accumulation_steps());
+        const at::Tensor l = loss_(forward_(b.input()), b.target()) / static_cast<double>(options.accumulation_steps());
         l.backward();
         loss += l.item<double>();
       }
@@ -89,8 +89,8 @@ LRFinderResult LRFinder::range_test(data::TensorLoader& train, const data::Tenso
         int64_t count = 0;
         for (int64_t v = 0; v < val->num_batches(); ++v) {
           const auto b = val->batch(v);
-          sum += loss_(forward_(b.input), b.target).item<double>() * static_cast<double>(b.target.size(0));
-          count += b.target.size(0);
+          sum += loss_(forward_(b.input()), b.target()).item<double>() * static_cast<double>(b.target().size(0));
+          count += b.target().size(0);
         }
         loss = sum / static_cast<double>(count);
       }

@@ -8,6 +8,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 
+#include "trainkit/data/batch_source.h"
+
 namespace trainkit::data {
 
 /// Options of a TensorLoader.
@@ -28,27 +30,25 @@ struct TensorLoaderOptions {
   TORCH_ARG(int64_t, rank) = 0;
 };
 
-/// One batch: inputs and targets.
-struct Batch {
-  at::Tensor input;   ///< [B, ...]
-  at::Tensor target;  ///< [B]
-};
-
 /// Iterates preloaded tensors in batches. The order of epoch e depends only on (seed, e), never on a
 /// global generator, so a run resumed at (epoch, batch) sees exactly the batches it would have seen.
-class TensorLoader {
+class TensorLoader : public BatchSource {
  public:
   /// `inputs` and `targets` share their first dimension; both stay on their device.
   TensorLoader(at::Tensor inputs, at::Tensor targets, TensorLoaderOptions options = {});
 
-  /// Selects the permutation of `epoch` (call before iterating an epoch).
-  void set_epoch(int64_t epoch);
+  /// Selects the permutation of `epoch` and restarts at its first batch.
+  void set_epoch(int64_t epoch) override;
   /// The epoch last selected with set_epoch.
   int64_t epoch() const { return epoch_; }
-  /// Batch `index` (0-based) of the current epoch.
+  /// The next batch of the epoch (input 0 and target 0), or std::nullopt after the last.
+  std::optional<Batch> next() override;
+  /// Moves the cursor without slicing.
+  void skip(int64_t count) override;
+  /// Batch `index` (0-based) of the current epoch (random access; the cursor does not move).
   Batch batch(int64_t index) const;
   /// Number of batches per epoch.
-  int64_t num_batches() const;
+  int64_t num_batches() const override;
   /// Number of samples (of all shards).
   int64_t size() const { return inputs_.size(0); }
   /// Number of samples this rank iterates per epoch: ceil(size / num_replicas).
@@ -65,6 +65,7 @@ class TensorLoader {
   at::Tensor targets_;
   TensorLoaderOptions options_;
   int64_t epoch_ = 0;
+  int64_t cursor_ = 0;
   at::Tensor order_;  // int64 order of the current epoch (this rank's shard), undefined when neither
 };
 
