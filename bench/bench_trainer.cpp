@@ -1,6 +1,8 @@
 // bench_trainer: training throughput of the same model, data, data order and optimizer three ways, side
 // by side in one run: a hand-written LibTorch loop, trainkit's Trainer, and Python PyTorch from the
-// project's virtual environment (scripts/bench_trainer_peer.py). Rounds alternate the variants so that
+// project's virtual environment (scripts/bench_trainer_peer.py). With --loader torch_data, the hand loop
+// iterates a torch::data loader (MnistDataset + Stack, RandomSampler) and the Trainer reads the same
+// loader through data::from_torch_data (the Python peer is skipped). Rounds alternate the variants so that
 // machine noise hits all of them alike; the table reports each variant's median round and
 // its best round (the least disturbed by other load), both as ratios to the hand-written loop.
 #include <algorithm>
@@ -17,6 +19,7 @@
 
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
+#include "trainkit/data/torch_data.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/train/trainer.h"
 
@@ -56,6 +59,38 @@ double trainer_loop(trainkit::data::TensorLoader& loader, int64_t steps) {
   trainkit::train::Trainer trainer(s.model, *s.optimizer, trainkit::train::TrainerOptions().max_steps(steps).epochs(1000));
   const auto start = Clock::now();
   trainer.fit(loader);
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+using TorchLoader = decltype(torch::data::make_data_loader(
+    std::declval<trainkit::data::MnistDataset>().map(torch::data::transforms::Stack<>()),
+    torch::data::samplers::RandomSampler(0), torch::data::DataLoaderOptions()));
+
+double hand_loop_torch_data(TorchLoader& loader, int64_t steps) {
+  Setup s;
+  s.model->train();
+  const auto start = Clock::now();
+  int64_t b = 0;
+  while (b < steps) {
+    for (auto& batch : *loader) {
+      if (b++ == steps) {
+        break;
+      }
+      s.optimizer->zero_grad();
+      const at::Tensor loss = torch::nn::functional::cross_entropy(s.model->forward(batch.data), batch.target);
+      loss.backward();
+      s.optimizer->step();
+    }
+  }
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double trainer_loop_torch_data(TorchLoader& loader, int64_t steps) {
+  Setup s;
+  auto source = trainkit::data::from_torch_data(*loader);
+  trainkit::train::Trainer trainer(s.model, *s.optimizer, trainkit::train::TrainerOptions().max_steps(steps).epochs(1000));
+  const auto start = Clock::now();
+  trainer.fit(source);
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -102,6 +137,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cnn", "mlp"}));
   app.add_flag("--no-python", no_python, "Skip the Python peer");
+  std::string loader_kind = "tensor";
+  app.add_option("--loader", loader_kind,
+                 "tensor (TensorLoader over preloaded tensors) or torch_data (a torch::data loader; no Python peer)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tensor", "torch_data"}));
   app.add_option("--json", json_path, "Also write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
 
@@ -109,14 +149,22 @@ int main(int argc, char** argv) {
   trainkit::data::TensorLoader loader(train.images, train.labels,
                                       trainkit::data::TensorLoaderOptions().batch_size(batch).seed(0));
   hand_loop(loader, 20);  // warm up allocator and oneDNN primitives
+  const bool torch_data = loader_kind == "torch_data";
+  TorchLoader torch_loader = torch::data::make_data_loader(
+      trainkit::data::MnistDataset(train).map(torch::data::transforms::Stack<>()),
+      torch::data::samplers::RandomSampler(train.images.size(0)), torch::data::DataLoaderOptions().batch_size(batch));
 
   std::map<std::string, std::vector<double>> seconds;
-  const std::vector<std::pair<std::string, std::function<double()>>> variants = {
+  std::vector<std::pair<std::string, std::function<double()>>> variants = {
       {"hand-written LibTorch loop", [&] { return hand_loop(loader, steps); }},
       {"trainkit Trainer", [&] { return trainer_loop(loader, steps); }},
       {"Python PyTorch (same wheel)", [&] { return python_loop(python, data_dir, steps, batch); }},
   };
-  const size_t count = no_python ? 2 : 3;
+  if (torch_data) {
+    variants[0].second = [&] { return hand_loop_torch_data(torch_loader, steps); };
+    variants[1].second = [&] { return trainer_loop_torch_data(torch_loader, steps); };
+  }
+  const size_t count = no_python || torch_data ? 2 : 3;
   for (int r = 0; r < rounds; ++r) {
     for (size_t i = 0; i < count; ++i) {  // rotate the order each round
       const auto& [name, run] = variants[(i + static_cast<size_t>(r)) % count];
@@ -126,8 +174,8 @@ int main(int argc, char** argv) {
   const double hand = median(seconds["hand-written LibTorch loop"]);
   const double hand_best = *std::min_element(seconds["hand-written LibTorch loop"].begin(),
                                              seconds["hand-written LibTorch loop"].end());
-  fmt::print("Fashion-MNIST {}, Adam, batch {}, {} steps per round, {} threads, {} alternating rounds\n", g_model, batch,
-             steps, torch::get_num_threads(), rounds);
+  fmt::print("Fashion-MNIST {}, Adam, batch {}, {} steps per round, {} threads, {} alternating rounds, {} loader\n",
+             g_model, batch, steps, torch::get_num_threads(), rounds, loader_kind);
   fmt::print("{:<30} {:>12} {:>12} {:>14} {:>14}\n", "variant", "median s", "samples/s", "median ratio",
              "best ratio");
   std::string json = "{";

@@ -77,15 +77,15 @@ int main(int argc, char** argv) {
     fmt::print("{:>6} {:>14} {:>14} {:>12}\n", "step", "loss trainkit", "loss torch", "|difference|");
     auto& loader = *ours.setup.train;
     int64_t epoch = 0;
-    int64_t index = 0;
+    loader.set_epoch(epoch);
     double max_diff = 0;
     for (int64_t step = 1; step <= steps; ++step) {
-      if (index == loader.num_batches()) {
-        ++epoch;
-        index = 0;
+      std::optional<trainkit::data::Batch> next = loader.next();
+      if (!next) {
+        loader.set_epoch(++epoch);
+        next = loader.next();
       }
-      loader.set_epoch(epoch);
-      const auto batch = loader.batch(index++);
+      const trainkit::data::Batch batch = std::move(*next);
       for (Run* run : {&ours, &theirs}) {
         torch::manual_seed(static_cast<uint64_t>(config.train.seed) * 1000003 + static_cast<uint64_t>(step));  // same dropout masks
         run->setup.model->train();

@@ -55,11 +55,11 @@ SweepRow sweep_one(app::Config config, const std::string& config_path, int64_t b
   SweepRow row;
   row.batch_size = batch_size;
   row.steps_per_epoch = run.steps_per_epoch;
-  row.samples = run.train->size();
+  row.samples = run.train_split.images.size(0);
   row.train_loss = recorder->last ? recorder->last->train_loss : 0.0;
   if (recorder->last && recorder->last->val) {
     row.val_loss = recorder->last->val->loss;
-    row.val_accuracy = recorder->last->val->accuracy;
+    row.val_accuracy = recorder->last->val->metric("accuracy");
   }
   row.seconds_per_epoch = seconds / static_cast<double>(config.train.epochs);
   return row;

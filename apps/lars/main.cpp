@@ -18,7 +18,7 @@ struct EpochLog : trainkit::train::Callback {
   std::vector<double> loss, val_acc;
   bool on_epoch_end(trainkit::train::Trainer&, const trainkit::train::EpochEvent& e) override {
     loss.push_back(e.train_loss);
-    val_acc.push_back(e.val ? e.val->accuracy : 0.0);
+    val_acc.push_back(e.val ? e.val->metric("accuracy") : 0.0);
     return false;
   }
 };
@@ -33,7 +33,7 @@ Result train(const trainkit::app::Config& config, const std::string& source) {
   Result r;
   run.trainer->add_callback(r.log);
   run.trainer->fit(*run.train, run.val.get());
-  r.test_acc = run.trainer->evaluate(*run.test).accuracy;
+  r.test_acc = run.trainer->evaluate(*run.test).metric("accuracy");
   return r;
 }
 

@@ -51,7 +51,7 @@ struct Report : trainkit::train::Callback {
     for (size_t i = 0; i < groups.size(); ++i) {
       lrs += fmt::format("  {} {:g}", names[i], groups[i].options().get_lr());
     }
-    val_acc.push_back(e.val ? e.val->accuracy : 0.0);
+    val_acc.push_back(e.val ? e.val->metric("accuracy") : 0.0);
     fmt::print("  epoch {}: train loss {:.4f}, val acc {:.4f};  LR{}\n", e.epoch + 1, e.train_loss, val_acc.back(), lrs);
     if (e.epoch + 1 == decay_epoch) {
       // The manual adjustment: one line per group, as with torch.optim in Python (g['lr'] *= 0.1).
@@ -91,7 +91,7 @@ double train(const trainkit::app::Config& config, const std::string& source, con
   trainkit::train::Trainer trainer(setup.model, optimizer, trainkit::train::TrainerOptions().epochs(config.train.epochs));
   trainer.add_callback(report);
   trainer.fit(*setup.train, setup.val.get());
-  return trainer.evaluate(*setup.test).accuracy;
+  return trainer.evaluate(*setup.test).metric("accuracy");
 }
 
 }  // namespace

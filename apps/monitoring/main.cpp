@@ -96,13 +96,14 @@ int main(int argc, char** argv) {
     const auto& metrics = run.metrics;
     const auto& logging = run.logging;
     // A grid of the first 16 validation images, rescaled from the normalized values to [0, 1].
-    const at::Tensor grid = run.val->batch(0).input().narrow(0, 0, std::min<int64_t>(16, run.val->size())).cpu();
+    const at::Tensor grid = run.val_split.images.narrow(0, 0, std::min<int64_t>(16, run.val_split.images.size(0))).cpu();
     tb->add_image("inputs/validation", (grid - grid.min()) / (grid.max() - grid.min()), 0, "NCHW");
     auto weights = std::make_shared<WeightsCallback>(tb);
     trainer.add_callback(weights);
 
     spdlog::info("training the {} on {} train / {} validation / {} test images, {} epochs, batch {}, writing {}",
-                 config.model.name, run.train->size(), run.val->size(), run.test->size(), config.train.epochs,
+                 config.model.name, run.train_split.images.size(0), run.val_split.images.size(0),
+                 run.test_split.images.size(0), config.train.epochs,
                  config.train.batch_size, out_dir);
     trainer.fit(*run.train, run.val.get());
     const train::EvalResult test = trainer.evaluate(*run.test);
@@ -112,14 +113,14 @@ int main(int argc, char** argv) {
     row.step = trainer.state().step;
     row.epoch = trainer.state().epoch;
     row.val_loss = test.loss;
-    row.val_accuracy = test.accuracy;
+    row.val_metrics = test.metrics.items();
     metrics->write(row);
-    tb->add_scalar("test/accuracy", test.accuracy, trainer.state().step);
+    tb->add_scalar("test/accuracy", test.metric("accuracy"), trainer.state().step);
     tb->add_scalar("test/loss", test.loss, trainer.state().step);
-    std::vector<std::pair<std::string, double>> final_metrics{{"hparam/test_accuracy", test.accuracy},
+    std::vector<std::pair<std::string, double>> final_metrics{{"hparam/test_accuracy", test.metric("accuracy")},
                                                               {"hparam/test_loss", test.loss}};
     if (!weights->epochs.empty() && weights->epochs.back().val) {
-      final_metrics.emplace_back("hparam/val_accuracy", weights->epochs.back().val->accuracy);
+      final_metrics.emplace_back("hparam/val_accuracy", weights->epochs.back().val->metric("accuracy"));
     }
     tb->add_hparams({{"optimizer", config.optimizer.name},
                      {"lr", config.optimizer.options->get_lr()},
@@ -136,9 +137,9 @@ int main(int argc, char** argv) {
     fmt::print("\n{:>5} {:>7} {:>11} {:>9} {:>8}\n", "epoch", "step", "train loss", "val loss", "val acc");
     for (const auto& e : weights->epochs) {
       fmt::print("{:>5} {:>7} {:>11.4f} {:>9.4f} {:>8.4f}\n", e.epoch + 1, e.step, e.train_loss,
-                 e.val ? e.val->loss : 0.0, e.val ? e.val->accuracy : 0.0);
+                 e.val ? e.val->loss : 0.0, e.val ? e.val->metric("accuracy") : 0.0);
     }
-    fmt::print("test: accuracy {:.4f}, loss {:.4f} after {} steps ({:.0f} train samples/s)\n", test.accuracy, test.loss,
+    fmt::print("test: accuracy {:.4f}, loss {:.4f} after {} steps ({:.0f} train samples/s)\n", test.metric("accuracy"), test.loss,
                trainer.state().step,
                logging->train_seconds() > 0 ? static_cast<double>(logging->samples_trained()) / logging->train_seconds()
                                             : 0.0);

@@ -34,6 +34,20 @@ inline std::shared_ptr<ChainNet> make_chain_net(uint64_t seed) {
   return net;
 }
 
+/// The fixed model and data of the "metrics" mode: 46 samples (23 per rank of 2, so no shard is padded).
+struct MetricsProblem {
+  at::Tensor x, y;
+  MetricsProblem() {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(77);
+    x = torch::randn({46, 5}, gen);
+    y = torch::randint(0, 3, {46}, gen, torch::TensorOptions().dtype(torch::kInt64));
+  }
+  torch::nn::Linear model() const {
+    torch::manual_seed(5);
+    return torch::nn::Linear(5, 3);
+  }
+};
+
 /// `n` float64 inputs of width 8 and class targets in [0, 3), fixed by the seed.
 inline std::pair<at::Tensor, at::Tensor> make_data(int64_t n) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);

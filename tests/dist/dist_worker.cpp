@@ -7,6 +7,8 @@
 //   env    helpers: barrier, mean of the ranks, broadcast of rank 0's value
 //   unused like ddp, with an extra Linear that gets no gradient (--find-unused decides what happens)
 //   scaler like ddp with a GradScaler; rank 1's loss is inf at step 2: every rank must skip that step
+//   metrics evaluate a fixed model on this rank's half of a fixed data set with the Trainer, reducing loss
+//           and metrics through an all-reduce; prints them
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,7 +25,9 @@
 #include "trainkit/dist/ddp.h"
 #include "trainkit/dist/process_group.h"
 #include "trainkit/dist/zero.h"
+#include "trainkit/data/tensor_loader.h"
 #include "trainkit/train/checkpoint.h"
+#include "trainkit/train/trainer.h"
 
 namespace td = trainkit::test::dist;
 
@@ -37,7 +41,7 @@ int main(int argc, char** argv) {
   bool no_overlap = false;
   std::string compression = "none";
   app.add_option("--mode", mode, "ddp, zero, fault, hang or env")
-      ->check(CLI::IsMember({"ddp", "zero", "fault", "hang", "env", "unused", "scaler"}))
+      ->check(CLI::IsMember({"ddp", "zero", "fault", "hang", "env", "unused", "scaler", "metrics"}))
       ->capture_default_str();
   app.add_option("--out", out, "Directory for rank<r>.pt and checkpoints")->capture_default_str();
   app.add_option("--steps", steps, "Optimizer steps")->capture_default_str();
@@ -61,6 +65,21 @@ int main(int argc, char** argv) {
       const auto both = pg->all_reduce_mean(std::vector<double>{1.0 * static_cast<double>(rank), 2.0});
       std::printf("rank %lld of %lld: mean %.3f broadcast %.1f pair %.3f %.3f backend %s\n", static_cast<long long>(rank),
                   static_cast<long long>(world), mean, root, both[0], both[1], pg->backend_name(c10::kCPU).c_str());
+      return 0;
+    }
+    if (mode == "metrics") {
+      const td::MetricsProblem problem;
+      auto model = problem.model();
+      torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+      trainkit::train::Trainer trainer(model, opt);
+      trainer.set_metrics({trainkit::train::accuracy(), trainkit::train::top_k_accuracy(2)});
+      trainer.set_metric_reducer([&pg](at::Tensor& t) { pg->all_reduce(t).wait(); });
+      trainkit::data::TensorLoader shard(
+          problem.x, problem.y,
+          trainkit::data::TensorLoaderOptions().batch_size(7).shuffle(false).num_replicas(world).rank(rank));
+      const auto r = trainer.evaluate(shard);
+      std::printf("rank %lld: samples %lld loss %.12f accuracy %.12f top2 %.12f\n", static_cast<long long>(rank),
+                  static_cast<long long>(r.samples), r.loss, r.metric("accuracy"), r.metric("top2_accuracy"));
       return 0;
     }
 

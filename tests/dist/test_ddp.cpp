@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,7 @@
 #include "trainkit/dist/process_group.h"
 #include "trainkit/dist/zero.h"
 #include "trainkit/train/checkpoint.h"
+#include "trainkit/train/trainer.h"
 
 using Catch::Matchers::Contains;
 using trainkit::test::TempDir;
@@ -491,4 +493,33 @@ TEST_CASE("trainkit train: bad distributed environment is a usage error", "[dist
   CHECK(run.code == 2);
   CHECK_THAT(run.output, Contains("WORLD_SIZE=2 is set but RANK is not"));
   CHECK_FALSE(std::filesystem::exists(tmp.str("run")));
+}
+
+TEST_CASE("Trainer::evaluate reduces loss and metrics over 2 ranks", "[dist][metrics]") {
+  TempDir tmp("metrics");
+  const Run run = launch_worker("--mode metrics", tmp);
+  INFO(run.output);
+  REQUIRE(run.code == 0);
+  // The same model on the whole data set, in one process.
+  const td::MetricsProblem problem;
+  auto model = problem.model();
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  trainkit::train::Trainer trainer(model, opt);
+  trainer.set_metrics({trainkit::train::accuracy(), trainkit::train::top_k_accuracy(2)});
+  trainkit::data::TensorLoader all(problem.x, problem.y, trainkit::data::TensorLoaderOptions().batch_size(46).shuffle(false));
+  const auto r = trainer.evaluate(all);
+  // Hand-computed accuracy of the whole set.
+  torch::NoGradGuard no_grad;
+  const double correct = model->forward(problem.x).argmax(1).eq(problem.y).sum().item<double>();
+  CHECK(r.metric("accuracy") == correct / 46.0);
+  for (const int rank : {0, 1}) {
+    const std::string prefix = "[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) + ": samples 46 loss ";
+    const auto at = run.output.find(prefix);
+    REQUIRE(at != std::string::npos);
+    double loss = 0, accuracy = 0, top2 = 0;
+    REQUIRE(std::sscanf(run.output.c_str() + at + prefix.size(), "%lf accuracy %lf top2 %lf", &loss, &accuracy, &top2) == 3);
+    CHECK(loss == Approx(r.loss).epsilon(1e-6));  // float32 means of other batches
+    CHECK(accuracy == Approx(r.metric("accuracy")).margin(1e-11));  // printed with 12 decimals
+    CHECK(top2 == Approx(r.metric("top2_accuracy")).margin(1e-11));
+  }
 }

@@ -34,7 +34,8 @@ struct Fixture {
   tune::BatchSizeFinder finder() {
     return tune::BatchSizeFinder(
         model.ptr(),
-        [this](const at::Tensor& in) {
+        [this](const trainkit::data::Batch& b) {
+          const at::Tensor& in = b.input();
           TORCH_CHECK_WITH(OutOfMemoryError, in.size(0) <= limit,
                            "CUDA out of memory. Tried to allocate for a batch of ", in.size(0));
           return model->forward(in);
@@ -171,7 +172,8 @@ TEST_CASE("a real CPU trial against a resident-memory budget", "[tune][batch_siz
   torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
   const at::Tensor x = torch::rand({4096, 784});
   const at::Tensor y = torch::randint(0, 10, {4096});
-  tune::BatchSizeFinder finder(model.ptr(), [&model](const at::Tensor& in) { return model->forward(in); }, opt);
+  tune::BatchSizeFinder finder(model.ptr(), [&model](const trainkit::data::Batch& b) {
+          const at::Tensor& in = b.input(); return model->forward(in); }, opt);
   constexpr int64_t kBudget = 24 * 1024 * 1024;
   const auto r = finder.scale_batch_size(
       x, y, tune::BatchSizeFinderOptions().init_val(64).steps_per_trial(2).memory_budget(kBudget));
@@ -233,7 +235,8 @@ TEST_CASE("the search restores model, optimizer and RNG bitwise", "[tune][batch_
   int64_t limit = 70;
   tune::BatchSizeFinder finder(
       model.ptr(),
-      [&](const at::Tensor& in) {
+      [&](const trainkit::data::Batch& b) {
+          const at::Tensor& in = b.input();
         TORCH_CHECK_WITH(OutOfMemoryError, in.size(0) <= limit, "CUDA out of memory (test double)");
         return model->forward(in);
       },
@@ -251,7 +254,8 @@ TEST_CASE("the search restores model, optimizer and RNG bitwise", "[tune][batch_
   SECTION("also when a trial throws something else") {
     tune::BatchSizeFinder failing(
         model.ptr(),
-        [&](const at::Tensor& in) {
+        [&](const trainkit::data::Batch& b) {
+          const at::Tensor& in = b.input();
           TORCH_CHECK(in.size(0) < 0, "shape mismatch (test double)");
           return model->forward(in);
         },

@@ -7,6 +7,7 @@
 
 #include "support.h"
 #include "train/state_compare.h"
+#include "trainkit/data/tensor_loader.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/tune/lr_finder.h"
 
@@ -86,7 +87,7 @@ TEST_CASE("the range test restores model, optimizer and RNG bitwise", "[tune][lr
   const at::Tensor rng_expected = torch::rand({5});
   torch::manual_seed(99);
 
-  tune::LRFinder finder(model.ptr(), [&model](const at::Tensor& x) { return model->forward(x); }, opt);
+  tune::LRFinder finder(model, opt);
   const auto r = finder.range_test(loader, nullptr, tune::LRFinderOptions().start_lr(1e-5).end_lr(10).num_iter(40));
   CHECK(r.lrs.size() == r.smoothed_losses.size());
   CHECK(r.lrs.front() == Approx(1e-5));
@@ -137,7 +138,7 @@ TEST_CASE("no usable descent is reported, and bad options are named", "[tune][lr
   auto loader = toy_loader();
   auto model = nn::make_mlp(nn::MlpOptions().in_features(16).num_classes(4));
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
-  tune::LRFinder finder(model.ptr(), [&model](const at::Tensor& x) { return model->forward(x); }, opt);
+  tune::LRFinder finder(model, opt);
   CHECK_THROWS_WITH(finder.range_test(loader, nullptr, tune::LRFinderOptions().start_lr(1).end_lr(0.5)),
                     Contains("end_lr"));
   CHECK_THROWS_WITH(finder.range_test(loader, nullptr, tune::LRFinderOptions().step_mode("log")), Contains("step_mode"));

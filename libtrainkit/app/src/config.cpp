@@ -17,6 +17,8 @@
 #include "trainkit/dist/process_group.h"
 #include "trainkit/nn/models.h"
 
+#include "trainkit/train/metric.h"
+
 namespace trainkit::app {
 namespace {
 
@@ -107,12 +109,52 @@ std::vector<int64_t> as_positive_ints(const ArgValue& n, const Where& w) {
   return out;
 }
 
+std::vector<std::string> as_metric_names(const ArgValue& n, const Where& w) {
+  const auto* a = n.get_if<ArgValue::Array>();
+  const std::string expected = "an array of metric names (\"accuracy\", \"top<k>_accuracy\", \"mae\", \"mse\")";
+  if (a == nullptr) {
+    fail(w, expected, n);
+  }
+  std::vector<std::string> out;
+  for (const auto& e : *a) {
+    const auto* name = e.get_if<std::string>();
+    if (name == nullptr) {
+      fail(w, expected, n);
+    }
+    try {
+      (void)train::make_metric(*name);
+    } catch (const std::invalid_argument& error) {
+      throw ConfigError(fmt::format("{}: {}", w, error.what()));
+    }
+    if (std::find(out.begin(), out.end(), *name) != out.end()) {
+      throw ConfigError(fmt::format("{}: metric \"{}\" named twice", w, *name));
+    }
+    out.push_back(*name);
+  }
+  return out;
+}
+
+std::string as_monitor(const ArgValue& n, const Where& w) {
+  const std::string v = as_string(n, w);
+  if (v != "train/loss" && v.rfind("val/", 0) != 0) {
+    fail(w, "\"train/loss\" or \"val/loss\" or \"val/<metric>\"", n);
+  }
+  return v;
+}
+
 // TOML literals for the effective config.
 std::string lit(int64_t v) { return ArgValue(v).to_string(); }
 std::string lit(bool v) { return ArgValue(v).to_string(); }
 std::string lit(double v) { return ArgValue(v).to_string(); }
 std::string lit(const std::string& v) { return ArgValue(v).to_string(); }
 std::string lit(const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+std::string lit(const std::vector<std::string>& v) {
+  std::vector<std::string> items;
+  for (const auto& s : v) {
+    items.push_back(lit(s));
+  }
+  return fmt::format("[{}]", fmt::join(items, ", "));
+}
 
 /// One documented key of the plain sections: how to read it into a Config and how to print it back.
 struct Key {
@@ -142,6 +184,17 @@ const std::vector<Key>& keys() {
                    as_int(n, w, 0)),
       TRAINKIT_KEY(data, limit_test, "integer >= 0", "Use only the first N test examples (0 = all)",
                    as_int(n, w, 0)),
+      TRAINKIT_KEY(data, workers, "integer >= 0",
+                   "Loader worker threads preparing training batches (0 = in the training thread)", as_int(n, w, 0)),
+      TRAINKIT_KEY(data, normalize_on_device, "boolean",
+                   "Keep images as uint8 on the host and normalize each batch on the training device (4x fewer "
+                   "bytes moved)",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(data, crop_padding, "integer >= 0",
+                   "Training augmentation: random crop after zero-padding each side by N pixels (0 = off)",
+                   as_int(n, w, 0)),
+      TRAINKIT_KEY(data, horizontal_flip, "boolean", "Training augmentation: random horizontal flip (p = 0.5)",
+                   as_bool(n, w)),
       TRAINKIT_KEY(model, name, "\"cnn\" or \"mlp\"", "Network: conv blocks + MLP head, or a plain MLP",
                    as_choice(n, w, {"cnn", "mlp"})),
       TRAINKIT_KEY(model, channels, "array of integers >= 1",
@@ -164,7 +217,16 @@ const std::vector<Key>& keys() {
                    as_int(n, w, 0)),
       TRAINKIT_KEY(train, threads, "integer >= 0", "Intra-op threads (0 = LibTorch's default)",
                    as_int(n, w, 0)),
-      TRAINKIT_KEY(train, device, "\"cpu\" or \"cuda\"", "Device to train on", as_choice(n, w, {"cpu", "cuda"})),
+      TRAINKIT_KEY(train, device, "\"auto\" or \"cpu\" or \"cuda\"",
+                   "Device to train on (auto: CUDA when available, else the CPU)",
+                   as_choice(n, w, {"auto", "cpu", "cuda"})),
+      TRAINKIT_KEY(train, metrics, "array of strings",
+                   "Metrics evaluated besides the loss: \"accuracy\", \"top<k>_accuracy\", \"mae\", \"mse\"",
+                   as_metric_names(n, w)),
+      TRAINKIT_KEY(train, monitor, "string",
+                   "What a metric-driven scheduler (reduce_on_plateau) watches: \"val/loss\", \"val/<metric>\" "
+                   "or \"train/loss\"",
+                   as_monitor(n, w)),
       TRAINKIT_KEY(grad, accumulation_steps, "integer >= 1",
                    "Micro-batches (of train.batch_size) accumulated into one optimizer step", as_int(n, w, 1)),
       TRAINKIT_KEY(grad, clip_norm, "number >= 0", "Clip the total gradient norm to this (0 = off)",

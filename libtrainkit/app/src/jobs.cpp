@@ -100,15 +100,16 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   }
 
   spdlog::info("training {} on {} ({} train, {} val, {} test examples) with {}, run directory {}",
-               config.model.name, run.device.str(), run.train->size(), config.data.val_size, run.test->size(),
+               config.model.name, run.device.str(), run.train_split.labels.size(0), config.data.val_size,
+               run.test_split.labels.size(0),
                config.optimizer.name, plan.dir);
   trainer.fit(*run.train, run.val.get());
 
   const train::EvalResult test_result = trainer.evaluate(*run.test);
   TrainJobResult result;
   result.run_dir = plan.dir;
-  result.test_accuracy = test_result.accuracy;
   result.test_loss = test_result.loss;
+  result.test_metrics = test_result.metrics;
   result.epochs = trainer.state().epoch;
   result.steps = trainer.state().step;
   result.finished = trainer.state().epoch >= config.train.epochs;
@@ -128,26 +129,33 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   row.step = result.steps;
   row.epoch = result.epochs;
   row.val_loss = result.test_loss;
-  row.val_accuracy = result.test_accuracy;
+  row.val_metrics = result.test_metrics.items();
   run.metrics->write(row);
   if (run.tensorboard) {
-    run.tensorboard->add_scalar("test/accuracy", result.test_accuracy, result.steps);
+    for (const auto& [name, value] : result.test_metrics.items()) {
+      run.tensorboard->add_scalar("test/" + name, value, result.steps);
+    }
     run.tensorboard->add_scalar("test/loss", result.test_loss, result.steps);
     run.tensorboard->close();
+  }
+  std::string test_metrics_json;  // "test_<name>": value, one line each
+  std::string test_metrics_text;
+  for (const auto& [name, value] : result.test_metrics.items()) {
+    test_metrics_json += fmt::format("  \"test_{}\": {:.6f},\n", name, value);
+    test_metrics_text += fmt::format(", test {} {:.4f}", name, value);
   }
   log::write_curves_svg((fs::path(plan.dir) / "metrics.csv").string(), (fs::path(plan.dir) / "curves.svg").string(),
                         fs::path(options.config_path).stem().string());
   train::write_file_atomic(
       (fs::path(plan.dir) / "summary.json").string(),
-      fmt::format("{{\n  \"test_accuracy\": {:.6f},\n  \"test_loss\": {:.6f},\n  \"epochs\": {},\n"
+      fmt::format("{{\n{}  \"test_loss\": {:.6f},\n  \"epochs\": {},\n"
                   "  \"steps\": {},\n  \"finished\": {},\n  \"wall_seconds\": {:.3f},\n"
                   "  \"train_samples_per_second\": {:.1f},\n  \"torch_version\": \"{}\"\n}}\n",
-                  result.test_accuracy, result.test_loss, result.epochs, result.steps,
+                  test_metrics_json, result.test_loss, result.epochs, result.steps,
                   result.finished ? "true" : "false", result.wall_seconds, result.train_samples_per_second,
                   compat::torch_version()));
-  spdlog::info("test accuracy {:.4f}, test loss {:.4f} after {} epochs ({} steps) in {:.1f} s; {}",
-               result.test_accuracy, result.test_loss, result.epochs, result.steps, result.wall_seconds,
-               plan.dir);
+  spdlog::info("test loss {:.4f}{} after {} epochs ({} steps) in {:.1f} s; {}", result.test_loss, test_metrics_text,
+               result.epochs, result.steps, result.wall_seconds, plan.dir);
   return result;
 }
 
@@ -157,9 +165,7 @@ LrFindJobResult run_lr_find_job(const Config& config, const std::string& source,
     throw ConfigError(source + ": --val needs data.val_size > 0");
   }
   Run run = build_run(config, source);
-  torch::nn::Sequential model = run.model;
-  tune::LRFinder finder(model.ptr(), [model](const at::Tensor& x) mutable { return model->forward(x); },
-                        *run.optimizer);
+  tune::LRFinder finder(run.model, *run.optimizer);
   spdlog::info("LR range test: {} to {} over {} steps ({}), batch {}", options.finder.start_lr(),
                options.finder.end_lr(), options.finder.num_iter(), options.finder.step_mode(), config.train.batch_size);
   LrFindJobResult result;
@@ -194,12 +200,10 @@ tune::BatchSizeFinderResult run_batch_size_job(const Config& config, const std::
                                                const BatchSizeJobOptions& options) {
   Run run = build_run(config, source);
   // The finder slices the samples itself, so it takes the training split's tensors.
-  const at::Tensor& x = run.train->inputs();
-  const at::Tensor& y = run.train->targets();
+  const at::Tensor x = run.train_split.images.to(run.device);
+  const at::Tensor y = run.train_split.labels.to(run.device);
   const int64_t n_train = x.size(0);
-  torch::nn::Sequential model = run.model;
-  tune::BatchSizeFinder finder(model.ptr(), [model](const at::Tensor& in) mutable { return model->forward(in); },
-                               *run.optimizer);
+  tune::BatchSizeFinder finder(run.model, *run.optimizer);
   tune::BatchSizeFinderOptions finder_options = options.finder;
   if (run.device.is_cuda()) {
     finder_options.memory_budget(0);

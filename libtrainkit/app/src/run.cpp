@@ -10,6 +10,7 @@
 #include "trainkit/amp/autocast.h"
 #include "trainkit/amp/grad_scaler.h"
 #include "trainkit/data/idx.h"
+#include "trainkit/data/tensor_loader.h"
 #include "trainkit/log/progress.h"
 #include "trainkit/nn/models.h"
 
@@ -64,20 +65,45 @@ void load_data(Run& run, const Config& config, const std::string& source) {
                                   config.data.val_size, n_all));
   }
   const int64_t n_train = n_all - config.data.val_size;
+  run.train_split = slice(full_train, 0, n_train);
+  run.val_split = slice(full_train, n_train, config.data.val_size);
+  run.test_split = test;
   const auto loader = [&run](const data::ImageSet& s, data::TensorLoaderOptions options) {
     return std::make_unique<data::TensorLoader>(s.images.to(run.device), s.labels.to(run.device), options);
   };
-  run.train = loader(slice(full_train, 0, n_train), data::TensorLoaderOptions()
-                                                        .batch_size(config.train.batch_size)
-                                                        .shuffle(true)
-                                                        .seed(static_cast<uint64_t>(config.train.seed))
-                                                        .num_replicas(run.world_size)
-                                                        .rank(run.rank));
+  run.train = loader(run.train_split, data::TensorLoaderOptions()
+                                          .batch_size(config.train.batch_size)
+                                          .shuffle(true)
+                                          .seed(static_cast<uint64_t>(config.train.seed))
+                                          .num_replicas(run.world_size)
+                                          .rank(run.rank));
   const auto eval = data::TensorLoaderOptions().batch_size(config.train.eval_batch_size).shuffle(false);
   if (config.data.val_size > 0) {
-    run.val = loader(slice(full_train, n_train, config.data.val_size), eval);
+    run.val = loader(run.val_split, eval);
   }
   run.test = loader(test, eval);
+}
+
+/// Metrics and what a metric-driven scheduler watches, checked against what the run measures.
+void attach_metrics(Run& run, const Config& config, const std::string& source) {
+  std::vector<std::shared_ptr<train::Metric>> metrics;
+  for (const auto& name : config.train.metrics) {
+    metrics.push_back(train::make_metric(name));
+  }
+  run.trainer->set_metrics(std::move(metrics));
+  const std::string& monitor = config.train.monitor;
+  if (monitor.rfind("val/", 0) == 0) {
+    const std::string name = monitor.substr(4);
+    const auto& m = config.train.metrics;
+    if (name != "loss" && std::find(m.begin(), m.end(), name) == m.end()) {
+      throw ConfigError(fmt::format("{}: train.monitor = \"{}\" but train.metrics does not measure \"{}\"", source,
+                                    monitor, name));
+    }
+    if (name != "loss" && config.data.val_size == 0) {
+      throw ConfigError(fmt::format("{}: train.monitor = \"{}\" needs a validation set (data.val_size > 0)", source,
+                                    monitor));
+    }
+  }
 }
 
 void attach_precision(Run& run, const Config& config, const std::string& source) {
@@ -106,7 +132,7 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
     return;
   }
   std::filesystem::create_directories(options.dir());
-  run.metrics = std::make_shared<log::MetricsWriter>(options.dir(), options.append_metrics());
+  run.metrics = std::make_shared<log::MetricsWriter>(options.dir(), options.append_metrics(), config.train.metrics);
   const std::string progress = options.progress() == "config" ? config.log.progress : options.progress();
   const bool bar = progress == "bar" || (progress == "auto" && log::is_terminal(stderr));
   if (config.log.tensorboard || options.tensorboard()) {
@@ -126,12 +152,18 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
       throw ConfigError(fmt::format("{}: train.device = \"cuda\" but no CUDA device is available", source));
     }
     run.device = torch::Device(torch::kCUDA);
+  } else if (config.train.device == "auto") {
+    run.device = torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
   }
   if (config.train.threads > 0) {
     torch::set_num_threads(static_cast<int>(config.train.threads));
   }
   if (options.distributed()) {
-    join_group(run, config);
+    join_group(run, config);  // first: ranks other than 0 log only warnings from here on
+  }
+  if (config.train.device == "auto") {
+    spdlog::info("train.device = \"auto\": training on {}{}", run.device.str(),
+                 run.device.is_cuda() ? "" : " (no CUDA device available)");
   }
   load_data(run, config, source);
   torch::manual_seed(static_cast<uint64_t>(config.train.seed));
@@ -149,6 +181,7 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
                                                      .norm_type(config.grad.norm_type)
                                                      .clip_grad_value(config.grad.clip_value));
   attach_precision(run, config, source);
+  attach_metrics(run, config, source);
   if (config.scheduler) {
     try {
       run.scheduler = sched::make_scheduler(*config.scheduler, *run.optimizer,
@@ -157,7 +190,7 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
       throw ConfigError(e.what());
     }
     spdlog::info("scheduler {} stepped per {}", run.scheduler->scheduler->name(), run.scheduler->interval);
-    run.trainer->set_scheduler(run.scheduler->scheduler, run.scheduler->interval == "step");
+    run.trainer->set_scheduler(run.scheduler->scheduler, run.scheduler->interval == "step", config.train.monitor);
   }
 #if TRAINKIT_WITH_DISTRIBUTED
   // Built before any resume: the broadcast from rank 0 happens here, so every rank that then loads the same

@@ -1,5 +1,6 @@
 #include "trainkit/log/metrics.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 #include <vector>
@@ -12,7 +13,7 @@
 namespace trainkit::log {
 namespace {
 
-constexpr const char* kColumns = "kind,step,epoch,loss,lr,samples_per_second,val_loss,val_accuracy";
+constexpr const char* kColumns = "kind,step,epoch,loss,lr,samples_per_second,val_loss";
 
 std::string csv_field(const std::optional<double>& v) { return v ? fmt::format("{:.9g}", *v) : ""; }
 
@@ -32,27 +33,60 @@ std::ofstream open_for_append(const std::filesystem::path& path, bool append) {
 
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& dir, bool append) {
+MetricsWriter::MetricsWriter(const std::string& dir, bool append, std::vector<std::string> val_metrics)
+    : val_metrics_(std::move(val_metrics)) {
   const std::filesystem::path csv_path = std::filesystem::path(dir) / "metrics.csv";
   const bool new_csv = !append || !std::filesystem::exists(csv_path) || std::filesystem::file_size(csv_path) == 0;
+  if (!new_csv) {
+    std::ifstream existing(csv_path);
+    std::string first;
+    std::getline(existing, first);
+    if (first != header()) {
+      throw std::runtime_error(fmt::format("{}: has columns \"{}\" but this run writes \"{}\" (a run with other "
+                                           "metrics cannot append to it)",
+                                           csv_path.string(), first, header()));
+    }
+  }
   csv_ = open_for_append(csv_path, append);
   jsonl_ = open_for_append(std::filesystem::path(dir) / "metrics.jsonl", append);
   if (new_csv) {
-    csv_ << kColumns << '\n';
+    csv_ << header() << '\n';
   }
 }
 
+std::string MetricsWriter::header() const {
+  std::string h = kColumns;
+  for (const auto& name : val_metrics_) {
+    h += ",val_" + name;
+  }
+  return h;
+}
+
 void MetricsWriter::write(const MetricRow& row) {
-  csv_ << fmt::format("{},{},{},{},{},{},{},{}\n", row.kind, row.step, row.epoch, csv_field(row.loss),
-                      csv_field(row.lr), csv_field(row.samples_per_second), csv_field(row.val_loss),
-                      csv_field(row.val_accuracy));
+  std::vector<std::optional<double>> values(val_metrics_.size());
+  for (const auto& [name, value] : row.val_metrics) {
+    const auto it = std::find(val_metrics_.begin(), val_metrics_.end(), name);
+    if (it == val_metrics_.end()) {
+      throw std::invalid_argument(fmt::format("MetricsWriter: metric \"{}\" has no column (columns: {})", name,
+                                              header()));
+    }
+    values[static_cast<size_t>(it - val_metrics_.begin())] = value;
+  }
+  std::string line = fmt::format("{},{},{},{},{},{},{}", row.kind, row.step, row.epoch, csv_field(row.loss),
+                                 csv_field(row.lr), csv_field(row.samples_per_second), csv_field(row.val_loss));
+  for (const auto& v : values) {
+    line += "," + csv_field(v);
+  }
+  csv_ << line << '\n';
   csv_.flush();
   std::string json = fmt::format("{{\"kind\":\"{}\",\"step\":{},\"epoch\":{}", row.kind, row.step, row.epoch);
   json_field(json, "loss", row.loss);
   json_field(json, "lr", row.lr);
   json_field(json, "samples_per_second", row.samples_per_second);
   json_field(json, "val_loss", row.val_loss);
-  json_field(json, "val_accuracy", row.val_accuracy);
+  for (size_t i = 0; i < values.size(); ++i) {
+    json_field(json, ("val_" + val_metrics_[i]).c_str(), values[i]);
+  }
   jsonl_ << json << "}\n";
   jsonl_.flush();
 }
@@ -91,12 +125,20 @@ void write_curves_svg(const std::string& metrics_csv, const std::string& svg_pat
       }
     }
   };
-  Xy train_loss, epoch_loss, val_loss, val_acc, lr;
+  Xy train_loss, epoch_loss, val_loss, lr;
   std::string line;
-  std::getline(in, line);  // header
+  std::getline(in, line);
+  const auto columns = split_csv(line);
+  if (columns.size() < 7 || columns[6] != "val_loss") {
+    throw std::runtime_error(fmt::format("{}: not a trainkit metrics file (header \"{}\")", metrics_csv, line));
+  }
+  std::vector<std::pair<std::string, Xy>> metrics;  // the val_<name> columns after val_loss
+  for (size_t c = 7; c < columns.size(); ++c) {
+    metrics.emplace_back(columns[c].substr(columns[c].rfind("val_", 0) == 0 ? 4 : 0), Xy{});
+  }
   while (std::getline(in, line)) {
     const auto f = split_csv(line);
-    if (f.size() < 8) {
+    if (f.size() < columns.size()) {
       continue;
     }
     const double step = std::stod(f[1]);
@@ -109,7 +151,9 @@ void write_curves_svg(const std::string& metrics_csv, const std::string& svg_pat
         lr.add(step, f[4]);
       }
       val_loss.add(step, f[6]);
-      val_acc.add(step, f[7]);
+      for (size_t m = 0; m < metrics.size(); ++m) {
+        metrics[m].second.add(step, f[7 + m]);
+      }
     }
   }
   const auto panel = [&title](const std::string& what, const std::string& y_label, bool log_y) {
@@ -120,17 +164,26 @@ void write_curves_svg(const std::string& metrics_csv, const std::string& svg_pat
   loss.add_series({"train (interval mean)", train_loss.x, train_loss.y, false});
   loss.add_series({"train (epoch mean)", epoch_loss.x, epoch_loss.y, true});
   loss.add_series({"validation", val_loss.x, val_loss.y, true});
-  SvgPlot acc = panel("validation accuracy", "accuracy", false);
-  acc.add_series({"validation accuracy", val_acc.x, val_acc.y, true});
   SvgPlot rate = panel("learning rate", "learning rate (group 0)", false);
   rate.add_series({"lr", lr.x, lr.y, false});
-  // Three standalone plots stacked in one document (nested <svg> elements placed by their y attribute).
+  std::vector<const SvgPlot*> panels{&loss};
+  std::optional<SvgPlot> metric_panel;
+  if (!metrics.empty()) {
+    metric_panel.emplace(panel("validation metrics", metrics.size() == 1 ? metrics.front().first : "value", false));
+    for (const auto& [name, xy] : metrics) {
+      metric_panel->add_series({"validation " + name, xy.x, xy.y, true});
+    }
+    panels.push_back(&*metric_panel);
+  }
+  panels.push_back(&rate);
+  // Standalone plots stacked in one document (nested <svg> elements placed by their y attribute).
   const int height = PlotOptions().height();
   std::string doc = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">\n",
-      PlotOptions().width(), 3 * height, PlotOptions().width(), 3 * height);
+      PlotOptions().width(), static_cast<int>(panels.size()) * height, PlotOptions().width(),
+      static_cast<int>(panels.size()) * height);
   int y = 0;
-  for (const SvgPlot* p : {&loss, &acc, &rate}) {
+  for (const SvgPlot* p : panels) {
     std::string part = p->render();
     part.insert(4, fmt::format(" y=\"{}\"", y));  // after "<svg"
     doc += part;

@@ -58,7 +58,10 @@ bool LoggingCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
     }
     if (!bar_) {
       spdlog::info("epoch {} step {} batch {}/{} loss {:.4f} lr {:.3g} {:.0f} samples/s", event.epoch + 1,
-                   event.step, event.batch + 1, event.num_batches, last_loss_, lr_of(trainer), last_rate_);
+                   event.step, event.batch + 1,
+                   event.num_batches == data::BatchSource::kUnknownLength ? std::string("?")
+                                                                          : std::to_string(event.num_batches),
+                   last_loss_, lr_of(trainer), last_rate_);
     }
     interval_loss_.zero_();
     interval_steps_ = interval_samples_ = 0;
@@ -82,9 +85,13 @@ bool LoggingCallback::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
   row.lr = lr_of(trainer);
   if (event.val) {
     row.val_loss = event.val->loss;
-    row.val_accuracy = event.val->accuracy;
-    spdlog::info("epoch {} done: train loss {:.4f}, val loss {:.4f}, val accuracy {:.4f}", event.epoch + 1,
-                 event.train_loss, event.val->loss, event.val->accuracy);
+    row.val_metrics = event.val->metrics.items();
+    std::string values;
+    for (const auto& [name, value] : event.val->metrics.items()) {
+      values += fmt::format(", val {} {:.4f}", name, value);
+    }
+    spdlog::info("epoch {} done: train loss {:.4f}, val loss {:.4f}{}", event.epoch + 1, event.train_loss,
+                 event.val->loss, values);
   } else {
     spdlog::info("epoch {} done: train loss {:.4f}", event.epoch + 1, event.train_loss);
   }
@@ -95,7 +102,9 @@ bool LoggingCallback::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
     tensorboard_->add_scalar("epoch/train_loss", event.train_loss, event.step);
     if (event.val) {
       tensorboard_->add_scalar("val/loss", event.val->loss, event.step);
-      tensorboard_->add_scalar("val/accuracy", event.val->accuracy, event.step);
+      for (const auto& [name, value] : event.val->metrics.items()) {
+        tensorboard_->add_scalar("val/" + name, value, event.step);
+      }
     }
   }
   last_ = Clock::now();  // evaluation time is not training time
@@ -124,8 +133,7 @@ void CheckpointCallback::on_train_begin(Trainer& trainer) { last_saved_step_ = t
 
 bool CheckpointCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
   // The last batch of an epoch is saved by on_epoch_end, after validation, pointing at the next epoch.
-  const bool last_of_epoch = event.batch + 1 == event.num_batches;
-  if (every_steps_ > 0 && event.step % every_steps_ == 0 && !last_of_epoch) {
+  if (every_steps_ > 0 && event.step % every_steps_ == 0 && !event.last_of_epoch) {
     save(trainer);
   }
   return false;

@@ -15,10 +15,10 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
       forward_(std::move(forward)),
       optimizer_(optimizer),
       options_(options),
-      loss_([](const at::Tensor& out, const at::Tensor& target) {
-        return torch::nn::functional::cross_entropy(out, target);
-      }) {
+      loss_(cross_entropy_loss()),
+      metrics_{accuracy()} {
   TRAINKIT_CHECK_ARG(module_ != nullptr, "Trainer: module must not be null");
+  TRAINKIT_CHECK_ARG(static_cast<bool>(forward_), "Trainer: the forward function must not be empty");
   TRAINKIT_CHECK_ARG(options_.epochs() >= 1, "Trainer: invalid epochs: {}", options_.epochs());
   TRAINKIT_CHECK_ARG(options_.max_steps() >= 0, "Trainer: invalid max_steps: {}", options_.max_steps());
   TRAINKIT_CHECK_ARG(options_.accumulation_steps() >= 1, "Trainer: invalid accumulation_steps: {}",
@@ -29,14 +29,39 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
   state_.epoch_loss_sum = torch::zeros({}, torch::kFloat64);
 }
 
-void Trainer::set_scheduler(std::shared_ptr<sched::LRScheduler> scheduler, bool per_step) {
+void Trainer::set_loss(LossFn loss) {
+  TRAINKIT_CHECK_ARG(static_cast<bool>(loss), "Trainer::set_loss: the loss function must not be empty");
+  loss_ = std::move(loss);
+  if (!metrics_set_) {
+    metrics_.clear();
+  }
+}
+
+void Trainer::set_metrics(std::vector<std::shared_ptr<Metric>> metrics) {
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    TRAINKIT_CHECK_ARG(metrics[i] != nullptr, "Trainer::set_metrics: metric {} is null", i);
+    for (size_t j = 0; j < i; ++j) {
+      TRAINKIT_CHECK_ARG(metrics[j]->name() != metrics[i]->name(), "Trainer::set_metrics: two metrics named \"{}\"",
+                         metrics[i]->name());
+    }
+    TRAINKIT_CHECK_ARG(metrics[i]->name() != "loss", "Trainer::set_metrics: \"loss\" is always reported; name the "
+                                                     "metric differently");
+  }
+  metrics_ = std::move(metrics);
+  metrics_set_ = true;
+}
+
+void Trainer::set_scheduler(std::shared_ptr<sched::LRScheduler> scheduler, bool per_step, std::string monitor) {
   TRAINKIT_CHECK_ARG(scheduler != nullptr, "Trainer::set_scheduler: scheduler must not be null");
   TRAINKIT_CHECK_ARG(!(per_step && scheduler->takes_metric()),
                      "Trainer::set_scheduler: {} steps with a metric once per epoch, not per step", scheduler->name());
   TRAINKIT_CHECK_ARG(&scheduler->optimizer() == &optimizer_, "Trainer::set_scheduler: {} drives a different optimizer",
                      scheduler->name());
+  TRAINKIT_CHECK_ARG(monitor.rfind("val/", 0) == 0 || monitor.rfind("train/", 0) == 0,
+                     "Trainer::set_scheduler: invalid monitor \"{}\" (\"val/<metric>\" or \"train/loss\")", monitor);
   scheduler_ = std::move(scheduler);
   scheduler_per_step_ = per_step;
+  monitor_ = std::move(monitor);
 }
 
 void Trainer::set_autocast(c10::DeviceType device, c10::ScalarType dtype) {
@@ -55,7 +80,7 @@ std::optional<amp::Autocast> Trainer::autocast_region() const {
 
 at::Tensor Trainer::forward_loss(const data::Batch& batch) {
   const auto guard = autocast_region();
-  const at::Tensor loss = loss_(forward_(batch.input()), batch.target());
+  const at::Tensor loss = loss_(forward_(batch), batch);
   // Under autocast the loss is reported and backpropagated from float32, whatever the forward's precision.
   return autocast_ ? loss.to(torch::kFloat32) : loss;
 }
@@ -105,33 +130,54 @@ at::Tensor Trainer::train_step(const data::Batch& batch) {
   return loss;
 }
 
-EvalResult Trainer::evaluate(const data::TensorLoader& loader) {
+EvalResult Trainer::evaluate(data::BatchSource& source) {
   const bool was_training = module_->is_training();
   module_->eval();
   torch::NoGradGuard no_grad;
+  for (auto& m : metrics_) {
+    m->reset();
+  }
   at::Tensor loss_sum = torch::zeros({}, torch::kFloat64);
-  at::Tensor correct = torch::zeros({}, torch::kInt64);
   int64_t samples = 0;
-  for (int64_t i = 0; i < loader.num_batches(); ++i) {
-    const data::Batch b = loader.batch(i);
+  source.set_epoch(0);
+  while (auto b = source.next()) {
     const auto guard = autocast_region();
-    const at::Tensor out = forward_(b.input());
-    const int64_t n = b.target().size(0);
-    loss_sum += loss_(out, b.target()).to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
-    correct += out.argmax(1).eq(b.target()).sum().to(torch::kCPU);
+    const at::Tensor out = forward_(*b);
+    const int64_t n = b->size();
+    loss_sum += loss_(out, *b).to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
+    for (auto& m : metrics_) {
+      m->update(out, *b);
+    }
     samples += n;
   }
   module_->train(was_training);
+  if (reducer_) {
+    std::vector<at::Tensor> parts{loss_sum.reshape({1}), torch::full({1}, static_cast<double>(samples), torch::kFloat64)};
+    for (const auto& m : metrics_) {
+      parts.push_back(m->state().to(torch::kCPU, torch::kFloat64).reshape({-1}));
+    }
+    at::Tensor all = torch::cat(parts);
+    reducer_(all);
+    loss_sum = all[0];
+    samples = static_cast<int64_t>(all[1].item<double>());
+    int64_t offset = 2;
+    for (auto& m : metrics_) {
+      const int64_t len = m->state().numel();
+      m->set_state(all.narrow(0, offset, len));
+      offset += len;
+    }
+  }
+  TRAINKIT_CHECK_ARG(samples > 0, "Trainer::evaluate: the evaluation source yielded no batch");
   EvalResult r;
   r.samples = samples;
-  if (samples > 0) {
-    r.loss = loss_sum.item<double>() / static_cast<double>(samples);
-    r.accuracy = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(samples);
+  r.loss = loss_sum.item<double>() / static_cast<double>(samples);
+  for (const auto& m : metrics_) {
+    r.metrics.set(m->name(), m->compute());
   }
   return r;
 }
 
-void Trainer::fit(data::TensorLoader& train, const data::TensorLoader* val) {
+void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   stop_ = false;
   module_->train();
   for (auto& cb : callbacks_) {
@@ -142,21 +188,30 @@ void Trainer::fit(data::TensorLoader& train, const data::TensorLoader* val) {
   optimizer_.zero_grad();
   while (state_.epoch < options_.epochs() && !stop_) {
     train.set_epoch(state_.epoch);
+    if (state_.batch > 0) {
+      train.skip(state_.batch);
+    }
     const int64_t num_batches = train.num_batches();
-    grad::GradAccumulation accumulation(options_.accumulation_steps(), num_batches);
-    accumulation.seek(std::min(state_.batch, num_batches - 1));
+    const bool known_length = num_batches != data::BatchSource::kUnknownLength;
+    grad::GradAccumulation accumulation(options_.accumulation_steps(), known_length ? num_batches : 0);
+    accumulation.seek(known_length ? std::min(state_.batch, std::max<int64_t>(num_batches - 1, 0)) : state_.batch);
+    std::optional<data::Batch> next = train.next();
+    TRAINKIT_CHECK_ARG(next.has_value() || state_.batch > 0,
+                       "Trainer::fit: the training source yielded no batch in epoch {}", state_.epoch);
     at::Tensor window_loss = torch::zeros({}, torch::kFloat64);
     int64_t window_samples = 0;
-    while (state_.batch < num_batches && !stop_) {
-      const data::Batch batch = train.batch(state_.batch);
+    while (next && !stop_) {
+      const data::Batch batch = std::move(*next);
       const at::Tensor loss = backward(batch, accumulation.loss_scale());
-      const int64_t n = batch.target().size(0);
+      next = train.next();  // one batch ahead: the epoch's end is known before deciding to step
+      const int64_t n = batch.size();
       const at::Tensor weighted = loss.to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
       state_.epoch_loss_sum += weighted;
       state_.epoch_samples += n;
       window_loss += weighted;
       window_samples += n;
-      const bool step_now = accumulation.sync_now();
+      const bool last = !next.has_value();
+      const bool step_now = accumulation.sync_now() || last;
       accumulation.next();
       ++state_.batch;
       if (!step_now) {
@@ -167,7 +222,7 @@ void Trainer::fit(data::TensorLoader& train, const data::TensorLoader* val) {
         scheduler_->step();
       }
       ++state_.step;
-      const StepEvent event{state_.epoch,  state_.batch - 1, num_batches, state_.step, window_samples,
+      const StepEvent event{state_.epoch, state_.batch - 1, num_batches, last, state_.step, window_samples,
                             window_loss / static_cast<double>(window_samples)};
       window_loss = torch::zeros({}, torch::kFloat64);
       window_samples = 0;
@@ -176,19 +231,34 @@ void Trainer::fit(data::TensorLoader& train, const data::TensorLoader* val) {
       }
       stop_ = stop_ || reached_max();
     }
-    if (state_.batch < num_batches) {
+    if (next) {
       break;  // stopped mid-epoch
     }
-    EpochEvent event{state_.epoch, state_.step, 0.0, std::nullopt};
+    EpochEvent event{state_.epoch, state_.step, 0.0, std::nullopt, {}};
     if (state_.epoch_samples > 0) {
       event.train_loss = state_.epoch_loss_sum.item<double>() / static_cast<double>(state_.epoch_samples);
     }
+    event.metrics.set("train/loss", event.train_loss);
     if (val != nullptr) {
       event.val = evaluate(*val);
+      event.metrics.set("val/loss", event.val->loss);
+      for (const auto& [name, value] : event.val->metrics.items()) {
+        event.metrics.set("val/" + name, value);
+      }
     }
     if (scheduler_ && !scheduler_per_step_) {
       if (scheduler_->takes_metric()) {
-        scheduler_->step(event.val ? event.val->loss : event.train_loss);
+        std::optional<double> value = event.metrics.find(monitor_);
+        if (!value && monitor_ == "val/loss") {
+          value = event.train_loss;
+        }
+        if (!value) {
+          throw std::invalid_argument(fmt::format(
+              "Trainer: {} monitors \"{}\", which epoch {} did not measure (a validation source and that metric "
+              "are needed)",
+              scheduler_->name(), monitor_, state_.epoch));
+        }
+        scheduler_->step(*value);
       } else {
         scheduler_->step();
       }

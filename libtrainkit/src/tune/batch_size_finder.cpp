@@ -195,18 +195,17 @@ BatchSizeFinder::BatchSizeFinder(std::shared_ptr<torch::nn::Module> module, Forw
     throw std::invalid_argument("BatchSizeFinder: module and forward must be given");
   }
   if (!loss_) {
-    loss_ = [](const at::Tensor& out, const at::Tensor& target) {
-      return torch::nn::functional::cross_entropy(out, target);
-    };
+    loss_ = train::cross_entropy_loss();
   }
 }
 
-BatchSizeTrial BatchSizeFinder::run_trial(const at::Tensor& inputs, const at::Tensor& targets, int64_t batch_size,
+BatchSizeTrial BatchSizeFinder::run_trial(const SourceFactory& make_source, int64_t batch_size,
                                           const BatchSizeFinderOptions& options) {
   using Clock = std::chrono::steady_clock;
   BatchSizeTrial trial;
   trial.batch_size = batch_size;
-  const c10::Device device = inputs.device();
+  const auto params = module_->parameters();
+  const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
   const bool budgeted = options.memory_budget() > 0 && !device.is_cuda();
   if (budgeted && !probe_) {
     probe_ = std::make_shared<PeakRssProbe>();
@@ -218,6 +217,13 @@ BatchSizeTrial BatchSizeFinder::run_trial(const at::Tensor& inputs, const at::Te
   reset_device_peak(device);
   try {
     module_->train();
+    std::unique_ptr<data::BatchSource> source = make_source(batch_size);
+    if (!source) {
+      throw std::invalid_argument(fmt::format("BatchSizeFinder: the source factory returned null for batch size {}",
+                                              batch_size));
+    }
+    int64_t epoch = 0;
+    source->set_epoch(epoch);
     Clock::time_point timed_from;
     int64_t timed_samples = 0;
     for (int64_t s = 0; s < options.steps_per_trial(); ++s) {
@@ -226,13 +232,21 @@ BatchSizeTrial BatchSizeFinder::run_trial(const at::Tensor& inputs, const at::Te
         timed_from = Clock::now();
         timed_samples = 0;
       }
-      const int64_t start = s * batch_size;
+      std::optional<data::Batch> batch = source->next();
+      if (!batch) {
+        source->set_epoch(++epoch);
+        batch = source->next();
+        if (!batch) {
+          throw std::invalid_argument(fmt::format("BatchSizeFinder: the source for batch size {} yielded no batch",
+                                                  batch_size));
+        }
+      }
       optimizer_.zero_grad();
-      const at::Tensor loss = loss_(forward_(take(inputs, start, batch_size)), take(targets, start, batch_size));
+      const at::Tensor loss = loss_(forward_(*batch), *batch);
       loss.backward();
       optimizer_.step();
       (void)loss.item<double>();  // waits for the device, so the time is the step's
-      timed_samples += batch_size;
+      timed_samples += batch->size();
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - timed_from).count();
     trial.samples_per_second = seconds > 0 ? static_cast<double>(timed_samples) / seconds : 0.0;
@@ -281,23 +295,44 @@ BatchSizeFinderResult BatchSizeFinder::scale_batch_size(const at::Tensor& inputs
         "BatchSizeFinder: inputs and targets need the same, non-zero number of samples (got {} and {})",
         inputs.defined() && inputs.dim() > 0 ? inputs.size(0) : 0, targets.defined() && targets.dim() > 0 ? targets.size(0) : 0));
   }
-  const int64_t cap = options.max_val() > 0 ? std::min(options.max_val(), inputs.size(0)) : inputs.size(0);
+  const at::Tensor x = inputs;
+  const at::Tensor y = targets;
+  const SourceFactory slices = [x, y](int64_t batch_size) -> std::unique_ptr<data::BatchSource> {
+    // Consecutive slices, wrapping around the samples.
+    return std::make_unique<data::FunctionSource>([x, y, batch_size](int64_t, int64_t step) -> std::optional<data::Batch> {
+      const int64_t start = step * batch_size;
+      return data::Batch(take(x, start, batch_size), take(y, start, batch_size));
+    });
+  };
+  return scale_batch_size(slices, inputs.size(0), options);
+}
+
+BatchSizeFinderResult BatchSizeFinder::scale_batch_size(const SourceFactory& make_source, int64_t num_samples,
+                                                        const BatchSizeFinderOptions& options) {
+  check_options(options);
+  if (!make_source || num_samples < 1) {
+    throw std::invalid_argument(fmt::format(
+        "BatchSizeFinder: needs a source factory and num_samples >= 1 (got {})", num_samples));
+  }
+  const auto params = module_->parameters();
+  const bool on_cuda = !params.empty() && params.front().is_cuda();
+  const int64_t cap = options.max_val() > 0 ? std::min(options.max_val(), num_samples) : num_samples;
   BatchSizeFinderResult result;
   result.mode = options.mode();
   detail::Snapshot snapshot(*module_, optimizer_);
   const auto trial = [&](int64_t size) -> bool {
     snapshot.restore();  // every trial starts from the same state
-    result.trials.push_back(run_trial(inputs, targets, size, options));
+    result.trials.push_back(run_trial(make_source, size, options));
     return result.trials.back().fits;
   };
   std::optional<int64_t> best;  // the largest size that fit
   try {
     int64_t size = std::min(options.init_val(), cap);
-    if (options.memory_budget() > 0 && !inputs.is_cuda()) {
+    if (options.memory_budget() > 0 && !on_cuda) {
       // One unmeasured trial first: one-time allocations (thread pools, BLAS buffers) are not the
       // batch size's and would otherwise be charged to the first measured trial.
       snapshot.restore();
-      (void)run_trial(inputs, targets, size, BatchSizeFinderOptions(options).memory_budget(0));
+      (void)run_trial(make_source, size, BatchSizeFinderOptions(options).memory_budget(0));
     }
     if (options.mode() == "binsearch") {
       // Lightning's _run_binary_scaling: double until a failure, then bisect between the last size that

@@ -41,26 +41,31 @@ LRFinder::LRFinder(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
                    LossFn loss)
     : module_(std::move(module)), forward_(std::move(forward)), optimizer_(optimizer), loss_(std::move(loss)) {
   if (!loss_) {
-    loss_ = [](const at::Tensor& out, const at::Tensor& target) {
-      return torch::nn::functional::cross_entropy(out, target);
-    };
+    loss_ = train::cross_entropy_loss();
+  }
+  if (!forward_) {
+    throw std::invalid_argument("LRFinder: the forward function must not be empty");
   }
 }
 
-LRFinderResult LRFinder::range_test(data::TensorLoader& train, const data::TensorLoader* val,
+LRFinderResult LRFinder::range_test(data::BatchSource& train, data::BatchSource* val,
                                     const LRFinderOptions& options) {
   check_options(options);
   detail::Snapshot snapshot(*module_, optimizer_);
   LRFinderResult r;
   try {
-    int64_t batch = 0;
-    int64_t epoch = train.epoch();
+    int64_t epoch = 0;
+    train.set_epoch(epoch);
     const auto next_batch = [&] {
-      if (batch == train.num_batches()) {
+      std::optional<data::Batch> b = train.next();
+      if (!b) {
         train.set_epoch(++epoch);
-        batch = 0;
+        b = train.next();
+        if (!b) {
+          throw std::invalid_argument(fmt::format("LRFinder: the training source yielded no batch in epoch {}", epoch));
+        }
       }
-      return train.batch(batch++);
+      return std::move(*b);
     };
     double best = 0;
     const int64_t n = options.num_iter();
@@ -77,7 +82,7 @@ LRFinderResult LRFinder::range_test(data::TensorLoader& train, const data::Tenso
       double loss = 0;
       for (int64_t k = 0; k < options.accumulation_steps(); ++k) {
         const auto b = next_batch();
-        const at::Tensor l = loss_(forward_(b.input()), b.target()) / static_cast<double>(options.accumulation_steps());
+        const at::Tensor l = loss_(forward_(b), b) / static_cast<double>(options.accumulation_steps());
         l.backward();
         loss += l.item<double>();
       }
@@ -87,10 +92,13 @@ LRFinderResult LRFinder::range_test(data::TensorLoader& train, const data::Tenso
         torch::NoGradGuard no_grad;
         double sum = 0;
         int64_t count = 0;
-        for (int64_t v = 0; v < val->num_batches(); ++v) {
-          const auto b = val->batch(v);
-          sum += loss_(forward_(b.input()), b.target()).item<double>() * static_cast<double>(b.target().size(0));
-          count += b.target().size(0);
+        val->set_epoch(0);
+        while (const auto b = val->next()) {
+          sum += loss_(forward_(*b), *b).item<double>() * static_cast<double>(b->size());
+          count += b->size();
+        }
+        if (count == 0) {
+          throw std::invalid_argument("LRFinder: the validation source yielded no batch");
         }
         loss = sum / static_cast<double>(count);
       }

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace trainkit::log {
 
@@ -18,19 +20,27 @@ struct MetricRow {
   std::optional<double> lr;                  ///< learning rate of param group 0
   std::optional<double> samples_per_second;  ///< training throughput over the interval
   std::optional<double> val_loss;            ///< validation loss, or test loss in a "test" row
-  std::optional<double> val_accuracy;        ///< validation accuracy, or test accuracy in a "test" row
+  /// Validation metrics by name ("accuracy", "mse", ...), or the test metrics in a "test" row; each is
+  /// written to the column "val_<name>".
+  std::vector<std::pair<std::string, double>> val_metrics;
 };
 
 /// Appends MetricRows to `DIR/metrics.csv` and `DIR/metrics.jsonl`, flushing each row so that a
-/// killed run keeps every row written before it died.
+/// killed run keeps every row written before it died. The CSV columns are
+/// `kind,step,epoch,loss,lr,samples_per_second,val_loss` and one `val_<name>` per metric of the run.
 class MetricsWriter {
  public:
   /// Opens (appending, when `append`) both files in `dir`; writes the CSV header to a new file.
-  MetricsWriter(const std::string& dir, bool append);
-  /// Writes one row to both files.
+  /// `val_metrics` names the metric columns. Appending to a CSV whose header differs throws
+  /// std::runtime_error naming the file (the file is left as it was).
+  MetricsWriter(const std::string& dir, bool append, std::vector<std::string> val_metrics = {"accuracy"});
+  /// Writes one row to both files. Throws std::invalid_argument for a metric without a column.
   void write(const MetricRow& row);
+  /// The CSV header line (without newline).
+  std::string header() const;
 
  private:
+  std::vector<std::string> val_metrics_;
   std::ofstream csv_;
   std::ofstream jsonl_;
 };
@@ -39,8 +49,9 @@ class MetricsWriter {
 
 namespace trainkit::log {
 
-/// Draws `DIR/metrics.csv` (as MetricsWriter writes it) into one SVG with three stacked plots: training
-/// and validation loss, validation accuracy, and learning rate, against the step.
+/// Draws `DIR/metrics.csv` (as MetricsWriter writes it) into one SVG with stacked plots against the step:
+/// training and validation loss, the validation metrics (every `val_<name>` column; omitted when there
+/// are none), and the learning rate.
 /// Throws std::runtime_error naming the file when it cannot be read or written.
 void write_curves_svg(const std::string& metrics_csv, const std::string& svg_path, const std::string& title);
 

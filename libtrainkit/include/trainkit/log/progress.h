@@ -16,7 +16,7 @@ class ProgressBar {
  public:
   /// A bar `width` characters wide.
   explicit ProgressBar(int width = 30) : width_(width) {}
-  /// Redraws the bar.
+  /// Redraws the bar (an empty bar and "done/?" when `total` is negative, i.e. unknown).
   void update(const std::string& label, int64_t done, int64_t total, const std::string& suffix);
   /// Ends the bar's line (the next output starts on a fresh line).
   void finish();

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -19,8 +20,10 @@
 
 #include "trainkit/amp/autocast.h"
 #include "trainkit/amp/grad_scaler.h"
-#include "trainkit/data/tensor_loader.h"
+#include "trainkit/data/batch_source.h"
 #include "trainkit/sched/scheduler.h"
+#include "trainkit/train/metric.h"
+#include "trainkit/train/task.h"
 
 namespace trainkit::train {
 
@@ -35,18 +38,21 @@ struct TrainerState {
   int64_t epoch_samples = 0;
 };
 
-/// Loss and accuracy of an evaluation pass.
+/// Loss and metrics of an evaluation pass.
 struct EvalResult {
-  double loss = 0;      ///< mean loss per sample
-  double accuracy = 0;  ///< fraction of argmax predictions equal to the target
-  int64_t samples = 0;
+  double loss = 0;        ///< mean loss per sample
+  int64_t samples = 0;    ///< samples evaluated (over every rank when a reducer is set)
+  MetricValues metrics;   ///< the Trainer's metrics by name ("accuracy", "mse", ...)
+  /// The value of metric `name`; throws std::out_of_range listing the metrics there are.
+  double metric(const std::string& name) const { return metrics.at(name); }
 };
 
 /// Passed to Callback::on_step_end after each optimizer step.
 struct StepEvent {
   int64_t epoch;
   int64_t batch;        ///< index of the (last) batch of this step
-  int64_t num_batches;  ///< batches in this epoch
+  int64_t num_batches;  ///< batches in this epoch (BatchSource::kUnknownLength when the source cannot tell)
+  bool last_of_epoch;   ///< whether this step closed the epoch
   int64_t step;         ///< steps taken so far (this one included)
   int64_t samples;      ///< samples in the step (all micro-batches of an accumulation window)
   at::Tensor loss;      ///< detached mean loss over those samples (reading it syncs the device)
@@ -58,7 +64,10 @@ struct EpochEvent {
   int64_t epoch;                   ///< the epoch that ended (0-based)
   int64_t step;                    ///< steps taken so far
   double train_loss;               ///< mean training loss over the epoch
-  std::optional<EvalResult> val;   ///< validation result, when a validation loader was given
+  std::optional<EvalResult> val;   ///< validation result, when a validation source was given
+  /// Everything measured this epoch by name: "train/loss", and with validation "val/loss" and
+  /// "val/<metric>" for each metric.
+  MetricValues metrics;
 };
 
 class Trainer;
@@ -93,31 +102,37 @@ struct TrainerOptions {
   TORCH_ARG(double, clip_grad_value) = 0.0;
 };
 
-/// Trains a model with any torch::optim::Optimizer over TensorLoaders, calling Callbacks.
+/// Trains a model with any torch::optim::Optimizer over any BatchSource, calling Callbacks.
 class Trainer {
  public:
-  /// Maps a batch's input to the model output.
-  using ForwardFn = std::function<at::Tensor(const at::Tensor&)>;
-  /// Maps (output, target) to a scalar mean loss.
-  using LossFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+  using ForwardFn = train::ForwardFn;
+  using LossFn = train::LossFn;
 
-  /// `module` owns the parameters (saved in checkpoints); `forward` runs it. The loss defaults to
-  /// cross-entropy.
+  /// `module` owns the parameters (saved in checkpoints); `forward` maps a batch to the output. The
+  /// classification defaults apply until replaced: cross-entropy loss and the accuracy metric.
   Trainer(std::shared_ptr<torch::nn::Module> module, ForwardFn forward, torch::optim::Optimizer& optimizer,
           TrainerOptions options = {});
 
-  /// Convenience for module holders with a `forward(Tensor)` (torch::nn::Sequential, Linear, ...).
+  /// Convenience for module holders with a `forward(Tensor)` (torch::nn::Sequential, Linear, ...): the
+  /// forward runs on the batch's input 0.
   template <class Holder>
   Trainer(Holder model, torch::optim::Optimizer& optimizer, TrainerOptions options = {})
-      : Trainer(model.ptr(), [model](const at::Tensor& x) mutable { return model->forward(x); }, optimizer,
-                options) {}
+      : Trainer(model.ptr(), forward_first_input(model), optimizer, options) {}
 
-  /// Replaces the loss function.
-  void set_loss(LossFn loss) { loss_ = std::move(loss); }
+  /// Replaces the loss. Unless set_metrics() was called, this also drops the default accuracy metric
+  /// (a task with its own loss chooses its own metrics).
+  void set_loss(LossFn loss);
+  /// The metrics evaluate() computes besides the loss (replaces the defaults; empty = loss only).
+  void set_metrics(std::vector<std::shared_ptr<Metric>> metrics);
+  /// Sums a 1-D float64 CPU tensor in place across data-parallel ranks (e.g. an all-reduce of the
+  /// process group). With it, evaluate() reports loss and metrics over the data of every rank.
+  void set_metric_reducer(std::function<void(at::Tensor&)> reducer) { reducer_ = std::move(reducer); }
   /// Steps `scheduler` after every optimizer step (`per_step`) or after every epoch; a metric-driven
-  /// scheduler (ReduceLROnPlateau) is stepped per epoch with the validation loss (the training loss when
-  /// there is no validation set). Its state is saved and loaded with the Trainer's.
-  void set_scheduler(std::shared_ptr<sched::LRScheduler> scheduler, bool per_step);
+  /// scheduler (ReduceLROnPlateau) is stepped per epoch with `monitor`, a name of EpochEvent::metrics
+  /// ("val/loss", "val/accuracy", "train/loss", ...); "val/loss" falls back to "train/loss" when there is
+  /// no validation source. Its state is saved and loaded with the Trainer's.
+  void set_scheduler(std::shared_ptr<sched::LRScheduler> scheduler, bool per_step,
+                     std::string monitor = "val/loss");
   /// Runs every forward (and the loss) under autocast to `dtype` on `device` (evaluation too).
   void set_autocast(c10::DeviceType device, c10::ScalarType dtype);
   /// Scales the loss, unscales before clipping, skips steps with inf/NaN gradients and updates the scale;
@@ -127,18 +142,22 @@ class Trainer {
   void add_callback(std::shared_ptr<Callback> callback) { callbacks_.push_back(std::move(callback)); }
 
   /// One step on one batch: backward() then optimizer_step(). Returns the detached loss (no host sync).
-  /// Does not touch the TrainerState.
+  /// Does not touch the TrainerState. Batches are used on the device they are on (see DeviceSource).
   at::Tensor train_step(const data::Batch& batch);
   /// Forward, loss, and backward of loss · `loss_scale` (accumulation). Returns the detached, unscaled
   /// mean loss.
   at::Tensor backward(const data::Batch& batch, double loss_scale = 1.0);
   /// Clips (per the options), steps the optimizer and zeroes the gradients.
   void optimizer_step();
-  /// Mean loss and accuracy over every batch of `loader` in eval mode without gradients.
-  EvalResult evaluate(const data::TensorLoader& loader);
-  /// Trains from the current state until `epochs` or `max_steps`, or until a hook stops it.
-  /// `val` (optional) is evaluated after every epoch.
-  void fit(data::TensorLoader& train, const data::TensorLoader* val = nullptr);
+  /// Mean loss and the metrics over epoch 0 of `source`, in eval mode without gradients. Throws
+  /// std::invalid_argument when the source yields no batch.
+  EvalResult evaluate(data::BatchSource& source);
+  /// Trains from the current state until `epochs` or `max_steps`, or until a hook stops it. Each epoch
+  /// e reads `train` after set_epoch(e) (and skip() to the saved batch when resuming mid-epoch). When the
+  /// source cannot tell its length, the end of an epoch is found by reading one batch ahead, and the
+  /// last, shorter accumulation window is scaled like a full one. `val` (optional) is evaluated after
+  /// every epoch.
+  void fit(data::BatchSource& train, data::BatchSource* val = nullptr);
   /// Asks fit() to stop after the current step.
   void request_stop() { stop_ = true; }
 
@@ -156,6 +175,8 @@ class Trainer {
   torch::nn::Module& module() { return *module_; }
   /// The optimizer.
   torch::optim::Optimizer& optimizer() { return optimizer_; }
+  /// The metrics evaluate() computes.
+  const std::vector<std::shared_ptr<Metric>>& metrics() const { return metrics_; }
 
  private:
   std::vector<at::Tensor> optimizer_params() const;
@@ -168,9 +189,13 @@ class Trainer {
   torch::optim::Optimizer& optimizer_;
   TrainerOptions options_;
   LossFn loss_;
+  std::vector<std::shared_ptr<Metric>> metrics_;
+  bool metrics_set_ = false;
+  std::function<void(at::Tensor&)> reducer_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::shared_ptr<sched::LRScheduler> scheduler_;
   bool scheduler_per_step_ = false;
+  std::string monitor_ = "val/loss";
   std::shared_ptr<amp::GradScaler> scaler_;
   std::optional<std::pair<c10::DeviceType, c10::ScalarType>> autocast_;
   TrainerState state_;

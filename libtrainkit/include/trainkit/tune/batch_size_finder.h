@@ -16,6 +16,9 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "trainkit/data/batch_source.h"
+#include "trainkit/train/task.h"
+
 namespace trainkit::tune {
 
 /// Options of the search (Lightning's names and defaults).
@@ -94,13 +97,19 @@ int64_t proc_status_bytes(const std::string& key);
 /// Finds the largest (or fastest) batch size a model trains with.
 class BatchSizeFinder {
  public:
-  /// Maps a batch input to model output; and (output, target) to a scalar mean loss.
-  using ForwardFn = std::function<at::Tensor(const at::Tensor&)>;
-  using LossFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+  using ForwardFn = train::ForwardFn;
+  using LossFn = train::LossFn;
+  /// Makes a source whose batches have `batch_size` samples (e.g. the user's loader built with that
+  /// batch size).
+  using SourceFactory = std::function<std::unique_ptr<data::BatchSource>(int64_t batch_size)>;
 
-  /// The loss defaults to cross-entropy.
+  /// `forward` maps a batch to the output; the loss defaults to cross-entropy.
   BatchSizeFinder(std::shared_ptr<torch::nn::Module> module, ForwardFn forward, torch::optim::Optimizer& optimizer,
                   LossFn loss = nullptr);
+  /// Convenience for module holders with a `forward(Tensor)`: the forward runs on the batch's input 0.
+  template <class Holder>
+  BatchSizeFinder(Holder model, torch::optim::Optimizer& optimizer, LossFn loss = nullptr)
+      : BatchSizeFinder(model.ptr(), train::forward_first_input(model), optimizer, std::move(loss)) {}
 
   /// Replaces the CPU memory probe (default: PeakRssProbe, used only when memory_budget > 0).
   void set_memory_probe(std::shared_ptr<MemoryProbe> probe) { probe_ = std::move(probe); }
@@ -114,10 +123,14 @@ class BatchSizeFinder {
   /// options or data and std::runtime_error when not even batch size 1 fits.
   BatchSizeFinderResult scale_batch_size(const at::Tensor& inputs, const at::Tensor& targets,
                                          const BatchSizeFinderOptions& options = {});
+  /// The same search over any data: each trial reads its steps from `make_source(size)` (from epoch 0,
+  /// into later epochs when one is too short). `num_samples` caps the sizes tried, as the sample count
+  /// does above. Memory is measured on the device of the module's first parameter.
+  BatchSizeFinderResult scale_batch_size(const SourceFactory& make_source, int64_t num_samples,
+                                         const BatchSizeFinderOptions& options = {});
 
  private:
-  BatchSizeTrial run_trial(const at::Tensor& inputs, const at::Tensor& targets, int64_t batch_size,
-                           const BatchSizeFinderOptions& options);
+  BatchSizeTrial run_trial(const SourceFactory& make_source, int64_t batch_size, const BatchSizeFinderOptions& options);
 
   std::shared_ptr<torch::nn::Module> module_;
   ForwardFn forward_;

@@ -16,7 +16,8 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
-#include "trainkit/data/tensor_loader.h"
+#include "trainkit/data/batch_source.h"
+#include "trainkit/train/task.h"
 
 namespace trainkit::tune {
 
@@ -67,18 +68,23 @@ std::optional<Suggestion> suggest_minimum(const LRFinderResult& r, std::string* 
 /// Runs range tests on a model with any torch::optim::Optimizer.
 class LRFinder {
  public:
-  /// Maps a batch input to model output; and (output, target) to a scalar mean loss.
-  using ForwardFn = std::function<at::Tensor(const at::Tensor&)>;
-  using LossFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+  using ForwardFn = train::ForwardFn;
+  using LossFn = train::LossFn;
 
-  /// The loss defaults to cross-entropy.
+  /// `forward` maps a batch to the output; the loss defaults to cross-entropy.
   LRFinder(std::shared_ptr<torch::nn::Module> module, ForwardFn forward, torch::optim::Optimizer& optimizer,
            LossFn loss = nullptr);
+  /// Convenience for module holders with a `forward(Tensor)`: the forward runs on the batch's input 0.
+  template <class Holder>
+  LRFinder(Holder model, torch::optim::Optimizer& optimizer, LossFn loss = nullptr)
+      : LRFinder(model.ptr(), train::forward_first_input(model), optimizer, std::move(loss)) {}
 
-  /// Runs the test over consecutive batches of `train` (wrapping over epochs); with `val`, the recorded
-  /// loss of each step is the mean validation loss. Parameters, buffers, optimizer state (LRs included)
-  /// and the CPU RNG are restored bitwise afterwards, also when the test throws.
-  LRFinderResult range_test(data::TensorLoader& train, const data::TensorLoader* val = nullptr,
+  /// Runs the test over consecutive batches of `train` from epoch 0 (continuing into epochs 1, 2, ...
+  /// when one epoch is too short); with `val`, the recorded loss of each step is the mean validation
+  /// loss over epoch 0 of `val`. Parameters, buffers, optimizer state (LRs included) and the CPU RNG are
+  /// restored bitwise afterwards, also when the test throws. Throws std::invalid_argument when a source
+  /// yields no batch.
+  LRFinderResult range_test(data::BatchSource& train, data::BatchSource* val = nullptr,
                             const LRFinderOptions& options = {});
 
  private:

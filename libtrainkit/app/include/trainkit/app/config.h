@@ -28,6 +28,10 @@ struct DataConfig {
   int64_t val_size = 5000;
   int64_t limit_train = 0;
   int64_t limit_test = 0;
+  int64_t workers = 0;
+  bool normalize_on_device = false;
+  int64_t crop_padding = 0;
+  bool horizontal_flip = false;
 };
 
 /// `[model]`: the network trained. Defaults come from nn::CnnOptions (set by Config's constructor).
@@ -47,7 +51,9 @@ struct LoopConfig {
   int64_t seed = 0;
   int64_t max_steps = 0;
   int64_t threads = 0;
-  std::string device = "cpu";
+  std::string device = "auto";
+  std::vector<std::string> metrics = {"accuracy"};
+  std::string monitor = "val/loss";
 };
 
 /// `[grad]`: gradient clipping and accumulation.

@@ -30,8 +30,8 @@ struct TrainJobOptions {
 /// What the job measured (also written to summary.json).
 struct TrainJobResult {
   std::string run_dir;
-  double test_accuracy = 0;
   double test_loss = 0;
+  train::MetricValues test_metrics;  ///< train.metrics on the test set ("accuracy", ...)
   int64_t epochs = 0;  ///< completed epochs
   int64_t steps = 0;
   double wall_seconds = 0;

@@ -14,7 +14,8 @@
 #include <torch/optim/optimizer.h>
 
 #include "trainkit/app/config.h"
-#include "trainkit/data/tensor_loader.h"
+#include "trainkit/data/batch_source.h"
+#include "trainkit/data/idx.h"
 #include "trainkit/features.h"
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/summary_writer.h"
@@ -58,9 +59,12 @@ struct Run {
   torch::Device device = torch::kCPU;
   int64_t rank = 0;        ///< this process's rank (0 when not distributed)
   int64_t world_size = 1;  ///< ranks in the job
-  std::unique_ptr<data::TensorLoader> train;
-  std::unique_ptr<data::TensorLoader> val;  ///< null when data.val_size is 0
-  std::unique_ptr<data::TensorLoader> test;
+  data::ImageSet train_split;  ///< the training samples (this process's copy, on the host)
+  data::ImageSet val_split;    ///< the validation samples (empty tensors when data.val_size is 0)
+  data::ImageSet test_split;   ///< the test samples
+  std::unique_ptr<data::BatchSource> train;  ///< this rank's shard, batches on `device`
+  std::unique_ptr<data::BatchSource> val;    ///< null when data.val_size is 0
+  std::unique_ptr<data::BatchSource> test;
   torch::nn::Sequential model{nullptr};
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::optional<sched::BuiltScheduler> scheduler;  ///< built with the real steps per epoch
