@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -89,7 +90,7 @@ struct SweepRow {
 };
 
 void worker_sweep(const CompressedImages& images, const std::vector<int64_t>& workers, int64_t repeats,
-                  int64_t batch_size, int64_t batches, int64_t rounds, const std::string& csv) {
+                  int64_t batch_size, int64_t rounds, const std::string& csv) {
   const auto sample = decode_sample(images, repeats);
   const int64_t n = static_cast<int64_t>(images.blobs.size());
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -97,22 +98,25 @@ void worker_sweep(const CompressedImages& images, const std::vector<int64_t>& wo
   for (const int64_t w : workers) {
     rows.push_back({w, {}});
   }
+  int64_t batches = 0;
   for (int64_t round = 0; round < rounds; ++round) {
     for (auto& row : rows) {
-      data::ParallelLoader loader(
-          n, sample, data::ParallelLoaderOptions().batch_size(batch_size).seed(0).num_workers(row.workers));
+      // One whole epoch, from the first request to the last batch: no work is left in flight at the end to
+      // flatter or penalize a worker count.
+      const auto options =
+          data::ParallelLoaderOptions().batch_size(batch_size).drop_last(true).seed(0).num_workers(row.workers);
+      data::ParallelLoader loader(n, sample, options);
       loader.set_epoch(round);
-      const int64_t count = std::min(batches, loader.num_batches());
+      batches = loader.num_batches();
       const auto start = Clock::now();
-      for (int64_t b = 0; b < count; ++b) {
-        loader.next();
+      while (loader.next()) {
       }
-      row.seconds.push_back(seconds_since(start) / static_cast<double>(count));
+      row.seconds.push_back(seconds_since(start) / static_cast<double>(batches));
     }
   }
   const double base = median(rows.front().seconds);
-  fmt::print("\nnum_workers sweep: batch {} of {}x{} uint8 images, {} batches x {} rounds (medians), {} cores\n",
-             batch_size, images.side, images.side, batches, rounds, cores);
+  fmt::print("\nnum_workers sweep: epochs of {} batches of {} {}x{} uint8 images, {} rounds (medians), {} cores\n",
+             batches, batch_size, images.side, images.side, rounds, cores);
   fmt::print("{:>11} {:>10} {:>10} {:>10} {:>10} {:>15}\n", "num_workers", "batches/s", "samples/s", "ms/sample",
              "speed-up", "ideal speed-up");
   std::ofstream out;
@@ -227,25 +231,23 @@ int main(int argc, char** argv) {
   CLI::App app{"Data loading: num_workers sweep of a ParallelLoader on decoded + augmented Fashion-MNIST, "
                "pinned vs pageable copies, host vs device normalization, creating tensors on the device"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int64_t limit = 4096;
+  int64_t limit = 1024;
   int64_t side = 112;
-  int64_t repeats = 10;
-  int64_t batch_size = 64;
-  int64_t batches = 12;
+  int64_t repeats = 75;
+  int64_t batch_size = 32;
   int64_t rounds = 3;
   std::vector<int64_t> workers{0, 1, 2, 4, 8};
   std::string csv;
   app.add_option("--data-dir", data_dir, "Directory with the gzip'd IDX files")->capture_default_str();
-  app.add_option("--limit", limit, "Training images to compress and load")->capture_default_str()->check(
-      CLI::PositiveNumber);
+  app.add_option("--limit", limit, "Training images to compress and load (one epoch is timed)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--side", side, "Images are upscaled to side x side before compression")->capture_default_str()->check(
       CLI::Range(8, 1024));
   app.add_option("--decode-repeats", repeats, "Inflate each image this many times (the per-sample cost knob)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batches", batches, "Batches timed per configuration and round")->capture_default_str()->check(
-      CLI::PositiveNumber);
   app.add_option("--rounds", rounds, "Interleaved rounds (medians are printed)")->capture_default_str()->check(
       CLI::PositiveNumber);
   app.add_option("--workers", workers, "num_workers values of the sweep (the first is the baseline)")
@@ -256,6 +258,10 @@ int main(int argc, char** argv) {
   trainkit::app::set_log_level("info");
 
   return trainkit::app::run_main([&] {
+    if (limit < batch_size) {
+      throw std::invalid_argument(
+          fmt::format("--limit {} is less than one batch (--batch-size {})", limit, batch_size));
+    }
     const auto start = Clock::now();
     const CompressedImages images = compress(data_dir, limit, side);
     size_t stored = 0;
@@ -265,7 +271,7 @@ int main(int argc, char** argv) {
     fmt::print("{} images of {}x{} compressed to {:.1f} KiB on average ({:.1f} s to prepare)\n",
                images.blobs.size(), side, side, static_cast<double>(stored) / images.blobs.size() / 1024,
                seconds_since(start));
-    worker_sweep(images, workers, repeats, batch_size, batches, rounds, csv);
+    worker_sweep(images, workers, repeats, batch_size, rounds, csv);
     pinned_vs_pageable(batch_size * 4, 224, std::max<int64_t>(rounds, 5));
     host_vs_device_normalize(batch_size * 4, 224, std::max<int64_t>(rounds, 5));
     create_on_device(batch_size * 4, 224, std::max<int64_t>(rounds, 5));
