@@ -1,8 +1,12 @@
 #pragma once
 /// @file
-/// Data: batches and batch sources (preloaded tensors, torch::data loaders, callables), IDX readers.
+/// Data: batches and the sources the Trainer reads them from (preloaded tensors, worker threads,
+/// torch::data loaders, callables, on-device preprocessing), image transforms and IDX readers.
 #include "trainkit/data/batch.h"
 #include "trainkit/data/batch_source.h"
+#include "trainkit/data/device_source.h"
 #include "trainkit/data/idx.h"
+#include "trainkit/data/parallel_loader.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/data/torch_data.h"
+#include "trainkit/data/transforms.h"

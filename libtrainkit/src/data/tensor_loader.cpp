@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "data/detail/epoch_order.h"
 #include "detail/check.h"
 
 namespace trainkit::data {
@@ -21,37 +22,17 @@ TensorLoader::TensorLoader(at::Tensor inputs, at::Tensor targets, TensorLoaderOp
 void TensorLoader::set_epoch(int64_t epoch) {
   epoch_ = epoch;
   cursor_ = 0;
-  if (options_.shuffle()) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(options_.seed() + static_cast<uint64_t>(epoch));
-    order_ = torch::randperm(inputs_.size(0), gen, torch::TensorOptions().dtype(torch::kInt64));
-  }
-  const int64_t replicas = options_.num_replicas();
-  if (replicas > 1) {
-    // DistributedSampler: pad to a multiple of num_replicas by wrapping around, then stride by rank.
-    const int64_t n = inputs_.size(0);
-    at::Tensor order = options_.shuffle() ? order_ : torch::arange(n, torch::TensorOptions().dtype(torch::kInt64));
-    const int64_t total = shard_size() * replicas;
-    while (order.size(0) < total) {
-      order = torch::cat({order, order.narrow(0, 0, std::min(order.size(0), total - order.size(0)))});
-    }
-    order_ = order.narrow(0, options_.rank(), shard_size() * replicas - options_.rank())
-                 .slice(0, 0, c10::nullopt, replicas)
-                 .contiguous();
-  }
+  order_ = detail::epoch_order(inputs_.size(0), options_.shuffle(), options_.seed(), epoch, options_.num_replicas(),
+                               options_.rank());
   if (order_.defined() && inputs_.device() != order_.device()) {
     order_ = order_.to(inputs_.device());
   }
 }
 
-int64_t TensorLoader::shard_size() const {
-  const int64_t replicas = options_.num_replicas();
-  return (inputs_.size(0) + replicas - 1) / replicas;
-}
+int64_t TensorLoader::shard_size() const { return detail::shard_size(inputs_.size(0), options_.num_replicas()); }
 
 int64_t TensorLoader::num_batches() const {
-  const int64_t n = shard_size();
-  const int64_t b = options_.batch_size();
-  return options_.drop_last() ? n / b : (n + b - 1) / b;
+  return detail::num_batches(shard_size(), options_.batch_size(), options_.drop_last());
 }
 
 std::optional<Batch> TensorLoader::next() {

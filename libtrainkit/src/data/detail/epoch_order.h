@@ -1,0 +1,43 @@
+#pragma once
+// What the data area's loaders share: the order of an epoch (TensorLoader and ParallelLoader must agree
+// on it bit for bit) and the seeds of per-sample / per-batch generators.
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace trainkit::data::detail {
+
+/// Samples of an `n`-sample data set that one of `num_replicas` ranks iterates per epoch:
+/// ceil(n / num_replicas) (DistributedSampler pads by wrapping around).
+inline int64_t shard_size(int64_t n, int64_t num_replicas) { return (n + num_replicas - 1) / num_replicas; }
+
+/// Batches per epoch of a shard of `shard` samples.
+inline int64_t num_batches(int64_t shard, int64_t batch_size, bool drop_last) {
+  return drop_last ? shard / batch_size : (shard + batch_size - 1) / batch_size;
+}
+
+/// This rank's sample indices of epoch `epoch`, as an int64 CPU tensor of shard_size(n, num_replicas)
+/// elements: torch.randperm(n) from a CPU generator seeded `seed + epoch` when `shuffle` (else 0..n-1),
+/// then DistributedSampler's sharding (pad by wrapping around, rank r takes every num_replicas-th from r).
+/// Undefined when the order is the identity (no shuffle, one replica): callers then slice contiguously.
+at::Tensor epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch, int64_t num_replicas, int64_t rank);
+
+/// Which component draws from a derived seed, so that a sample's generator (ParallelLoader) and a batch's
+/// (DeviceSource) of equal numbers never share a stream.
+enum class SeedStream : uint64_t { kSample = 1, kDeviceBatch = 2 };
+
+/// One 64-bit seed from (seed, stream, epoch, index), well mixed (SplitMix64's finalizer, Steele et al.
+/// 2014), so that neighbouring indices or epochs get unrelated generator streams.
+inline uint64_t derive_seed(uint64_t seed, SeedStream stream, int64_t epoch, int64_t index) {
+  const auto mix = [](uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  return mix(mix(mix(mix(seed) ^ static_cast<uint64_t>(stream)) ^ static_cast<uint64_t>(epoch)) ^
+             static_cast<uint64_t>(index));
+}
+
+}  // namespace trainkit::data::detail

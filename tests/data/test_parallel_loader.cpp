@@ -1,0 +1,284 @@
+// ParallelLoader: the batches (order and seeded augmentation) do not depend on num_workers and equal
+// TensorLoader's order for the same options; resume, cancellation, errors, early stop and the bounded
+// prefetch window; worker threads run with one intra-op thread and leave the caller's setting alone.
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include "support.h"
+#include "trainkit/data/idx.h"
+#include "trainkit/data/parallel_loader.h"
+#include "trainkit/data/tensor_loader.h"
+
+using trainkit::data::Batch;
+using trainkit::data::ParallelLoader;
+using trainkit::data::ParallelLoaderOptions;
+using trainkit::test::WhatContains;
+
+namespace {
+
+// Sample i: input i (int64 scalar), target 0: three uniform draws from the sample's generator.
+Batch index_sample(int64_t i, at::Generator& gen) {
+  return Batch(torch::tensor(i, torch::kInt64), torch::rand({3}, gen, torch::TensorOptions().dtype(torch::kFloat)));
+}
+
+std::vector<Batch> read_epoch(trainkit::data::BatchSource& source, int64_t epoch) {
+  source.set_epoch(epoch);
+  std::vector<Batch> out;
+  while (auto b = source.next()) {
+    out.push_back(*b);
+  }
+  return out;
+}
+
+void check_same(const std::vector<Batch>& a, const std::vector<Batch>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("batch " << i);
+    CHECK(torch::equal(a[i].input(), b[i].input()));
+    CHECK(torch::equal(a[i].target(), b[i].target()));
+  }
+}
+
+// Waits (up to 2 s) until `counter` reaches `value`, then a little longer so that overshoot would show.
+int64_t settle(const std::atomic<int64_t>& counter, int64_t value) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (counter.load() < value && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  return counter.load();
+}
+
+}  // namespace
+
+TEST_CASE("ParallelLoader yields the batches of 0 workers and TensorLoader's order", "[data][parallel]") {
+  const int64_t n = 103;
+  const at::Tensor all = torch::arange(n, torch::kInt64);
+  struct Case {
+    const char* name;
+    ParallelLoaderOptions options;
+  };
+  const std::vector<Case> cases = {
+      {"shuffled", ParallelLoaderOptions().batch_size(10).seed(7)},
+      {"sequential, drop_last", ParallelLoaderOptions().batch_size(10).shuffle(false).drop_last(true)},
+      {"rank 1 of 3", ParallelLoaderOptions().batch_size(8).seed(3).num_replicas(3).rank(1)},
+      {"rank 2 of 4, no shuffle", ParallelLoaderOptions().batch_size(6).shuffle(false).num_replicas(4).rank(2)},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.name) {
+      const auto& o = c.options;
+      trainkit::data::TensorLoader reference(all, all,
+                                             trainkit::data::TensorLoaderOptions()
+                                                 .batch_size(o.batch_size())
+                                                 .shuffle(o.shuffle())
+                                                 .drop_last(o.drop_last())
+                                                 .seed(o.seed())
+                                                 .num_replicas(o.num_replicas())
+                                                 .rank(o.rank()));
+      ParallelLoader serial(n, index_sample, o);
+      REQUIRE(serial.num_batches() == reference.num_batches());
+      for (const int64_t epoch : {0, 2}) {
+        const auto expected = read_epoch(serial, epoch);
+        const auto order = read_epoch(reference, epoch);
+        REQUIRE(expected.size() == order.size());
+        for (size_t b = 0; b < order.size(); ++b) {
+          CHECK(torch::equal(expected[b].input(), order[b].input()));
+        }
+        for (const int64_t workers : {1, 2, 4}) {
+          INFO("epoch " << epoch << ", " << workers << " workers");
+          ParallelLoader parallel(n, index_sample, ParallelLoaderOptions(o).num_workers(workers).prefetch_factor(1));
+          check_same(read_epoch(parallel, epoch), expected);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ParallelLoader's augmentation is seeded per sample, not per worker or epoch", "[data][parallel]") {
+  ParallelLoader loader(20, index_sample, ParallelLoaderOptions().batch_size(5).shuffle(false).num_workers(2));
+  const auto e0 = read_epoch(loader, 0);
+  const auto e1 = read_epoch(loader, 1);
+  // the same sample has different draws in different epochs, different samples differ within one
+  CHECK_FALSE(torch::equal(e0[0].target(), e1[0].target()));
+  CHECK_FALSE(torch::equal(e0[0].target()[0], e0[0].target()[1]));
+  check_same(read_epoch(loader, 0), e0);
+}
+
+TEST_CASE("ParallelLoader resumes with set_epoch + skip, and skip loads nothing", "[data][parallel]") {
+  std::atomic<int64_t> calls{0};
+  const auto counted = [&](int64_t i, at::Generator& gen) {
+    ++calls;
+    return index_sample(i, gen);
+  };
+  for (const int64_t workers : {0, 2}) {
+    SECTION(std::to_string(workers) + " workers") {
+      ParallelLoader loader(60, counted, ParallelLoaderOptions().batch_size(6).seed(11).num_workers(workers));
+      const auto reference = read_epoch(loader, 1);
+      // part of epoch 0, then abandon it mid-way (in-flight work is cancelled)
+      loader.set_epoch(0);
+      REQUIRE(loader.next());
+      REQUIRE(loader.next());
+      loader.set_epoch(1);
+      loader.skip(4);
+      std::vector<Batch> rest;
+      while (auto b = loader.next()) {
+        rest.push_back(*b);
+      }
+      check_same(rest, std::vector<Batch>(reference.begin() + 4, reference.end()));
+      // skipping needs no loading: a fresh epoch skipped to its end loads nothing
+      settle(calls, 0);
+      const int64_t before = calls.load();
+      loader.set_epoch(2);
+      loader.skip(loader.num_batches());
+      CHECK_FALSE(loader.next());
+      CHECK(settle(calls, before) == before);
+    }
+  }
+}
+
+TEST_CASE("ParallelLoader loads at most num_workers * prefetch_factor batches ahead", "[data][parallel]") {
+  std::atomic<int64_t> calls{0};
+  const auto counted = [&](int64_t i, at::Generator& gen) {
+    ++calls;
+    return index_sample(i, gen);
+  };
+  const int64_t batch = 4;
+  ParallelLoader loader(400, counted,
+                        ParallelLoaderOptions().batch_size(batch).num_workers(2).prefetch_factor(2));
+  // nothing is loaded before the first next() of an epoch
+  CHECK(settle(calls, 0) == 0);
+  REQUIRE(loader.next());
+  // batch 0 was consumed; batches 1..4 (2 workers x 2) may be loaded ahead, batch 5 not
+  CHECK(settle(calls, 5 * batch) == 5 * batch);
+  REQUIRE(loader.next());
+  CHECK(settle(calls, 6 * batch) == 6 * batch);
+}
+
+TEST_CASE("ParallelLoader reports a failing sample by epoch, batch and index, and does not hang",
+          "[data][parallel]") {
+  const auto failing = [](int64_t i, at::Generator& gen) {
+    if (i == 17) {
+      throw std::runtime_error("cannot decode image 17");
+    }
+    return index_sample(i, gen);
+  };
+  for (const int64_t workers : {0, 3}) {
+    SECTION(std::to_string(workers) + " workers") {
+      ParallelLoader loader(40, failing,
+                            ParallelLoaderOptions().batch_size(5).shuffle(false).num_workers(workers));
+      for (int b = 0; b < 3; ++b) {
+        REQUIRE(loader.next());
+      }
+      CHECK_THROWS_MATCHES(loader.next(), std::runtime_error,
+                           WhatContains("ParallelLoader: epoch 0, batch 3 (sample 17): cannot decode image 17"));
+      // the epoch goes on after the failed batch; the original exception is nested
+      const auto after = loader.next();
+      REQUIRE(after);
+      CHECK(after->input()[0].item<int64_t>() == 20);
+      loader.set_epoch(0);
+      loader.skip(3);
+      try {
+        loader.next();
+        FAIL("no exception");
+      } catch (const std::runtime_error& e) {
+        CHECK_THROWS_WITH(std::rethrow_if_nested(e), "cannot decode image 17");
+      }
+    }  // the destructor joins the workers
+  }
+  SECTION("collate") {
+    ParallelLoader loader(
+        10, index_sample, ParallelLoaderOptions().batch_size(5).num_workers(2),
+        [](const std::vector<Batch>&) -> Batch { throw std::invalid_argument("shapes differ"); });
+    CHECK_THROWS_MATCHES(loader.next(), std::runtime_error, WhatContains("batch 0 (collate): shapes differ"));
+  }
+}
+
+TEST_CASE("ParallelLoader stops its workers when the consumer stops early", "[data][parallel]") {
+  const auto slow = [](int64_t i, at::Generator& gen) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return index_sample(i, gen);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  {
+    ParallelLoader loader(4000, slow, ParallelLoaderOptions().batch_size(8).num_workers(4).prefetch_factor(4));
+    REQUIRE(loader.next());
+    REQUIRE(loader.next());
+  }
+  {
+    ParallelLoader never_read(4000, slow, ParallelLoaderOptions().num_workers(4));
+  }
+  // each worker abandons its batch after the sample in progress
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+}
+
+TEST_CASE("ParallelLoader's workers use one intra-op thread and leave the caller's setting", "[data][parallel]") {
+  const int caller = at::get_num_threads();
+  std::mutex mutex;
+  std::set<int> seen;
+  {
+    ParallelLoader loader(32, [&](int64_t i, at::Generator& gen) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        seen.insert(at::get_num_threads());
+      }
+      return index_sample(i, gen);
+    }, ParallelLoaderOptions().batch_size(4).num_workers(2));
+    read_epoch(loader, 0);
+    CHECK(at::get_num_threads() == caller);
+  }
+  CHECK(seen == std::set<int>{1});
+  CHECK(at::get_num_threads() == caller);
+  int fresh = 0;
+  std::thread([&] { fresh = at::get_num_threads(); }).join();
+  CHECK(fresh == caller);  // threads started later get the caller's default, not the workers' 1
+}
+
+TEST_CASE("ParallelLoader over a torch::data data set", "[data][parallel]") {
+  trainkit::data::ImageSet set{torch::rand({30, 1, 4, 4}), torch::arange(30, torch::kInt64)};
+  trainkit::data::MnistDataset dataset(set);
+  ParallelLoader loader(static_cast<int64_t>(*dataset.size()), trainkit::data::from_dataset(dataset),
+                        ParallelLoaderOptions().batch_size(8).seed(1).num_workers(2));
+  const auto batches = read_epoch(loader, 0);
+  REQUIRE(batches.size() == 4);
+  for (const auto& b : batches) {
+    CHECK(torch::equal(b.input(), set.images.index_select(0, b.target())));
+  }
+}
+
+TEST_CASE("ParallelLoader rejects bad options by name", "[data][parallel]") {
+  CHECK_THROWS_MATCHES(ParallelLoader(0, index_sample), std::invalid_argument, WhatContains("empty"));
+  CHECK_THROWS_MATCHES(ParallelLoader(10, nullptr), std::invalid_argument, WhatContains("sample function"));
+  CHECK_THROWS_MATCHES(ParallelLoader(10, index_sample, ParallelLoaderOptions().batch_size(0)),
+                       std::invalid_argument, WhatContains("batch_size: 0"));
+  CHECK_THROWS_MATCHES(ParallelLoader(10, index_sample, ParallelLoaderOptions().num_workers(-1)),
+                       std::invalid_argument, WhatContains("num_workers: -1"));
+  CHECK_THROWS_MATCHES(ParallelLoader(10, index_sample, ParallelLoaderOptions().prefetch_factor(0)),
+                       std::invalid_argument, WhatContains("prefetch_factor: 0"));
+  CHECK_THROWS_MATCHES(ParallelLoader(10, index_sample, ParallelLoaderOptions().num_replicas(2).rank(2)),
+                       std::invalid_argument, WhatContains("rank 2"));
+  ParallelLoader loader(10, index_sample);
+  CHECK_THROWS_MATCHES(loader.skip(-1), std::invalid_argument, WhatContains("count: -1"));
+  if (!torch::cuda::is_available()) {
+    CHECK_THROWS_MATCHES(ParallelLoader(10, index_sample, ParallelLoaderOptions().pin_memory(true)),
+                         std::invalid_argument, WhatContains("pin_memory needs a CUDA device"));
+  }
+}
+
+TEST_CASE("ParallelLoader pins its batches", "[data][parallel][cuda]") {
+  if (!torch::cuda::is_available()) {
+    SUCCEED("no CUDA: pinned memory needs a CUDA runtime");
+    return;
+  }
+  ParallelLoader loader(16, index_sample, ParallelLoaderOptions().batch_size(4).num_workers(2).pin_memory(true));
+  const auto b = loader.next();
+  REQUIRE(b);
+  CHECK(b->is_pinned());
+  const Batch on_gpu = b->to(torch::kCUDA, /*non_blocking=*/true);
+  CHECK(torch::equal(on_gpu.target().cpu(), b->target()));
+}
