@@ -131,6 +131,15 @@ TEST_CASE("ParallelLoader resumes with set_epoch + skip, and skip loads nothing"
         rest.push_back(*b);
       }
       check_same(rest, std::vector<Batch>(reference.begin() + 4, reference.end()));
+      // skip while the workers are loading ahead
+      loader.set_epoch(1);
+      REQUIRE(loader.next());
+      REQUIRE(loader.next());
+      loader.skip(3);
+      const auto sixth = loader.next();
+      REQUIRE(sixth);
+      CHECK(torch::equal(sixth->input(), reference[5].input()));
+      CHECK(torch::equal(sixth->target(), reference[5].target()));
       // skipping needs no loading: a fresh epoch skipped to its end loads nothing
       settle(calls, 0);
       const int64_t before = calls.load();
