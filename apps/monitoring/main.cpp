@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
     const auto& metrics = run.metrics;
     const auto& logging = run.logging;
     // A grid of the first 16 validation images, rescaled from the normalized values to [0, 1].
-    const at::Tensor grid = run.val_split.images.narrow(0, 0, std::min<int64_t>(16, run.val_split.images.size(0))).cpu();
+    const at::Tensor grid =
+        run.val_split.images.narrow(0, 0, std::min<int64_t>(16, run.val_split.images.size(0))).cpu().to(torch::kFloat);
     tb->add_image("inputs/validation", (grid - grid.min()) / (grid.max() - grid.min()), 0, "NCHW");
     auto weights = std::make_shared<WeightsCallback>(tb);
     trainer.add_callback(weights);

@@ -7,6 +7,8 @@
 
 #include "state_compare.h"
 #include "support.h"
+#include "trainkit/data/device_source.h"
+#include "trainkit/data/parallel_loader.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/data/torch_data.h"
 #include "trainkit/nn/models.h"
@@ -260,8 +262,24 @@ TEST_CASE("stop and resume is bitwise for each kind of source", "[train][task][r
     }
     return inner.batch(index);
   });
+  const at::Tensor px = p.x;
+  const at::Tensor py = p.y;
+  data::ParallelLoader parallel(
+      96,
+      [px, py](int64_t i, at::Generator& gen) {  // per-sample noise from the sample's seeded generator
+        return data::Batch(px[i] + 0.1 * torch::randn({16}, gen), py[i]);
+      },
+      data::ParallelLoaderOptions().batch_size(8).seed(9).num_workers(2));
+  auto augmented_inner = std::make_shared<data::TensorLoader>(p.x, p.y, data::TensorLoaderOptions().batch_size(8).seed(9));
+  data::DeviceSource augmented(augmented_inner, torch::kCPU,
+                               data::DeviceTransformOptions().seed(3).transform([](data::Batch b, at::Generator& gen) {
+                                 const at::Tensor x = b.input();
+                                 return data::Batch(x + 0.1 * torch::randn(x.sizes(), gen), b.target());
+                               }));
   const std::vector<std::pair<std::string, data::BatchSource*>> kinds = {{"torch::data", &torch_source},
-                                                                          {"function", &function_source}};
+                                                                          {"function", &function_source},
+                                                                          {"parallel, 2 workers", &parallel},
+                                                                          {"device transform", &augmented}};
   for (const auto& [name, source] : kinds) {
     DYNAMIC_SECTION(name) {
       Setup straight(train::TrainerOptions().epochs(2));

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "trainkit/compat.h"
+#include "trainkit/data/transforms.h"
 #include "trainkit/log/metrics.h"
 
 namespace trainkit::app {
@@ -200,7 +201,9 @@ tune::BatchSizeFinderResult run_batch_size_job(const Config& config, const std::
                                                const BatchSizeJobOptions& options) {
   Run run = build_run(config, source);
   // The finder slices the samples itself, so it takes the training split's tensors.
-  const at::Tensor x = run.train_split.images.to(run.device);
+  // The finder slices preloaded tensors: normalized here when the run normalizes on the device.
+  const at::Tensor& images = run.train_split.images;
+  const at::Tensor x = (images.is_floating_point() ? images : data::normalize(images, {data::kFashionMnistMean}, {data::kFashionMnistStd})).to(run.device);
   const at::Tensor y = run.train_split.labels.to(run.device);
   const int64_t n_train = x.size(0);
   tune::BatchSizeFinder finder(run.model, *run.optimizer);

@@ -9,7 +9,9 @@
 
 #include "trainkit/amp/autocast.h"
 #include "trainkit/amp/grad_scaler.h"
+#include "trainkit/data/device_source.h"
 #include "trainkit/data/idx.h"
+#include "trainkit/data/parallel_loader.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/log/progress.h"
 #include "trainkit/nn/models.h"
@@ -56,9 +58,15 @@ void join_group(Run& run, const Config& config) {
 #endif
 }
 
+/// The samples stay on the host (uint8 when normalized on the device); each batch is moved to the training
+/// device by a DeviceSource, which also normalizes and augments there when the config asks for it.
 void load_data(Run& run, const Config& config, const std::string& source) {
-  const data::ImageSet full_train = data::load_mnist_split(config.data.dir, true, config.data.limit_train);
-  const data::ImageSet test = data::load_mnist_split(config.data.dir, false, config.data.limit_test);
+  const bool on_device = config.data.normalize_on_device;
+  const auto load = [&](bool train, int64_t limit) {
+    return on_device ? data::load_mnist_split_uint8(config.data.dir, train, limit)
+                     : data::load_mnist_split(config.data.dir, train, limit, data::kFashionMnistMean, data::kFashionMnistStd);
+  };
+  const data::ImageSet full_train = load(true, config.data.limit_train);
   const int64_t n_all = full_train.images.size(0);
   if (config.data.val_size >= n_all) {
     throw ConfigError(fmt::format("{}: data.val_size ({}) must be smaller than the {} training examples", source,
@@ -67,21 +75,56 @@ void load_data(Run& run, const Config& config, const std::string& source) {
   const int64_t n_train = n_all - config.data.val_size;
   run.train_split = slice(full_train, 0, n_train);
   run.val_split = slice(full_train, n_train, config.data.val_size);
-  run.test_split = test;
-  const auto loader = [&run](const data::ImageSet& s, data::TensorLoaderOptions options) {
-    return std::make_unique<data::TensorLoader>(s.images.to(run.device), s.labels.to(run.device), options);
+  run.test_split = load(false, config.data.limit_test);
+
+  const bool augment = config.data.crop_padding > 0 || config.data.horizontal_flip;
+  const auto to_device = [&](std::shared_ptr<data::BatchSource> host, bool train) -> std::unique_ptr<data::BatchSource> {
+    data::DeviceTransformOptions transform;
+    transform.seed(static_cast<uint64_t>(config.train.seed));
+    if (on_device) {
+      transform.normalize({data::kFashionMnistMean}, {data::kFashionMnistStd});
+    }
+    if (train) {
+      transform.crop_padding(config.data.crop_padding).horizontal_flip(config.data.horizontal_flip);
+    }
+    return std::make_unique<data::DeviceSource>(std::move(host), run.device, transform);
   };
-  run.train = loader(run.train_split, data::TensorLoaderOptions()
-                                          .batch_size(config.train.batch_size)
-                                          .shuffle(true)
-                                          .seed(static_cast<uint64_t>(config.train.seed))
-                                          .num_replicas(run.world_size)
-                                          .rank(run.rank));
-  const auto eval = data::TensorLoaderOptions().batch_size(config.train.eval_batch_size).shuffle(false);
-  if (config.data.val_size > 0) {
-    run.val = loader(run.val_split, eval);
+  const auto train_options = data::ParallelLoaderOptions()
+                                 .batch_size(config.train.batch_size)
+                                 .shuffle(true)
+                                 .seed(static_cast<uint64_t>(config.train.seed))
+                                 .num_replicas(run.world_size)
+                                 .rank(run.rank);
+  std::shared_ptr<data::BatchSource> train;
+  if (config.data.workers > 0) {
+    const data::ImageSet split = run.train_split;
+    train = std::make_shared<data::ParallelLoader>(
+        n_train,
+        [split](int64_t i, at::Generator&) { return data::Batch(split.images[i], split.labels[i]); },
+        data::ParallelLoaderOptions(train_options).num_workers(config.data.workers).pin_memory(run.device.is_cuda()));
+  } else {
+    train = std::make_shared<data::TensorLoader>(run.train_split.images, run.train_split.labels,
+                                                 data::TensorLoaderOptions()
+                                                     .batch_size(train_options.batch_size())
+                                                     .shuffle(true)
+                                                     .seed(train_options.seed())
+                                                     .num_replicas(run.world_size)
+                                                     .rank(run.rank));
   }
-  run.test = loader(test, eval);
+  run.train = to_device(std::move(train), true);
+  const auto eval = [&](const data::ImageSet& s) {
+    return to_device(std::make_shared<data::TensorLoader>(
+                         s.images, s.labels,
+                         data::TensorLoaderOptions().batch_size(config.train.eval_batch_size).shuffle(false)),
+                     false);
+  };
+  if (config.data.val_size > 0) {
+    run.val = eval(run.val_split);
+  }
+  run.test = eval(run.test_split);
+  spdlog::info("data: {} loader{}, batches moved to {}{}{}", config.data.workers > 0 ? "parallel" : "tensor",
+               config.data.workers > 0 ? fmt::format(" ({} workers)", config.data.workers) : "", run.device.str(),
+               on_device ? ", normalized there" : "", augment ? ", augmented there" : "");
 }
 
 /// Metrics and what a metric-driven scheduler watches, checked against what the run measures.

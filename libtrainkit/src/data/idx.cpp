@@ -122,7 +122,7 @@ at::Tensor read_idx(const std::string& path) {
   return out;
 }
 
-ImageSet load_mnist_split(const std::string& dir, bool train, int64_t limit, double mean, double std) {
+ImageSet load_mnist_split_uint8(const std::string& dir, bool train, int64_t limit) {
   const std::string prefix = train ? "train" : "t10k";
   const std::string images_path = find_file(dir, prefix + "-images-idx3-ubyte");
   const std::string labels_path = find_file(dir, prefix + "-labels-idx1-ubyte");
@@ -147,8 +147,14 @@ ImageSet load_mnist_split(const std::string& dir, bool train, int64_t limit, dou
     labels = labels.narrow(0, 0, limit);
   }
   ImageSet set;
-  set.images = images.unsqueeze(1).to(torch::kFloat32).div_(255.0).sub_(mean).div_(std).contiguous();
+  set.images = images.unsqueeze(1).contiguous();
   set.labels = labels.to(torch::kInt64).contiguous();
+  return set;
+}
+
+ImageSet load_mnist_split(const std::string& dir, bool train, int64_t limit, double mean, double std) {
+  ImageSet set = load_mnist_split_uint8(dir, train, limit);
+  set.images = set.images.to(torch::kFloat32).div_(255.0).sub_(mean).div_(std).contiguous();
   return set;
 }
 

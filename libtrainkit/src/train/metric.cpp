@@ -90,22 +90,26 @@ std::shared_ptr<Metric> top_k_accuracy(int64_t k) {
   });
 }
 
-std::shared_ptr<Metric> mean_absolute_error() {
-  return std::make_shared<MeanMetric>("mae", [](const at::Tensor& out, const data::Batch& b) {
-    const at::Tensor& target = first_target(b, "mae");
-    check_same_numel(out, target, "mae");
-    return pair((out.to(torch::kFloat64).reshape(-1) - target.to(torch::kFloat64).reshape(-1)).abs().sum(),
+namespace {
+
+/// The mean over every element of `error(output - target)`, named `name`.
+std::shared_ptr<Metric> elementwise_error(std::string name, at::Tensor (*error)(const at::Tensor&)) {
+  return std::make_shared<MeanMetric>(name, [name, error](const at::Tensor& out, const data::Batch& b) {
+    const at::Tensor& target = first_target(b, name.c_str());
+    check_same_numel(out, target, name.c_str());
+    return pair(error(out.to(torch::kFloat64).reshape(-1) - target.to(torch::kFloat64).reshape(-1)).sum(),
                 target.numel());
   });
 }
 
+}  // namespace
+
+std::shared_ptr<Metric> mean_absolute_error() {
+  return elementwise_error("mae", [](const at::Tensor& d) { return d.abs(); });
+}
+
 std::shared_ptr<Metric> mean_squared_error() {
-  return std::make_shared<MeanMetric>("mse", [](const at::Tensor& out, const data::Batch& b) {
-    const at::Tensor& target = first_target(b, "mse");
-    check_same_numel(out, target, "mse");
-    return pair((out.to(torch::kFloat64).reshape(-1) - target.to(torch::kFloat64).reshape(-1)).square().sum(),
-                target.numel());
-  });
+  return elementwise_error("mse", [](const at::Tensor& d) { return d.square(); });
 }
 
 std::shared_ptr<Metric> make_metric(const std::string& name) {

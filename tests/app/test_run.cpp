@@ -1,0 +1,84 @@
+// build_run's data pipeline: the samples stay on the host and each batch goes to the training device
+// through a DeviceSource; normalizing there gives the host-normalized batches, worker threads give the
+// batches of the in-thread loader, augmentation is reproducible per (seed, epoch, batch), and a bad
+// metric/monitor pair is a config error.
+#include <torch/torch.h>
+
+#include "support.h"
+#include "trainkit/app/config.h"
+#include "trainkit/app/run.h"
+
+using namespace trainkit;
+using trainkit::test::WhatContains;
+
+namespace {
+
+app::Run small_run(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"data.limit_train=600", "data.limit_test=100", "data.val_size=100",
+                                  "train.batch_size=50", "model.name=\"mlp\"", "model.hidden=16"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return app::build_run(app::parse_config("", "test.toml", all), "test.toml");
+}
+
+std::vector<data::Batch> epoch_of(data::BatchSource& source, int64_t epoch) {
+  source.set_epoch(epoch);
+  std::vector<data::Batch> out;
+  while (auto b = source.next()) {
+    out.push_back(std::move(*b));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("build_run: device normalization, workers and augmentation", "[app][run][data]") {
+  app::Run plain = small_run({});
+  CHECK(plain.device == torch::Device(torch::kCPU));  // train.device = "auto" without CUDA
+  CHECK(plain.train->num_batches() == 10);
+  const auto reference = epoch_of(*plain.train, 1);
+  SECTION("uint8 on the host, normalized on the device: the same batches") {
+    app::Run run = small_run({"data.normalize_on_device=true"});
+    CHECK(run.train_split.images.scalar_type() == torch::kByte);
+    const auto batches = epoch_of(*run.train, 1);
+    REQUIRE(batches.size() == reference.size());
+    for (size_t i = 0; i < batches.size(); ++i) {
+      INFO("batch " << i);
+      CHECK(batches[i].input().scalar_type() == torch::kFloat);
+      CHECK(torch::allclose(batches[i].input(), reference[i].input(), 0.0, 1e-6));
+      CHECK(torch::equal(batches[i].target(), reference[i].target()));
+    }
+  }
+  SECTION("worker threads: exactly the in-thread batches") {
+    app::Run run = small_run({"data.workers=2"});
+    const auto batches = epoch_of(*run.train, 1);
+    REQUIRE(batches.size() == reference.size());
+    for (size_t i = 0; i < batches.size(); ++i) {
+      CHECK(torch::equal(batches[i].input(), reference[i].input()));
+      CHECK(torch::equal(batches[i].target(), reference[i].target()));
+    }
+  }
+  SECTION("augmentation changes the batches, the same way each time") {
+    app::Run a = small_run({"data.crop_padding=2", "data.horizontal_flip=true"});
+    app::Run b = small_run({"data.crop_padding=2", "data.horizontal_flip=true"});
+    const auto first = epoch_of(*a.train, 1);
+    const auto second = epoch_of(*b.train, 1);
+    CHECK_FALSE(torch::equal(first[0].input(), reference[0].input()));
+    CHECK(torch::equal(first[3].input(), second[3].input()));
+    CHECK(torch::equal(first[3].target(), reference[3].target()));
+    b.train->set_epoch(1);
+    b.train->skip(3);
+    CHECK(torch::equal(b.train->next()->input(), first[3].input()));  // resumed mid-epoch
+    const auto val = epoch_of(*a.val, 0);  // evaluation is never augmented
+    CHECK(torch::equal(val[0].input(), epoch_of(*plain.val, 0)[0].input()));
+  }
+}
+
+TEST_CASE("build_run: metrics and the monitored value must agree", "[app][run]") {
+  CHECK_THROWS_MATCHES(small_run({"train.monitor=\"val/mse\""}), app::ConfigError,
+                       WhatContains("train.monitor = \"val/mse\" but train.metrics does not measure \"mse\""));
+  CHECK_THROWS_MATCHES(small_run({"train.metrics=[\"accuracy\", \"f1\"]"}), app::ConfigError,
+                       WhatContains("unknown metric \"f1\""));
+  app::Run run = small_run({"train.metrics=[\"accuracy\", \"top3_accuracy\"]", "train.monitor=\"val/top3_accuracy\""});
+  REQUIRE(run.trainer->metrics().size() == 2);
+  CHECK(run.trainer->metrics()[1]->name() == "top3_accuracy");
+}
