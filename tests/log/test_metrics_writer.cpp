@@ -1,0 +1,64 @@
+// MetricsWriter: one val_<name> column per metric of the run, the same fields in JSONL, a resumed run
+// with other metrics is refused without touching the file, and the curves plot every metric column.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "support.h"
+#include "trainkit/log/metrics.h"
+
+using trainkit::test::TempDir;
+using trainkit::test::WhatContains;
+namespace tl = trainkit::log;
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE("MetricsWriter writes a column per metric of the run", "[log][metrics]") {
+  TempDir tmp("metrics-writer");
+  {
+    tl::MetricsWriter w(tmp.str(), false, {"mse", "mae"});
+    tl::MetricRow train;
+    train.kind = "train";
+    train.step = 10;
+    train.loss = 0.5;
+    train.lr = 0.01;
+    w.write(train);
+    tl::MetricRow epoch;
+    epoch.kind = "epoch";
+    epoch.step = 20;
+    epoch.loss = 0.25;
+    epoch.val_loss = 0.3;
+    epoch.val_metrics = {{"mae", 0.4}, {"mse", 0.3}};  // any order
+    w.write(epoch);
+    epoch.val_metrics = {{"accuracy", 0.9}};
+    CHECK_THROWS_MATCHES(w.write(epoch), std::invalid_argument,
+                         WhatContains("metric \"accuracy\" has no column (columns: "
+                                      "kind,step,epoch,loss,lr,samples_per_second,val_loss,val_mse,val_mae)"));
+  }
+  const std::string csv = read_text(tmp.str("metrics.csv"));
+  CHECK(csv ==
+        "kind,step,epoch,loss,lr,samples_per_second,val_loss,val_mse,val_mae\n"
+        "train,10,0,0.5,0.01,,,,\n"
+        "epoch,20,0,0.25,,,0.3,0.3,0.4\n");
+  CHECK_THAT(read_text(tmp.str("metrics.jsonl")),
+             Catch::Matchers::Contains("{\"kind\":\"epoch\",\"step\":20,\"epoch\":0,\"loss\":0.25,\"val_loss\":0.3,"
+                                       "\"val_mse\":0.3,\"val_mae\":0.4}"));
+  tl::write_curves_svg(tmp.str("metrics.csv"), tmp.str("curves.svg"), "run");
+  const std::string svg = read_text(tmp.str("curves.svg"));
+  CHECK_THAT(svg, Catch::Matchers::Contains("validation mse") && Catch::Matchers::Contains("validation mae"));
+
+  // A resumed run with other metrics cannot append; the file is unchanged.
+  CHECK_THROWS_MATCHES(tl::MetricsWriter(tmp.str(), true, {"accuracy"}), std::runtime_error,
+                       WhatContains("metrics.csv: has columns"));
+  CHECK(read_text(tmp.str("metrics.csv")) == csv);
+  tl::MetricsWriter again(tmp.str(), true, {"mse", "mae"});  // the same metrics append
+}
