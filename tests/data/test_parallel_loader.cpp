@@ -69,6 +69,7 @@ TEST_CASE("ParallelLoader yields the batches of 0 workers and TensorLoader's ord
       {"sequential, drop_last", ParallelLoaderOptions().batch_size(10).shuffle(false).drop_last(true)},
       {"rank 1 of 3", ParallelLoaderOptions().batch_size(8).seed(3).num_replicas(3).rank(1)},
       {"rank 2 of 4, no shuffle", ParallelLoaderOptions().batch_size(6).shuffle(false).num_replicas(4).rank(2)},
+      {"rank 2 of 3, uneven shards", ParallelLoaderOptions().batch_size(7).seed(1).num_replicas(3).rank(2).even_shards(false)},
   };
   for (const auto& c : cases) {
     SECTION(c.name) {
@@ -80,7 +81,8 @@ TEST_CASE("ParallelLoader yields the batches of 0 workers and TensorLoader's ord
                                                  .drop_last(o.drop_last())
                                                  .seed(o.seed())
                                                  .num_replicas(o.num_replicas())
-                                                 .rank(o.rank()));
+                                                 .rank(o.rank())
+                                                 .even_shards(o.even_shards()));
       ParallelLoader serial(n, index_sample, o);
       REQUIRE(serial.num_batches() == reference.num_batches());
       for (const int64_t epoch : {0, 2}) {

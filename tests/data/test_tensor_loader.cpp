@@ -1,5 +1,8 @@
 // TensorLoader: the epoch order equals torch.randperm with a generator seeded seed + epoch (golden from
 // Python), batches cover every sample once, and drop_last / no-shuffle behave.
+#include <algorithm>
+#include <numeric>
+
 #include <torch/torch.h>
 
 #include "support.h"
@@ -60,5 +63,37 @@ TEST_CASE("TensorLoader covers every sample once per epoch", "[data][loader]") {
     CHECK_THROWS_WITH(TensorLoader(inputs, targets.narrow(0, 0, 5)), Catch::Matchers::Contains("targets"));
     CHECK_THROWS_WITH(TensorLoader(inputs, targets, TensorLoaderOptions().batch_size(0)),
                       Catch::Matchers::Contains("batch_size"));
+  }
+}
+
+TEST_CASE("TensorLoader with uneven shards gives every sample to exactly one rank", "[data][loader]") {
+  const at::Tensor inputs = torch::arange(10, torch::kInt64);
+  for (const bool shuffle : {false, true}) {
+    DYNAMIC_SECTION("shuffle " << shuffle) {
+      std::vector<int64_t> seen;
+      std::vector<int64_t> sizes;
+      for (int64_t rank = 0; rank < 4; ++rank) {
+        TensorLoader loader(inputs, inputs, TensorLoaderOptions().batch_size(2).shuffle(shuffle).seed(3)
+                                                .num_replicas(4).rank(rank).even_shards(false));
+        loader.set_epoch(1);
+        sizes.push_back(loader.shard_size());
+        while (auto b = loader.next()) {
+          for (int64_t i = 0; i < b->size(); ++i) {
+            seen.push_back(b->input()[i].item<int64_t>());
+          }
+        }
+      }
+      CHECK(sizes == std::vector<int64_t>{3, 3, 2, 2});
+      std::sort(seen.begin(), seen.end());
+      std::vector<int64_t> all(10);
+      std::iota(all.begin(), all.end(), 0);
+      CHECK(seen == all);
+    }
+  }
+  SECTION("more ranks than samples: the extra ranks have nothing") {
+    TensorLoader loader(torch::arange(2), torch::arange(2),
+                        TensorLoaderOptions().num_replicas(3).rank(2).even_shards(false));
+    CHECK(loader.num_batches() == 0);
+    CHECK_FALSE(loader.next().has_value());
   }
 }

@@ -115,7 +115,12 @@ void load_data(Run& run, const Config& config, const std::string& source) {
   const auto eval = [&](const data::ImageSet& s) {
     return to_device(std::make_shared<data::TensorLoader>(
                          s.images, s.labels,
-                         data::TensorLoaderOptions().batch_size(config.train.eval_batch_size).shuffle(false)),
+                         data::TensorLoaderOptions()
+                             .batch_size(config.train.eval_batch_size)
+                             .shuffle(false)
+                             .num_replicas(run.world_size)  // each rank evaluates its part; the sums are reduced
+                             .rank(run.rank)
+                             .even_shards(false)),
                      false);
   };
   if (config.data.val_size > 0) {
@@ -244,6 +249,12 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
         dist::DistributedDataParallelOptions().bucket_cap_mb(config.distributed.bucket_cap_mb));
     spdlog::info("distributed: {} ranks, backend {}, {} gradient buckets", run.world_size,
                  run.group->backend_name(run.device), run.ddp->bucket_indices().size());
+    // Evaluation sums (loss, sample count, metric statistics) over every rank's part of val and test.
+    run.trainer->set_metric_reducer([group = run.group, device = run.device](at::Tensor& sums) {
+      at::Tensor on_device = sums.to(device);  // NCCL reduces device tensors only
+      group->all_reduce(on_device).wait();
+      sums.copy_(on_device);
+    });
   }
 #endif
   attach_outputs(run, config, options);

@@ -29,8 +29,9 @@ ParallelLoader::ParallelLoader(int64_t size, SampleFn sample, ParallelLoaderOpti
                      options_.prefetch_factor());
   TRAINKIT_CHECK_ARG(!options_.pin_memory() || torch::cuda::is_available(),
                      "ParallelLoader: pin_memory needs a CUDA device and none is available");
-  num_batches_ = detail::num_batches(detail::shard_size(size_, options_.num_replicas()), options_.batch_size(),
-                                     options_.drop_last());
+  num_batches_ = detail::num_batches(
+      detail::shard_size(size_, options_.num_replicas(), options_.rank(), options_.even_shards()), options_.batch_size(),
+      options_.drop_last());
   set_epoch(0);
   if (options_.num_workers() == 0) {
     return;
@@ -75,8 +76,9 @@ ParallelLoader::~ParallelLoader() {
 
 void ParallelLoader::set_epoch(int64_t epoch) {
   const at::Tensor order = detail::epoch_order(size_, options_.shuffle(), options_.seed(), epoch,
-                                               options_.num_replicas(), options_.rank());
-  std::vector<int64_t> indices(static_cast<size_t>(detail::shard_size(size_, options_.num_replicas())));
+                                               options_.num_replicas(), options_.rank(), options_.even_shards());
+  std::vector<int64_t> indices(static_cast<size_t>(
+      detail::shard_size(size_, options_.num_replicas(), options_.rank(), options_.even_shards())));
   if (order.defined()) {
     std::copy_n(order.data_ptr<int64_t>(), indices.size(), indices.begin());
   } else {

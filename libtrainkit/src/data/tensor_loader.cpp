@@ -23,13 +23,15 @@ void TensorLoader::set_epoch(int64_t epoch) {
   epoch_ = epoch;
   cursor_ = 0;
   order_ = detail::epoch_order(inputs_.size(0), options_.shuffle(), options_.seed(), epoch, options_.num_replicas(),
-                               options_.rank());
+                               options_.rank(), options_.even_shards());
   if (order_.defined() && inputs_.device() != order_.device()) {
     order_ = order_.to(inputs_.device());
   }
 }
 
-int64_t TensorLoader::shard_size() const { return detail::shard_size(inputs_.size(0), options_.num_replicas()); }
+int64_t TensorLoader::shard_size() const {
+  return detail::shard_size(inputs_.size(0), options_.num_replicas(), options_.rank(), options_.even_shards());
+}
 
 int64_t TensorLoader::num_batches() const {
   return detail::num_batches(shard_size(), options_.batch_size(), options_.drop_last());

@@ -51,6 +51,11 @@ struct ParallelLoaderOptions {
   TORCH_ARG(int64_t, num_replicas) = 1;
   /// This rank's shard, in [0, num_replicas).
   TORCH_ARG(int64_t, rank) = 0;
+  /// With several replicas: pad the epoch's order to a multiple of num_replicas so every shard has
+  /// ceil(size / num_replicas) samples (DistributedSampler; for training, where ranks must step together),
+  /// or, when false, give every sample to exactly one rank, shards differing by at most one sample (for
+  /// evaluation whose sums are reduced across ranks: nothing is counted twice).
+  TORCH_ARG(bool, even_shards) = true;
   /// Worker threads loading batches (0: each batch is loaded in the thread that calls next()).
   TORCH_ARG(int64_t, num_workers) = 0;
   /// Batches in flight per worker (PyTorch's DataLoader `prefetch_factor`): at most

@@ -28,6 +28,11 @@ struct TensorLoaderOptions {
   TORCH_ARG(int64_t, num_replicas) = 1;
   /// This rank's shard, in [0, num_replicas).
   TORCH_ARG(int64_t, rank) = 0;
+  /// With several replicas: pad the epoch's order to a multiple of num_replicas so every shard has
+  /// ceil(size / num_replicas) samples (DistributedSampler; for training, where ranks must step together),
+  /// or, when false, give every sample to exactly one rank, shards differing by at most one sample (for
+  /// evaluation whose sums are reduced across ranks: nothing is counted twice).
+  TORCH_ARG(bool, even_shards) = true;
 };
 
 /// Iterates preloaded tensors in batches. The order of epoch e depends only on (seed, e), never on a
@@ -51,7 +56,7 @@ class TensorLoader : public BatchSource {
   int64_t num_batches() const override;
   /// Number of samples (of all shards).
   int64_t size() const { return inputs_.size(0); }
-  /// Number of samples this rank iterates per epoch: ceil(size / num_replicas).
+  /// Number of samples this rank iterates per epoch: ceil(size / num_replicas) with even shards.
   int64_t shard_size() const;
   /// The options given at construction.
   const TensorLoaderOptions& options() const { return options_; }

@@ -8,20 +8,28 @@
 
 namespace trainkit::data::detail {
 
-/// Samples of an `n`-sample data set that one of `num_replicas` ranks iterates per epoch:
-/// ceil(n / num_replicas) (DistributedSampler pads by wrapping around).
-inline int64_t shard_size(int64_t n, int64_t num_replicas) { return (n + num_replicas - 1) / num_replicas; }
+/// Samples of an `n`-sample data set that rank `rank` of `num_replicas` iterates per epoch: with
+/// `even` shards ceil(n / num_replicas) (DistributedSampler pads by wrapping around), else the samples
+/// rank, rank + num_replicas, ... below n (every sample once over all ranks).
+inline int64_t shard_size(int64_t n, int64_t num_replicas, int64_t rank, bool even) {
+  if (even) {
+    return (n + num_replicas - 1) / num_replicas;
+  }
+  return rank < n ? (n - rank + num_replicas - 1) / num_replicas : 0;
+}
 
 /// Batches per epoch of a shard of `shard` samples.
 inline int64_t num_batches(int64_t shard, int64_t batch_size, bool drop_last) {
   return drop_last ? shard / batch_size : (shard + batch_size - 1) / batch_size;
 }
 
-/// This rank's sample indices of epoch `epoch`, as an int64 CPU tensor of shard_size(n, num_replicas)
+/// This rank's sample indices of epoch `epoch`, as an int64 CPU tensor of shard_size(n, num_replicas, rank, even)
 /// elements: torch.randperm(n) from a CPU generator seeded `seed + epoch` when `shuffle` (else 0..n-1),
-/// then DistributedSampler's sharding (pad by wrapping around, rank r takes every num_replicas-th from r).
-/// Undefined when the order is the identity (no shuffle, one replica): callers then slice contiguously.
-at::Tensor epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch, int64_t num_replicas, int64_t rank);
+/// then DistributedSampler's sharding (pad by wrapping around when `even`, rank r takes every
+/// num_replicas-th from r). Undefined when the order is the identity (no shuffle, one replica): callers
+/// then slice contiguously.
+at::Tensor epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch, int64_t num_replicas, int64_t rank,
+                       bool even);
 
 /// Which component draws from a derived seed, so that a sample's generator (ParallelLoader) and a batch's
 /// (DeviceSource) of equal numbers never share a stream.

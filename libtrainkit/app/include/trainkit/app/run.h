@@ -63,8 +63,10 @@ struct Run {
   data::ImageSet val_split;    ///< the validation samples (empty tensors when data.val_size is 0)
   data::ImageSet test_split;   ///< the test samples
   std::unique_ptr<data::BatchSource> train;  ///< this rank's shard, batches on `device`
-  std::unique_ptr<data::BatchSource> val;    ///< null when data.val_size is 0
-  std::unique_ptr<data::BatchSource> test;
+  /// Validation batches, null when data.val_size is 0. Under DDP each rank holds its part (uneven shards,
+  /// every sample once) and the Trainer's metric reducer sums the evaluation over the ranks.
+  std::unique_ptr<data::BatchSource> val;
+  std::unique_ptr<data::BatchSource> test;   ///< test batches, split over the ranks like `val`
   torch::nn::Sequential model{nullptr};
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::optional<sched::BuiltScheduler> scheduler;  ///< built with the real steps per epoch
