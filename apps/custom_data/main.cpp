@@ -141,10 +141,10 @@ CsvTable read_csv(const std::string& path) {
 /// validation rows never leak into the scaling.
 struct Standardizer {
   at::Tensor mean;
-  at::Tensor std;
+  at::Tensor stddev;
   explicit Standardizer(const at::Tensor& train_features)
-      : mean(train_features.mean(0)), std(train_features.std(0).clamp_min(1e-8)) {}
-  at::Tensor operator()(const at::Tensor& features) const { return (features - mean) / std; }
+      : mean(train_features.mean(0)), stddev(train_features.std(0).clamp_min(1e-8)) {}
+  at::Tensor operator()(const at::Tensor& features) const { return (features - mean) / stddev; }
 };
 
 /// The user's own dataset: standardized feature rows and their targets, one Example per row.
@@ -210,7 +210,7 @@ class EpochTable : public tk::train::Callback {
 
 struct Options {
   std::string csv = std::string(TRAINKIT_SOURCE_DIR) + "/tests/fixtures/regression.csv";
-  int64_t epochs = 30;
+  int64_t epochs = 60;
   int64_t batch_size = 32;
   int64_t hidden = 64;
   double val_fraction = 0.2;
