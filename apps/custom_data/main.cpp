@@ -381,8 +381,12 @@ int main(int argc, char** argv) {
                  "one may state noise_sigma=S")
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "Training epochs")->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("--batch-size", o.batch_size, "Training batch size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app.add_option("--hidden", o.hidden, "Width of the MLP's two hidden layers")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  app.add_option("--batch-size", o.batch_size, "Training batch size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--hidden", o.hidden, "Width of the MLP's two hidden layers")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--val-fraction", o.val_fraction, "Fraction of the rows held out for validation")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
@@ -393,13 +397,18 @@ int main(int argc, char** argv) {
   app.add_option("--suggestion", o.suggestion, "Which LR finder suggestion to train with")
       ->capture_default_str()
       ->check(CLI::IsMember({"valley", "steepest"}));
-  app.add_option("--finder-iters", o.finder_iters, "Steps of the LR range test")->capture_default_str()->check(CLI::Range(2, 100000));
-  app.add_option("--threads", o.threads, "Intra-op threads (a small MLP on small batches gains nothing from more)")
+  app.add_option("--finder-iters", o.finder_iters, "Steps of the LR range test")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 100000));
+  app.add_option("--threads", o.threads,
+                 "Intra-op threads (ops of a small MLP on batches of 32 are too small to be worth splitting)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   app.add_option("--print-every", o.print_every, "Print every N epochs (0: about ten rows)")->capture_default_str();
   app.add_option("--out", o.out, "Directory for metrics.csv/.jsonl, curves.svg and lr_find.csv/.svg (optional)");
-  app.add_flag("--recipe", o.recipe, "Run README's \"Using the library\" recipe (recipe.cpp) on the same split");
+  app.add_flag("--recipe", o.recipe,
+               "Run README's \"Using the library\" recipe (recipe.cpp) on the same split instead: its own "
+               "model, batch size and LR finder; --epochs applies");
   app.add_option("--max-val-mse", o.max_val_mse, "Exit 1 when the final validation MSE is above this (0: no check)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
