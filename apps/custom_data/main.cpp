@@ -109,6 +109,11 @@ CsvTable read_csv(const std::string& path) {
                                               "and the target",
                                               path, line_no, fields.size()));
       }
+      if (std::all_of(fields.begin(), fields.end(), [](const std::string& f) { return parse_number(f).has_value(); })) {
+        throw tk::data::DataError(fmt::format("{}:{}: the first row is all numbers; the file needs a header line "
+                                              "of column names first",
+                                              path, line_no));
+      }
       table.columns = std::move(fields);
       continue;
     }
