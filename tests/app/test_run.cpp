@@ -4,11 +4,13 @@
 // metric/monitor pair is a config error.
 #include <torch/torch.h>
 
+#include "data/read_batches.h"
 #include "support.h"
 #include "trainkit/app/config.h"
 #include "trainkit/app/run.h"
 
 using namespace trainkit;
+using trainkit::test::read_epoch;
 using trainkit::test::WhatContains;
 
 namespace {
@@ -20,14 +22,6 @@ app::Run small_run(const std::vector<std::string>& overrides) {
   return app::build_run(app::parse_config("", "test.toml", all), "test.toml");
 }
 
-std::vector<data::Batch> epoch_of(data::BatchSource& source, int64_t epoch) {
-  source.set_epoch(epoch);
-  std::vector<data::Batch> out;
-  while (auto b = source.next()) {
-    out.push_back(std::move(*b));
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -35,11 +29,11 @@ TEST_CASE("build_run: device normalization, workers and augmentation", "[app][ru
   app::Run plain = small_run({});
   CHECK(plain.device == torch::Device(torch::kCPU));  // train.device = "auto" without CUDA
   CHECK(plain.train->num_batches() == 10);
-  const auto reference = epoch_of(*plain.train, 1);
+  const auto reference = read_epoch(*plain.train, 1);
   SECTION("uint8 on the host, normalized on the device: the same batches") {
     app::Run run = small_run({"data.normalize_on_device=true"});
     CHECK(run.train_split.images.scalar_type() == torch::kByte);
-    const auto batches = epoch_of(*run.train, 1);
+    const auto batches = read_epoch(*run.train, 1);
     REQUIRE(batches.size() == reference.size());
     for (size_t i = 0; i < batches.size(); ++i) {
       INFO("batch " << i);
@@ -50,7 +44,7 @@ TEST_CASE("build_run: device normalization, workers and augmentation", "[app][ru
   }
   SECTION("worker threads: exactly the in-thread batches") {
     app::Run run = small_run({"data.workers=2"});
-    const auto batches = epoch_of(*run.train, 1);
+    const auto batches = read_epoch(*run.train, 1);
     REQUIRE(batches.size() == reference.size());
     for (size_t i = 0; i < batches.size(); ++i) {
       CHECK(torch::equal(batches[i].input(), reference[i].input()));
@@ -60,16 +54,16 @@ TEST_CASE("build_run: device normalization, workers and augmentation", "[app][ru
   SECTION("augmentation changes the batches, the same way each time") {
     app::Run a = small_run({"data.crop_padding=2", "data.horizontal_flip=true"});
     app::Run b = small_run({"data.crop_padding=2", "data.horizontal_flip=true"});
-    const auto first = epoch_of(*a.train, 1);
-    const auto second = epoch_of(*b.train, 1);
+    const auto first = read_epoch(*a.train, 1);
+    const auto second = read_epoch(*b.train, 1);
     CHECK_FALSE(torch::equal(first[0].input(), reference[0].input()));
     CHECK(torch::equal(first[3].input(), second[3].input()));
     CHECK(torch::equal(first[3].target(), reference[3].target()));
     b.train->set_epoch(1);
     b.train->skip(3);
     CHECK(torch::equal(b.train->next()->input(), first[3].input()));  // resumed mid-epoch
-    const auto val = epoch_of(*a.val, 0);  // evaluation is never augmented
-    CHECK(torch::equal(val[0].input(), epoch_of(*plain.val, 0)[0].input()));
+    const auto val = read_epoch(*a.val, 0);  // evaluation is never augmented
+    CHECK(torch::equal(val[0].input(), read_epoch(*plain.val, 0)[0].input()));
   }
 }
 

@@ -3,6 +3,7 @@
 // set_epoch + skip sees the same batches; the global generator is left untouched.
 #include <torch/torch.h>
 
+#include "data/read_batches.h"
 #include "support.h"
 #include "trainkit/data/batch.h"
 #include "trainkit/data/batch_source.h"
@@ -10,17 +11,10 @@
 #include "trainkit/data/torch_data.h"
 
 using namespace trainkit;
+using trainkit::test::read_rest;
 using trainkit::test::WhatContains;
 
 namespace {
-
-std::vector<data::Batch> drain(data::BatchSource& source) {
-  std::vector<data::Batch> out;
-  while (auto b = source.next()) {
-    out.push_back(std::move(*b));
-  }
-  return out;
-}
 
 void require_same_batches(const std::vector<data::Batch>& a, const std::vector<data::Batch>& b) {
   REQUIRE(a.size() == b.size());
@@ -81,11 +75,11 @@ TEST_CASE("FunctionSource and from_batches yield their batches per epoch and ski
       });
   CHECK(source.num_batches() == data::BatchSource::kUnknownLength);
   source.set_epoch(1);
-  CHECK(drain(source).size() == 4);
+  CHECK(read_rest(source).size() == 4);
   source.set_epoch(0);
   source.skip(2);
   calls = 0;
-  const auto rest = drain(source);
+  const auto rest = read_rest(source);
   REQUIRE(rest.size() == 1);
   CHECK(torch::equal(rest[0].input(), torch::tensor({int64_t{0}, int64_t{2}})));
   CHECK(calls == 2);  // batch 2, then the end
@@ -93,7 +87,7 @@ TEST_CASE("FunctionSource and from_batches yield their batches per epoch and ski
   auto fixed = data::from_batches({data::Batch(torch::ones({2}), torch::zeros({2})), data::Batch(torch::ones({1}), torch::zeros({1}))});
   CHECK(fixed.num_batches() == 2);
   fixed.set_epoch(5);
-  CHECK(drain(fixed).size() == 2);
+  CHECK(read_rest(fixed).size() == 2);
 }
 
 TEST_CASE("a torch::data loader with a seed yields TensorLoader's batches, epoch by epoch", "[data][source][torch_data]") {
@@ -121,7 +115,7 @@ TEST_CASE("a torch::data loader with a seed yields TensorLoader's batches, epoch
       for (int64_t epoch = 0; epoch < 3; ++epoch) {
         reference.set_epoch(epoch);
         source.set_epoch(epoch);
-        require_same_batches(drain(source), drain(reference));
+        require_same_batches(read_rest(source), read_rest(reference));
       }
       CHECK(torch::equal(torch::rand({3}), global_before));  // the sampler's draws did not touch it
       // resume: epoch 1 from batch 4
@@ -129,13 +123,13 @@ TEST_CASE("a torch::data loader with a seed yields TensorLoader's batches, epoch
       reference.skip(4);
       source.set_epoch(1);
       source.skip(4);
-      require_same_batches(drain(source), drain(reference));
+      require_same_batches(read_rest(source), read_rest(reference));
       // an epoch abandoned half-way can be restarted
       source.set_epoch(2);
       (void)source.next();
       source.set_epoch(0);
       reference.set_epoch(0);
-      require_same_batches(drain(source), drain(reference));
+      require_same_batches(read_rest(source), read_rest(reference));
     }
   }
   SECTION("uncollated batches (no Stack) are stacked") {
@@ -144,7 +138,7 @@ TEST_CASE("a torch::data loader with a seed yields TensorLoader's batches, epoch
     auto source = data::from_torch_data(*raw, data::TorchDataOptions().num_batches(4));
     CHECK(source.num_batches() == 4);
     source.set_epoch(0);
-    const auto batches = drain(source);
+    const auto batches = read_rest(source);
     REQUIRE(batches.size() == 4);
     CHECK(torch::equal(batches[3].target(), torch::arange(48, 50, torch::kLong)));
   }
@@ -158,7 +152,7 @@ TEST_CASE("a torch::data loader with a seed yields TensorLoader's batches, epoch
       return b;
     });
     source.set_epoch(0);
-    const auto batches = drain(source);
+    const auto batches = read_rest(source);
     REQUIRE(batches.size() == 2);
     CHECK(torch::equal(batches[1].input("b"), x.select(1, 1).narrow(0, 25, 25)));
   }

@@ -10,6 +10,7 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "data/read_batches.h"
 #include "support.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/parallel_loader.h"
@@ -18,6 +19,7 @@
 using trainkit::data::Batch;
 using trainkit::data::ParallelLoader;
 using trainkit::data::ParallelLoaderOptions;
+using trainkit::test::read_epoch;
 using trainkit::test::WhatContains;
 
 namespace {
@@ -27,14 +29,6 @@ Batch index_sample(int64_t i, at::Generator& gen) {
   return Batch(torch::tensor(i, torch::kInt64), torch::rand({3}, gen, torch::TensorOptions().dtype(torch::kFloat)));
 }
 
-std::vector<Batch> read_epoch(trainkit::data::BatchSource& source, int64_t epoch) {
-  source.set_epoch(epoch);
-  std::vector<Batch> out;
-  while (auto b = source.next()) {
-    out.push_back(*b);
-  }
-  return out;
-}
 
 void check_same(const std::vector<Batch>& a, const std::vector<Batch>& b) {
   REQUIRE(a.size() == b.size());

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "data/read_batches.h"
 #include "support.h"
 #include "trainkit/data/device_source.h"
 #include "trainkit/data/transforms.h"
@@ -10,6 +11,7 @@
 using trainkit::data::Batch;
 using trainkit::data::DeviceSource;
 using trainkit::data::DeviceTransformOptions;
+using trainkit::test::read_epoch;
 using trainkit::test::WhatContains;
 
 namespace {
@@ -21,14 +23,6 @@ at::Tensor images_u8(std::vector<int64_t> shape, uint64_t seed) {
   return torch::randint(0, 256, shape, gen, torch::TensorOptions().dtype(torch::kUInt8));
 }
 
-std::vector<Batch> read_epoch(trainkit::data::BatchSource& source, int64_t epoch) {
-  source.set_epoch(epoch);
-  std::vector<Batch> out;
-  while (auto b = source.next()) {
-    out.push_back(*b);
-  }
-  return out;
-}
 
 }  // namespace
 
