@@ -108,16 +108,20 @@ void ArgReader::ignore(const std::string& key) { use(key); }
 void ArgReader::fail(const std::string& key, const std::string& expected) const {
   const ArgValue* value = find_arg(*table_, key);
   if (value == nullptr) {
-    throw ArgError(fmt::format("{}: {}: expected {}", where_, key, expected));
+    throw ArgError(fmt::format("{}: {}: expected {}", where_, key, expected), key);
   }
   const std::string line = value->line() > 0 ? fmt::format(" (line {})", value->line()) : "";
-  throw ArgError(fmt::format("{}: {}: expected {}, got {}{}", where_, key, expected, value->to_string(), line));
+  throw ArgError(fmt::format("{}: {}: expected {}, got {}{}", where_, key, expected, value->to_string(), line), key);
 }
 
 void ArgReader::fail(const std::string& message) const { throw ArgError(fmt::format("{}: {}", where_, message)); }
 
+void ArgReader::fail_key(const std::string& key, const std::string& message) const {
+  throw ArgError(fmt::format("{}: {}", where_, message), key);
+}
+
 void ArgReader::missing(const std::string& key) const {
-  throw ArgError(fmt::format("{}: {} is required", where_, key));
+  throw ArgError(fmt::format("{}: {} is required", where_, key), key);
 }
 
 std::optional<int64_t> ArgReader::integer(const std::string& key) {
@@ -280,7 +284,8 @@ void ArgReader::finish(const std::string& what) const {
     if (std::find(used_.begin(), used_.end(), key) == used_.end()) {
       const std::string line = value.line() > 0 ? fmt::format(" (line {})", value.line()) : "";
       throw ArgError(fmt::format("{}: unknown key '{}'{} for {} (known: {})", where_, key, line, what,
-                                 fmt::join(used_, ", ")));
+                                 fmt::join(used_, ", ")),
+                     key);
     }
   }
 }

@@ -9,6 +9,7 @@
 using trainkit::app::ConfigError;
 using trainkit::app::parse_config;
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 
 namespace {
 
@@ -117,6 +118,15 @@ TEST_CASE("overrides given with --set are typed and validated like the file", "[
   CHECK_THROWS_WITH(parse_config("", "g.toml", {"epochs"}), Contains("section.key=value"));
   CHECK_THROWS_WITH(parse_config("optimizer = 3\n", "g.toml", {"optimizer.lr=0.1"}),
                     Contains("--set optimizer.lr=0.1") && Contains("'optimizer' must be a table"));
+  // An optimizer or scheduler key that came from --set: the --set is the culprit, not the file.
+  CHECK_THROWS_WITH(parse_config("[optimizer]\nname = \"adam\"\n", "g.toml", {"optimizer.momentum=0.9"}),
+                    StartsWith("--set optimizer.momentum=0.9: optimizer.momentum does not apply to optimizer \"adam\""));
+  CHECK_THROWS_WITH(parse_config("[optimizer]\nname = \"sgd\"\n", "g.toml", {"optimizer.lr=\"fast\""}),
+                    StartsWith("--set optimizer.lr=\"fast\": optimizer.lr: expected"));
+  CHECK_THROWS_WITH(parse_config("[optimizer]\nname = \"sgd\"\nmomentum = \"x\"\n", "g.toml", {"optimizer.lr=0.1"}),
+                    StartsWith("g.toml: optimizer.momentum: expected"));  // the file's own key still names the file
+  CHECK_THROWS_WITH(parse_config("[scheduler]\ntype = \"StepLR\"\nstep_size = 3\n", "g.toml", {"scheduler.gamma=\"x\""}),
+                    StartsWith("--set scheduler.gamma=\"x\": "));
 }
 
 TEST_CASE("the [scheduler] table is validated when the config is read", "[train][config][sched]") {

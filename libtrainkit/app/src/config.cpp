@@ -403,22 +403,39 @@ Config parse_config(const std::string& toml_text, const std::string& source,
     }
     Config config;
     read_plain_sections(config, root, source, origin);
-    const ArgTable empty;
-    const ArgValue* opt = find_arg(root, "optimizer");
-    ArgReader optimizer(opt != nullptr ? *opt->get_if<ArgTable>() : empty, source);
-    const std::string name = optimizer.string("name").value_or("adam");
-    config.optimizer = optim::parse_optimizer(name, optimizer);
+    // An error about a key that a --set gave names that --set, not the file (the table merged both).
+    const auto named = [&origin](const std::string& section, const std::string& where, const auto& parse) {
+      try {
+        parse();
+      } catch (const ArgError& e) {
+        const auto it = origin.find(section + "." + e.key());
+        const std::string what = e.what();
+        if (e.key().empty() || it == origin.end() || what.rfind(where + ": ", 0) != 0) {
+          throw;
+        }
+        throw ConfigError(it->second + ": " + what.substr(where.size() + 2), e.key());
+      }
+    };
+    named("optimizer", source, [&] {
+      const ArgTable empty;
+      const ArgValue* opt = find_arg(root, "optimizer");
+      ArgReader optimizer(opt != nullptr ? *opt->get_if<ArgTable>() : empty, source);
+      const std::string name = optimizer.string("name").value_or("adam");
+      config.optimizer = optim::parse_optimizer(name, optimizer);
+    });
     if (const ArgValue* sched = find_arg(root, "scheduler")) {
       config.scheduler_args = canonical(*sched->get_if<ArgTable>());
       if (!config.scheduler_args.empty()) {
-        config.scheduler = sched::parse_scheduler(config.scheduler_args, source + ": [scheduler]");
+        const std::string where = source + ": [scheduler]";
+        named("scheduler", where,
+              [&] { config.scheduler = sched::parse_scheduler(config.scheduler_args, where); });
       }
     }
     return config;
   } catch (const ConfigError&) {
     throw;
   } catch (const ArgError& e) {
-    throw ConfigError(e.what());
+    throw ConfigError(e.what(), e.key());
   }
 }
 

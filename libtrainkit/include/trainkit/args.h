@@ -24,7 +24,15 @@ namespace trainkit {
 /// where the table came from (a file, `--set`, code), the key and what was expected.
 class ArgError : public std::invalid_argument {
  public:
-  using std::invalid_argument::invalid_argument;
+  /// `key`: the top-level key of the table the error is about, when it is about one.
+  explicit ArgError(const std::string& message, std::string key = "")
+      : std::invalid_argument(message), key_(std::move(key)) {}
+  /// The key the error is about ("" when it is about the table as a whole), so that a caller who merged
+  /// the table from several places (a file and `--set`) can name the right one.
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string key_;
 };
 
 class ArgValue;
@@ -123,6 +131,8 @@ class ArgReader {
   [[noreturn]] void fail(const std::string& key, const std::string& expected) const;
   /// Throws "<where>: <message>".
   [[noreturn]] void fail(const std::string& message) const;
+  /// Throws "<where>: <message>" about `key` (ArgError::key()).
+  [[noreturn]] void fail_key(const std::string& key, const std::string& message) const;
 
  private:
   const ArgValue* use(const std::string& key);

@@ -85,8 +85,8 @@ OptimizerSpec parse_optimizer(const std::string& name, ArgReader& args, const st
   const auto all = entries();
   const OptimizerEntry* entry = find_entry(all, name);
   if (entry == nullptr) {
-    args.fail(fmt::format("{}.name: unknown optimizer \"{}\" (known: {})", section, name,
-                          fmt::join(names_of(all), ", ")));
+    args.fail_key("name", fmt::format("{}.name: unknown optimizer \"{}\" (known: {})", section, name,
+                                      fmt::join(names_of(all), ", ")));
   }
   OptimizerSpec spec;
   spec.name = name;
@@ -96,14 +96,14 @@ OptimizerSpec parse_optimizer(const std::string& name, ArgReader& args, const st
     if (key == kNoDecay1d) {
       const auto* b = value.get_if<bool>();
       if (b == nullptr) {
-        args.fail(fmt::format("{}.{}: expected true or false, got {}{}", section, key, value.to_string(),
-                              line_of(value)));
+        args.fail_key(key, fmt::format("{}.{}: expected true or false, got {}{}", section, key, value.to_string(),
+                                       line_of(value)));
       }
       spec.no_decay_1d = *b;
     } else if (const OptimizerArg* arg = find_arg(*entry, key)) {
       if (!arg->read(value, *spec.options)) {
-        args.fail(fmt::format("{}.{}: expected {}, got {}{}", section, key, arg->expected, value.to_string(),
-                              line_of(value)));
+        args.fail_key(key, fmt::format("{}.{}: expected {}, got {}{}", section, key, arg->expected,
+                                       value.to_string(), line_of(value)));
       }
     } else {
       std::vector<std::string> takers;
@@ -113,16 +113,16 @@ OptimizerSpec parse_optimizer(const std::string& name, ArgReader& args, const st
         }
       }
       if (!takers.empty()) {
-        args.fail(fmt::format("{}.{} does not apply to optimizer \"{}\" (only to {})", section, key, name,
-                              fmt::join(takers, ", ")));
+        args.fail_key(key, fmt::format("{}.{} does not apply to optimizer \"{}\" (only to {})", section, key,
+                                       name, fmt::join(takers, ", ")));
       }
       std::vector<std::string> known;
       for (const auto& a : entry->args) {
         known.push_back(section + "." + a.name);
       }
       known.push_back(section + "." + kNoDecay1d);
-      args.fail(fmt::format("unknown key '{}.{}'{} for optimizer \"{}\" (known: {})", section, key, line_of(value),
-                            name, fmt::join(known, ", ")));
+      args.fail_key(key, fmt::format("unknown key '{}.{}'{} for optimizer \"{}\" (known: {})", section, key,
+                                     line_of(value), name, fmt::join(known, ", ")));
     }
     args.ignore(key);
   }

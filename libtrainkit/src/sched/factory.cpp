@@ -21,7 +21,7 @@ auto located(const std::string& where, F f) -> decltype(f()) {
   try {
     return f();
   } catch (const ArgError&) {
-    throw;
+    throw;  // keeps its key
   } catch (const std::invalid_argument& e) {
     const std::string msg = e.what();
     throw ArgError(msg.rfind(where, 0) == 0 ? msg : where + ": " + msg);
