@@ -5,7 +5,9 @@
 #include <toml++/toml.h>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <exception>
 #include <string>
 
@@ -61,6 +63,14 @@ class WhatContains : public Catch::MatcherBase<std::exception> {
 };
 
 /// The directory with Debian's Fashion-MNIST files (installed by scripts/setup.sh).
+/// The whole file at `path` ("" when it cannot be read).
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 inline std::string fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }
 
 }  // namespace trainkit::test

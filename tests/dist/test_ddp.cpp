@@ -27,17 +27,11 @@
 
 using Catch::Matchers::Contains;
 using trainkit::test::TempDir;
+using trainkit::test::read_text;
 using trainkit::test::WhatContains;
 namespace td = trainkit::test::dist;
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 struct Run {
   int code;
@@ -308,10 +302,10 @@ TEST_CASE("The launcher stops the others and names the failing rank", "[dist][la
 TEST_CASE("The launcher forwards SIGTERM to the ranks", "[dist][launch]") {
   TempDir tmp("launch-signal");
   const std::string rank_cmd = "trap \"echo got TERM; exit 7\" TERM; echo ready; while :; do sleep 0.1; done";
-  // `timeout -s KILL 120` only guards against a hang: the launcher then exits 137, not 143.
-  const Run run = shell("{ timeout -s KILL 120 " + std::string(TRAINKIT_CLI_PATH) +
-                            " launch --nproc 2 --master-port 0 -- sh -c '" + rank_cmd +
-                            "' & p=$!; sleep 2; kill -TERM $p; wait $p; echo launcher exit $?; }",
+  // The SIGTERM must reach the launcher itself, so no `timeout` wraps it here (timeout would signal the
+  // whole process group, ranks included); ctest's per-test TIMEOUT is the hang guard.
+  const Run run = shell("{ " + std::string(TRAINKIT_CLI_PATH) + " launch --nproc 2 --master-port 0 -- sh -c '" +
+                            rank_cmd + "' & p=$!; sleep 2; kill -TERM $p; wait $p; echo launcher exit $?; }",
                         tmp);
   INFO(run.output);
   CHECK_THAT(run.output, Contains("[rank 0] got TERM"));

@@ -8,19 +8,9 @@
 #include "trainkit/log/metrics.h"
 
 using trainkit::test::TempDir;
+using trainkit::test::read_text;
 using trainkit::test::WhatContains;
 namespace tl = trainkit::log;
-
-namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
 
 TEST_CASE("MetricsWriter writes a column per metric of the run", "[log][metrics]") {
   TempDir tmp("metrics-writer");
