@@ -1,5 +1,7 @@
-"""Golden values for trainkit::tune (the LR finder's steepest-descent suggestion), from torch-lr-finder's own
-LRFinder.plot(suggest_lr=True) on fixed loss series. Written by scripts/gen_golden.py."""
+"""Golden values for trainkit::tune, from torch-lr-finder itself: the steepest-descent suggestion of
+LRFinder.plot(suggest_lr=True) on fixed loss series, and whole LRFinder.range_test traces (exponential and
+linear LRs, loss smoothing, the divergence stop, validation loss, accumulation). Written by
+scripts/gen_golden.py."""
 import os
 
 import matplotlib
@@ -42,4 +44,77 @@ def gen_tune(out_dir, header):
             f.write("lrs = [{}]\n".format(", ".join(repr(v) for v in lrs)))
             f.write("smoothed = [{}]\n".format(", ".join(repr(v) for v in smoothed)))
             matplotlib.pyplot.close("all")
+        gen_range_tests(f)
     print("wrote", path)
+
+
+# ---- range_test traces: torch-lr-finder's own LRFinder.range_test on a tiny float64 model and data set.
+
+def _range_data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(48, 4, generator=g, dtype=torch.float64)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).long() + (x[:, 2] > 0.8).long()
+    vx = torch.randn(32, 4, generator=g, dtype=torch.float64)
+    vy = (vx[:, 0] + 0.5 * vx[:, 1] > 0).long() + (vx[:, 2] > 0.8).long()
+    return x, y, vx, vy
+
+
+def _range_model():
+    g = torch.Generator().manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
+    return model
+
+
+# (name, range_test keyword arguments, use the validation set, expect an early stop)
+_RANGE_CASES = [
+    ("exp smoothed diverges", dict(start_lr=1e-3, end_lr=300.0, num_iter=40, step_mode="exp", smooth_f=0.05,
+                                   diverge_th=3.0), False, True),
+    ("exp full length", dict(start_lr=1e-4, end_lr=2.0, num_iter=30, step_mode="exp", smooth_f=0.05,
+                             diverge_th=5.0), False, False),
+    ("linear unsmoothed", dict(start_lr=0.01, end_lr=0.5, num_iter=12, step_mode="linear", smooth_f=0.0,
+                               diverge_th=5.0), False, False),
+    ("exp val accumulation", dict(start_lr=1e-3, end_lr=1.0, num_iter=15, step_mode="exp", smooth_f=0.2,
+                                  diverge_th=5.0, accumulation_steps=2), True, False),
+]
+
+
+def gen_range_tests(f):
+    import contextlib
+    import io
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x, y, vx, vy = _range_data()
+    f.write("\n# torch-lr-finder's LRFinder.range_test: SGD(momentum 0.9) on Linear(4,8)-Tanh-Linear(8,3), float64,\n")
+    f.write("# cross-entropy, batches of 8 in order (DataLoader shuffle=False; the iterator restarts when exhausted).\n")
+    f.write("[range_data]\nx = {}\ny = {}\nval_x = {}\nval_y = {}\n".format(
+        [float(v) for v in x.flatten()], [int(v) for v in y], [float(v) for v in vx.flatten()],
+        [int(v) for v in vy]).replace("'", ""))
+    params = [p.detach().flatten().tolist() for p in _range_model().parameters()]
+    f.write("params = [{}]\n".format(", ".join("[" + ", ".join(repr(v) for v in p) + "]" for p in params)))
+    for name, kwargs, use_val, stops in _RANGE_CASES:
+        model = _range_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        finder = LRFinder(model, opt, torch.nn.CrossEntropyLoss(), device="cpu")
+        train = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=False)
+        val = DataLoader(TensorDataset(vx, vy), batch_size=16, shuffle=False) if use_val else None
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            finder.range_test(train, val_loader=val, **kwargs)
+        lrs, losses = finder.history["lr"], finder.history["loss"]
+        stopped = len(lrs) < kwargs["num_iter"]
+        assert stopped == stops, "{}: early stop {} (expected {})".format(name, stopped, stops)
+        suggested = None
+        if len(lrs) >= 17:
+            with contextlib.redirect_stdout(io.StringIO()):
+                _, suggested = finder.plot(suggest_lr=True)
+            matplotlib.pyplot.close("all")
+        f.write("\n[[range_test]]\nname = \"{}\"\nvalidation = {}\n".format(name, "true" if use_val else "false"))
+        for k, v in kwargs.items():
+            f.write("{} = {}\n".format(k, '"' + v + '"' if isinstance(v, str) else repr(v)))
+        if suggested is not None:
+            f.write("suggested_lr = {!r}\n".format(float(suggested)))
+        f.write("lrs = [{}]\n".format(", ".join(repr(float(v)) for v in lrs)))
+        f.write("smoothed = [{}]\n".format(", ".join(repr(float(v)) for v in losses)))
