@@ -113,6 +113,10 @@ int main(int argc, char** argv) {
 
     trainkit::amp::GradScaler scaler(c10::kCPU, trainkit::amp::GradScalerOptions().init_scale(1024.0).enabled(mode == "scaler"));
     std::string skipped;
+    // Collectives started inside the backward passes: under no_sync (all but the last micro-batch of each
+    // step) and in the synchronising one.
+    trainkit::dist::CommStats comm_no_sync;
+    trainkit::dist::CommStats comm_sync;
     for (int64_t step = 0; step < total_steps; ++step) {
       if (plain) plain->zero_grad();
       if (zero) zero->zero_grad();
@@ -125,12 +129,17 @@ int main(int argc, char** argv) {
           if (mode == "scaler" && rank == 1 && step == 2) loss = loss * std::numeric_limits<double>::infinity();
           scaler.scale(loss).backward();
         };
+        const auto before = pg->stats();
         if (k + 1 < accum) {
           auto guard = ddp.no_sync();
           backward();
         } else {
           backward();
         }
+        const auto after = pg->stats();
+        auto& count = k + 1 < accum ? comm_no_sync : comm_sync;
+        count.all_reduces += after.all_reduces - before.all_reduces;
+        count.all_reduce_bytes += after.all_reduce_bytes - before.all_reduce_bytes;
       }
       if (plain) {
         if (!scaler.step(*plain)) skipped += " " + std::to_string(step);
@@ -157,6 +166,10 @@ int main(int argc, char** argv) {
     }
     std::printf("rank %lld: buckets %zu, started during backward %lld\n", static_cast<long long>(rank),
                 ddp.bucket_indices().size(), static_cast<long long>(ddp.buckets_started_early()));
+    std::printf("rank %lld: backward all-reduces: %lld (%lld bytes) under no_sync, %lld (%lld bytes) synchronising\n",
+                static_cast<long long>(rank), static_cast<long long>(comm_no_sync.all_reduces),
+                static_cast<long long>(comm_no_sync.all_reduce_bytes), static_cast<long long>(comm_sync.all_reduces),
+                static_cast<long long>(comm_sync.all_reduce_bytes));
     if (zero) {
       std::printf("rank %lld: optimizer state %lld bytes (shard of %zu parameters)\n", static_cast<long long>(rank),
                   static_cast<long long>(zero->local_state_bytes()), zero->shard(rank).size());

@@ -157,6 +157,14 @@ TEST_CASE("2-rank DDP equals one process on the full batch", "[dist][ddp]") {
       // 13 layers of 8x8+8 float64 (576 B) and a head: a 1 KiB cap makes 6 buckets (two layers each, the head with one).
       CHECK_THAT(run.output, Contains("[rank 0] rank 0: buckets 6"));
       CHECK_THAT(run.output, Contains("[rank 1] rank 1: buckets 6"));
+      // Every step all-reduces the 6 buckets once, in its last micro-batch, carrying every parameter's
+      // gradient once (12 hidden layers of 576 B + the head's 8x3+3 doubles, 216 B); the no_sync micro-batches send
+      // nothing. Averaging after every micro-batch would give the same parameters (linearity), so only
+      // these counts show that no_sync works.
+      const std::string sync_counts = std::to_string(steps * 6) + " (" + std::to_string(steps * (12 * 576 + 216)) + " bytes) synchronising";
+      for (const char* r : {"[rank 0] rank 0", "[rank 1] rank 1"}) {
+        CHECK_THAT(run.output, Contains(std::string(r) + ": backward all-reduces: 0 (0 bytes) under no_sync, " + sync_counts));
+      }
       if (std::string(v.args).empty()) {
         // All but the bucket holding the first layer start while backward still runs.
         CHECK_THAT(run.output, Contains("started during backward 5"));

@@ -11,6 +11,7 @@
 // Gloo's version, and nothing of Gloo itself is compiled here or linked (no libgloo).
 #include "trainkit/dist/process_group.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -137,6 +138,10 @@ void Work::wait() {
 bool Work::completed() const { return !impl_ || impl_->done || impl_->work->isCompleted(); }
 
 struct ProcessGroup::Impl {
+  std::atomic<int64_t> all_reduces{0};
+  std::atomic<int64_t> all_reduce_bytes{0};
+  std::atomic<int64_t> broadcasts{0};
+  std::atomic<int64_t> broadcast_bytes{0};
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> gloo;
   c10::intrusive_ptr<c10d::Backend> nccl;
@@ -265,6 +270,8 @@ Work ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
   }
   // c10d takes one tensor per local device: a list would be summed locally too.
   std::vector<at::Tensor> tensors{tensor};
+  impl_->all_reduces += 1;
+  impl_->all_reduce_bytes += static_cast<int64_t>(tensor.nbytes());
   try {
     impl->work = impl_->backend_for(tensor, "all_reduce").allreduce(tensors, opts);
   } catch (const std::exception& e) {
@@ -291,6 +298,8 @@ Work ProcessGroup::broadcast(at::Tensor tensor, int64_t root) {
   opts.rootRank = root;
   opts.timeout = options_.timeout();
   std::vector<at::Tensor> tensors{tensor};
+  impl_->broadcasts += 1;
+  impl_->broadcast_bytes += static_cast<int64_t>(tensor.nbytes());
   try {
     impl->work = impl_->backend_for(tensor, "broadcast").broadcast(tensors, opts);
   } catch (const std::exception& e) {
@@ -328,6 +337,15 @@ void ProcessGroup::broadcast_tensors(const std::vector<at::Tensor>& tensors, int
       offset += t.numel();
     }
   }
+}
+
+CommStats ProcessGroup::stats() const {
+  CommStats s;
+  s.all_reduces = impl_->all_reduces.load();
+  s.all_reduce_bytes = impl_->all_reduce_bytes.load();
+  s.broadcasts = impl_->broadcasts.load();
+  s.broadcast_bytes = impl_->broadcast_bytes.load();
+  return s;
 }
 
 void ProcessGroup::barrier() {

@@ -71,6 +71,16 @@ class Work {
 /// Reduction of all_reduce.
 enum class ReduceOp { SUM, AVG, MAX, MIN };
 
+/// What a group has sent since it was made: collectives started by this rank (world size > 1 only: a
+/// group of one sends nothing) and the bytes of the tensors they carried. Barriers count as the one-element
+/// all-reduce they are.
+struct CommStats {
+  int64_t all_reduces = 0;
+  int64_t all_reduce_bytes = 0;
+  int64_t broadcasts = 0;
+  int64_t broadcast_bytes = 0;
+};
+
 /// A group of processes and its c10d backends. Collectives must be called in the same order on every rank.
 class ProcessGroup {
  public:
@@ -111,6 +121,10 @@ class ProcessGroup {
   double all_reduce_sum(double value);
   /// Rank `root`'s `value` on every rank (e.g. a decision to stop).
   double broadcast_value(double value, int64_t root = 0);
+  /// Collectives this rank started so far (e.g. to check that DDP's no_sync sends nothing). Safe to call
+  /// while collectives start on other threads.
+  CommStats stats() const;
+
   /// Rank `root`'s flag on every rank.
   bool broadcast_flag(bool flag, int64_t root = 0) { return broadcast_value(flag ? 1.0 : 0.0, root) != 0.0; }
 
