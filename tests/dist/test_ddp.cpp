@@ -483,6 +483,23 @@ TEST_CASE("trainkit train under the launcher: [distributed], rank 0 writes, same
   CHECK(std::abs(summary_value(two_summary, "test_loss") - summary_value(one_summary, "test_loss")) < 1e-4);
   CHECK(std::filesystem::exists(tmp.str("two/metrics.csv")));
   CHECK(std::filesystem::exists(tmp.str("two/checkpoints")));
+
+  // The same micro-batches accumulated in pairs: 10 optimizer steps instead of 20, and the gradients are
+  // all-reduced once per step (no_sync over the first micro-batch of each pair), so the run sends 10 x
+  // buckets fewer all-reduces. Evaluation sums all-reduce the same in both runs. Without no_sync the counts
+  // would be equal.
+  const Run acc = shell(cli + " launch --nproc 2 --master-port 0 -- " + cli + " train --config " + config +
+                            " --set grad.accumulation_steps=2 --out " + tmp.str("acc"),
+                        tmp, "acc.txt");
+  INFO(acc.output);
+  REQUIRE(acc.code == 0);
+  const std::string acc_summary = read_text(tmp.str("acc/summary.json"));
+  CHECK(summary_value(acc_summary, "steps") == 10);
+  const auto at = two.output.find(" gradient buckets");
+  REQUIRE(at != std::string::npos);
+  const int64_t buckets = std::stoll(two.output.substr(two.output.rfind(' ', at - 1) + 1));
+  CHECK(buckets >= 1);
+  CHECK(summary_value(two_summary, "all_reduces") - summary_value(acc_summary, "all_reduces") == 10.0 * buckets);
 }
 
 TEST_CASE("trainkit train: bad distributed environment is a usage error", "[dist][cli]") {

@@ -1,11 +1,13 @@
 // Trainer: N steps + save + load into fresh objects + M steps is bitwise equal to N+M steps; hooks see
-// every step and epoch and can stop training; evaluation reports loss and accuracy.
+// every step and epoch and can stop training; evaluation reports loss and accuracy; under accumulation only
+// the last micro-batch of each window synchronises gradients (no_sync).
 #include <sstream>
 
 #include <torch/torch.h>
 
 #include "state_compare.h"
 #include "support.h"
+#include "trainkit/data/batch_source.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/train/trainer.h"
@@ -124,4 +126,48 @@ TEST_CASE("Trainer hooks see each step and epoch and can stop training", "[train
   CHECK(r1.loss == r2.loss);  // evaluation runs without dropout
   CHECK(r1.metric("accuracy") == r2.metric("accuracy"));
   CHECK(s.model->is_training());  // evaluate() restores the mode
+}
+
+TEST_CASE("Trainer holds no_sync over every micro-batch but the last of its window", "[train][trainer]") {
+  // 7 batches per epoch in windows of 3: 3, 3 and a short last window of 1. Micro-batches 0, 1, 3, 4 of
+  // each epoch run under no_sync; 2, 5 and 6 synchronise. The same with a source of unknown length, whose
+  // last batch is found by reading one ahead.
+  for (const bool known_length : {true, false}) {
+    DYNAMIC_SECTION((known_length ? "known length" : "unknown length")) {
+      auto loader = make_loader(3, 56);
+      data::FunctionSource unknown(
+          [&loader](int64_t epoch, int64_t index) -> std::optional<data::Batch> {
+            if (index == 0) loader.set_epoch(epoch);
+            return loader.next();
+          });
+      data::BatchSource& source = known_length ? static_cast<data::BatchSource&>(loader) : unknown;
+      Setup s(2, train::TrainerOptions().epochs(2).accumulation_steps(3));
+      // Gradients are None at a window's start (zero_grad sets them to None), so "with grad" at the exit of
+      // micro-batch 0 or 3 shows that its backward ran inside the guard.
+      struct Guard {
+        Guard(std::vector<std::string>& l, train::Trainer& t) : log(l), trainer(t) {}
+        Guard(const Guard&) = delete;
+        Guard& operator=(const Guard&) = delete;
+        std::vector<std::string>& log;
+        train::Trainer& trainer;
+        ~Guard() {
+          const bool has_grad = trainer.module().parameters().front().grad().defined();
+          log.push_back("exit " + std::to_string(trainer.state().batch) + (has_grad ? " with grad" : ""));
+        }
+      };
+      std::vector<std::string> log;
+      s.trainer->set_no_sync([&log, &s] {
+        log.push_back("enter " + std::to_string(s.trainer->state().batch));
+        return std::make_shared<Guard>(log, *s.trainer);
+      });
+      s.trainer->fit(source);
+      CHECK(s.trainer->state().step == 6);
+      const std::vector<std::string> expected{
+          "enter 0", "exit 0 with grad", "enter 1", "exit 1 with grad", "enter 3", "exit 3 with grad",
+          "enter 4", "exit 4 with grad",  // epoch 0
+          "enter 0", "exit 0 with grad", "enter 1", "exit 1 with grad", "enter 3", "exit 3 with grad",
+          "enter 4", "exit 4 with grad"};  // epoch 1
+      CHECK(log == expected);
+    }
+  }
 }

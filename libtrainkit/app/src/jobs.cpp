@@ -115,6 +115,14 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   result.steps = trainer.state().step;
   result.finished = trainer.state().epoch >= config.train.epochs;
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  std::string comm_json;
+  if (run.group) {
+    const dist::CommStats comm = run.group->stats();
+    result.all_reduces = comm.all_reduces;
+    result.all_reduce_bytes = comm.all_reduce_bytes;
+    comm_json = fmt::format("  \"all_reduces\": {},\n  \"all_reduce_bytes\": {},\n", comm.all_reduces,
+                            comm.all_reduce_bytes);
+  }
   if (!run.main_rank()) {
     return result;  // rank 0 writes the run directory
   }
@@ -151,10 +159,10 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
       (fs::path(plan.dir) / "summary.json").string(),
       fmt::format("{{\n{}  \"test_loss\": {:.6f},\n  \"epochs\": {},\n"
                   "  \"steps\": {},\n  \"finished\": {},\n  \"wall_seconds\": {:.3f},\n"
-                  "  \"train_samples_per_second\": {:.1f},\n  \"torch_version\": \"{}\"\n}}\n",
+                  "  \"train_samples_per_second\": {:.1f},\n{}  \"torch_version\": \"{}\"\n}}\n",
                   test_metrics_json, result.test_loss, result.epochs, result.steps,
                   result.finished ? "true" : "false", result.wall_seconds, result.train_samples_per_second,
-                  compat::torch_version()));
+                  comm_json, compat::torch_version()));
   spdlog::info("test loss {:.4f}{} after {} epochs ({} steps) in {:.1f} s; {}", result.test_loss, test_metrics_text,
                result.epochs, result.steps, result.wall_seconds, plan.dir);
   return result;

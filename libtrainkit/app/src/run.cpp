@@ -249,6 +249,10 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
         dist::DistributedDataParallelOptions().bucket_cap_mb(config.distributed.bucket_cap_mb));
     spdlog::info("distributed: {} ranks, backend {}, {} gradient buckets", run.world_size,
                  run.group->backend_name(run.device), run.ddp->bucket_indices().size());
+    // Gradient accumulation: only the last micro-batch of a window all-reduces the gradients.
+    run.trainer->set_no_sync([ddp = run.ddp.get()] {
+      return std::make_shared<dist::DistributedDataParallel::NoSyncGuard>(*ddp);
+    });
     // Evaluation sums (loss, sample count, metric statistics) over every rank's part of val and test.
     run.trainer->set_metric_reducer([group = run.group, device = run.device](at::Tensor& sums) {
       at::Tensor on_device = sums.to(device);  // NCCL reduces device tensors only

@@ -202,16 +202,23 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     int64_t window_samples = 0;
     while (next && !stop_) {
       const data::Batch batch = std::move(*next);
-      const at::Tensor loss = backward(batch, accumulation.loss_scale());
-      next = train.next();  // one batch ahead: the epoch's end is known before deciding to step
+      next = train.next();  // one batch ahead: the epoch's end is known before the backward
+      const bool last = !next.has_value();
+      const bool step_now = accumulation.sync_now() || last;
+      at::Tensor loss;
+      if (!step_now && no_sync_) {
+        // Not the window's last micro-batch: gradients only accumulate locally (e.g. DDP's no_sync).
+        const std::shared_ptr<void> guard = no_sync_();
+        loss = backward(batch, accumulation.loss_scale());
+      } else {
+        loss = backward(batch, accumulation.loss_scale());
+      }
       const int64_t n = batch.size();
       const at::Tensor weighted = loss.to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
       state_.epoch_loss_sum += weighted;
       state_.epoch_samples += n;
       window_loss += weighted;
       window_samples += n;
-      const bool last = !next.has_value();
-      const bool step_now = accumulation.sync_now() || last;
       accumulation.next();
       ++state_.batch;
       if (!step_now) {

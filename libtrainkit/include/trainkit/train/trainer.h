@@ -138,6 +138,13 @@ class Trainer {
   /// Scales the loss, unscales before clipping, skips steps with inf/NaN gradients and updates the scale;
   /// its state is saved and loaded with the Trainer's.
   void set_grad_scaler(std::shared_ptr<amp::GradScaler> scaler) { scaler_ = std::move(scaler); }
+  /// Makes a guard under which backward does not synchronise gradients across data-parallel ranks.
+  using NoSyncFn = std::function<std::shared_ptr<void>()>;
+  /// fit() calls `no_sync` before the backward of every micro-batch that is not the last of its
+  /// accumulation window and keeps the guard until that backward returns, so gradients are communicated
+  /// once per optimizer step. For DDP: `[&ddp] { return std::make_shared<DistributedDataParallel::
+  /// NoSyncGuard>(ddp); }`. Without it every backward synchronises (the same result, more traffic).
+  void set_no_sync(NoSyncFn no_sync) { no_sync_ = std::move(no_sync); }
   /// Adds a hook; hooks run in the order added.
   void add_callback(std::shared_ptr<Callback> callback) { callbacks_.push_back(std::move(callback)); }
 
@@ -192,6 +199,7 @@ class Trainer {
   std::vector<std::shared_ptr<Metric>> metrics_;
   bool metrics_set_ = false;
   std::function<void(at::Tensor&)> reducer_;
+  NoSyncFn no_sync_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::shared_ptr<sched::LRScheduler> scheduler_;
   bool scheduler_per_step_ = false;

@@ -37,6 +37,9 @@ struct TrainJobResult {
   double wall_seconds = 0;
   double train_samples_per_second = 0;
   bool finished = false;  ///< all configured epochs done (not stopped by max_steps)
+  /// Distributed runs: the all-reduces rank 0 started (gradient buckets, evaluation sums) and their bytes.
+  int64_t all_reduces = 0;
+  int64_t all_reduce_bytes = 0;
 };
 
 /// Validates the config and the run directory before writing anything, trains, evaluates on the test
