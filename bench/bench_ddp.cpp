@@ -1,6 +1,8 @@
 // bench_ddp: data-parallel scaling of the Fashion-MNIST CNN on this machine, in one run:
-//   1 rank x 1 thread vs 2 ranks x 1 thread at the same global batch (samples/s, scaling efficiency),
-//   with the all-reduce overlapped with backward (autograd hooks) and after backward;
+//   strong scaling: 1 rank x 1 thread vs 2 ranks x 1 thread at the same global batch B (each rank B/2);
+//   weak scaling (the DDP paper's method): the same per-rank batch B/2 on 1 rank and on each of 2 ranks;
+//   samples/s and scaling efficiency, with the all-reduce overlapped with backward (autograd hooks) and
+//   after backward;
 //   and all-reduce throughput of the same bytes sent per tensor, in DDP's 25 MiB buckets, and as one flat
 //   buffer. The driver starts itself as the ranks through trainkit::dist::launch (`--worker ...`).
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <map>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "trainkit/data/idx.h"
@@ -144,8 +147,8 @@ std::string self_path() { return std::filesystem::read_symlink("/proc/self/exe")
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"DDP scaling of the Fashion-MNIST CNN: 1 vs 2 ranks (1 thread each), overlap on/off, and "
-               "all-reduce per tensor vs bucketed vs flat"};
+  CLI::App app{"DDP scaling of the Fashion-MNIST CNN: 1 vs 2 ranks (1 thread each), strong (same global batch) "
+               "and weak (same per-rank batch) scaling, overlap on/off, and all-reduce per tensor vs bucketed vs flat"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t limit = 16384;
   int64_t batch_size = 128;
@@ -161,7 +164,10 @@ int main(int argc, char** argv) {
   std::vector<int64_t> sizes;
   app.add_option("--data-dir", data_dir, "Fashion-MNIST directory")->capture_default_str();
   app.add_option("--limit-train", limit, "Training examples loaded")->capture_default_str();
-  app.add_option("--batch-size", batch_size, "Global batch size")->capture_default_str();
+  app.add_option("--batch-size", batch_size,
+                 "Global batch of the strong-scaling rows; weak scaling uses half of it per rank")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
   app.add_option("--warmup", warmup, "Untimed steps first")->capture_default_str();
   app.add_option("--steps", steps, "Timed steps")->capture_default_str();
   app.add_option("--repeats", repeats, "All-reduce rounds (median)")->capture_default_str();
@@ -200,22 +206,26 @@ int main(int argc, char** argv) {
       for (auto& [k, v] : read_results(file)) results[k] = v;
     };
     const std::vector<std::string> common = {"--data-dir", data_dir, "--limit-train", std::to_string(limit),
-                                             "--batch-size", std::to_string(batch_size), "--warmup",
-                                             std::to_string(warmup), "--steps", std::to_string(steps)};
+                                             "--warmup", std::to_string(warmup), "--steps", std::to_string(steps)};
     struct Config {
-      const char* name;
+      std::string name;
       int64_t nproc;
       bool overlap;
+      int64_t global_batch;
     };
-    const std::vector<Config> configs = {{"1 rank x 1 thread", 1, true},
-                                         {"2 ranks x 1 thread, overlap on", 2, true},
-                                         {"2 ranks x 1 thread, overlap off", 2, false}};
+    const int64_t per_rank = batch_size / 2;
+    const std::vector<Config> configs = {
+        {"1 rank x 1 thread, batch " + std::to_string(batch_size), 1, true, batch_size},
+        {"1 rank x 1 thread, batch " + std::to_string(per_rank), 1, true, per_rank},
+        {"2 ranks x 1 thread x batch " + std::to_string(per_rank) + ", overlap on", 2, true, 2 * per_rank},
+        {"2 ranks x 1 thread x batch " + std::to_string(per_rank) + ", overlap off", 2, false, 2 * per_rank}};
     // Rounds interleave the configurations, so that a change in the machine's load hits them alike.
     std::vector<std::vector<double>> rates(configs.size());
     for (int64_t round = 0; round < rounds; ++round) {
       for (size_t i = 0; i < configs.size(); ++i) {
         auto args = common;
         args.insert(args.begin(), {"--worker", "train", "--overlap", configs[i].overlap ? "true" : "false"});
+        args.insert(args.end(), {"--batch-size", std::to_string(configs[i].global_batch)});
         run(configs[i].nproc, args);
         rates[i].push_back(results.at("samples_per_s"));
       }
@@ -238,15 +248,26 @@ int main(int argc, char** argv) {
       run(2, args);
     }
 
-    std::printf("\nbench_ddp: Fashion-MNIST CNN, global batch %lld, %lld timed steps, Adam, Gloo on loopback\n",
-                static_cast<long long>(batch_size), static_cast<long long>(steps));
+    std::printf("\nbench_ddp: Fashion-MNIST CNN, %lld timed steps, Adam, Gloo on loopback\n",
+                static_cast<long long>(steps));
     std::printf("(median of %lld interleaved rounds; min-max in brackets)\n", static_cast<long long>(rounds));
-    std::printf("| configuration | samples/s | vs 1 rank | scaling efficiency |\n|---|---:|---:|---:|\n");
+    std::printf("| configuration | samples/s | strong: vs 1 rank at batch %lld | strong efficiency | weak: vs 1 rank "
+                "at batch %lld | weak efficiency |\n|---|---:|---:|---:|---:|---:|\n",
+                static_cast<long long>(batch_size), static_cast<long long>(per_rank));
+    // Strong scaling compares with configuration 0 (the same global batch), weak scaling with configuration
+    // 1 (the same per-rank batch); efficiency = speedup / ranks.
+    std::vector<double> strong(configs.size()), weak(configs.size());
     for (size_t i = 0; i < configs.size(); ++i) {
-      const double ratio = train_rates[i] / train_rates[0];
-      std::printf("| %s | %.0f [%.0f-%.0f] | %.2fx | %.2f |\n", configs[i].name, train_rates[i],
+      strong[i] = train_rates[i] / train_rates[0] / static_cast<double>(configs[i].nproc);
+      weak[i] = train_rates[i] / train_rates[1] / static_cast<double>(configs[i].nproc);
+      const bool strong_row = configs[i].global_batch == batch_size;
+      const bool weak_row = configs[i].global_batch / configs[i].nproc == per_rank;
+      std::printf("| %s | %.0f [%.0f-%.0f] | %s | %s | %s | %s |\n", configs[i].name.c_str(), train_rates[i],
                   *std::min_element(rates[i].begin(), rates[i].end()), *std::max_element(rates[i].begin(), rates[i].end()),
-                  ratio, ratio / static_cast<double>(configs[i].nproc));
+                  strong_row ? fmt::format("{:.2f}x", train_rates[i] / train_rates[0]).c_str() : "",
+                  strong_row ? fmt::format("{:.2f}", strong[i]).c_str() : "",
+                  weak_row ? fmt::format("{:.2f}x", train_rates[i] / train_rates[1]).c_str() : "",
+                  weak_row ? fmt::format("{:.2f}", weak[i]).c_str() : "");
     }
     std::printf("\n| all-reduce, 2 ranks | tensors | MiB | per tensor ms | bucketed (25 MiB) ms | flat ms | "
                 "bucketed vs per tensor | flat GB/s |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -264,8 +285,8 @@ int main(int argc, char** argv) {
       out << "{\n  \"batch_size\": " << batch_size << ",\n  \"steps\": " << steps << ",\n  \"train\": [";
       for (size_t i = 0; i < configs.size(); ++i) {
         out << (i ? ", " : "") << "{\"name\": \"" << configs[i].name << "\", \"ranks\": " << configs[i].nproc
-            << ", \"samples_per_s\": " << train_rates[i] << ", \"efficiency\": "
-            << train_rates[i] / train_rates[0] / static_cast<double>(configs[i].nproc) << "}";
+            << ", \"global_batch\": " << configs[i].global_batch << ", \"samples_per_s\": " << train_rates[i]
+            << ", \"strong_efficiency\": " << strong[i] << ", \"weak_efficiency\": " << weak[i] << "}";
       }
       out << "],\n  \"allreduce\": {";
       bool first = true;
