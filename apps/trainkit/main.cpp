@@ -1,5 +1,6 @@
-// trainkit: the command-line front end. Subcommands: train, lr-find, batch-size, launch.
+// trainkit: the command-line front end. Subcommands: train, lr-find, batch-size, checkpoint, launch.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "trainkit/app/config.h"
 #include "trainkit/app/jobs.h"
 #include "trainkit/app/main.h"
+#include "trainkit/train/checkpoint.h"
 #include "trainkit/version.h"
 
 namespace {
@@ -84,6 +86,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   batch_size->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  std::vector<std::string> checkpoint_files;
+  auto* checkpoint = app.add_subcommand(
+      "checkpoint", "Verify checkpoint files (header, size, CRC, archive) and print each one's position and a "
+                    "digest of its model, trainer position and RNG state (equal digests: bitwise-equal runs)");
+  checkpoint->add_option("files", checkpoint_files, "Checkpoint files (.tkpt)")->required();
 #if TRAINKIT_WITH_DISTRIBUTED
   trainkit::dist::LaunchOptions launch_options;
   int64_t nproc = launch_options.nproc();
@@ -116,6 +123,20 @@ int main(int argc, char** argv) {
       trainkit::app::run_train_job(train_options);
       return 0;
     });
+  }
+  if (checkpoint->parsed()) {
+    int code = 0;
+    for (const auto& file : checkpoint_files) {
+      try {
+        const auto d = trainkit::train::digest_checkpoint(file);
+        std::cout << fmt::format("{}: ok, epoch {} batch {} step {}, {} model tensors, digest {:016x}\n", file,
+                                 d.epoch, d.batch, d.step, d.tensors, d.digest);
+      } catch (const std::exception& e) {
+        std::cerr << "checkpoint: " << e.what() << "\n";
+        code = 1;
+      }
+    }
+    return code;
   }
 #if TRAINKIT_WITH_DISTRIBUTED
   if (launch->parsed()) {

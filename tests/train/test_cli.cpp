@@ -1,12 +1,15 @@
-// `trainkit train` as a process: exit codes and messages for bad input with nothing written, and a run
-// interrupted and resumed in a second process that ends bitwise equal to an uninterrupted one.
+// `trainkit train` as a process: exit codes and messages for bad input with nothing written, a run
+// interrupted and resumed in a second process that ends bitwise equal to an uninterrupted one, checkpoint
+// digests, a file-size limit during a save (clear error, previous checkpoint kept), and stale temporaries.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "state_compare.h"
@@ -166,6 +169,80 @@ TEST_CASE("trainkit train resumes bitwise identically in a second process", "[cl
   CHECK(fs::exists(split + "/metrics.jsonl"));
   CHECK_THAT(read_file(split + "/curves.svg"), Contains("validation accuracy") && Contains("<polyline"));
   CHECK(trainkit::train::CheckpointManager(split + "/checkpoints", 2).list().size() == 2);  // keep_last
+
+  // digest_checkpoint (and `trainkit checkpoint`) tell the two runs' final checkpoints equal, and two
+  // epochs of one run apart, although the files' bytes differ (LibTorch keys optimizer state by address).
+  const auto da = trainkit::train::digest_checkpoint(straight + "/checkpoints/ckpt-000000030.tkpt");
+  const auto db = trainkit::train::digest_checkpoint(split + "/checkpoints/ckpt-000000030.tkpt");
+  CHECK(da.digest == db.digest);
+  CHECK(da.step == 30);
+  CHECK(da.epoch == 3);
+  CHECK(da.tensors == 16);  // 2 convs + 2 linears (weight, bias), 2 batch norms (5 tensors each)
+  CHECK(trainkit::train::digest_checkpoint(straight + "/checkpoints/ckpt-000000020.tkpt").digest != da.digest);
+  r = trainkit_cli("checkpoint " + straight + "/checkpoints/ckpt-000000030.tkpt", tmp);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.output, Contains(fmt::format("ok, epoch 3 batch 0 step 30, 16 model tensors, digest {:016x}", da.digest)));
+}
+
+TEST_CASE("trainkit train under a file-size limit fails clearly and keeps the previous checkpoint", "[cli][checkpoint]") {
+  TempDir tmp("cli-fsize");
+  const std::string config = tiny_config(tmp);
+  const std::string run = tmp.str("run");
+  Run r = trainkit_cli("train --config " + config + " --out " + run + " --set train.max_steps=10", tmp);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const std::string ckpt = run + "/checkpoints/ckpt-000000010.tkpt";
+  REQUIRE(fs::exists(ckpt));
+  const std::string before = read_file(ckpt);
+  REQUIRE(before.size() > 100 * 1024);
+
+  // A 64-block limit (32-64 KiB, by shell): the small run files fit, the next checkpoint does not. The CLI
+  // ignores SIGXFSZ, so the write fails with EFBIG instead of the signal killing the process.
+  const std::string log = tmp.str("fsize-output.txt");
+  const int status = std::system(("ulimit -f 64 && " + std::string(TRAINKIT_CLI_PATH) + " train --config " + config +
+                                  " --out " + run + " --resume auto > " + log + " 2>&1")
+                                     .c_str());
+  const std::string output = read_file(log);
+  INFO(output);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK_THAT(output, Contains("checkpoint: ") && Contains("ckpt-000000020.tkpt") && Contains("write failed: File too large"));
+  CHECK(read_file(ckpt) == before);
+  CHECK_FALSE(fs::exists(run + "/checkpoints/ckpt-000000020.tkpt"));
+  for (const auto& entry : fs::directory_iterator(run + "/checkpoints")) {
+    CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);  // the temporary is removed
+  }
+
+  // Without the limit the run resumes from the kept checkpoint and completes.
+  r = trainkit_cli("train --config " + config + " --out " + run + " --resume auto", tmp);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.output, Contains("resumed from") && Contains("ckpt-000000010.tkpt"));
+  CHECK(fs::exists(run + "/checkpoints/ckpt-000000030.tkpt"));
+}
+
+TEST_CASE("a checkpoint temporary left by a killed writer is removed by the next save", "[train][checkpoint]") {
+  TempDir tmp("ckpt-stale");
+  const std::string dir = tmp.str("ckpts");
+  fs::create_directories(dir);
+  // A pid that does not run: a child that has exited and been reaped.
+  const pid_t dead = ::fork();
+  if (dead == 0) {
+    ::_exit(0);
+  }
+  REQUIRE(dead > 0);
+  int status = 0;
+  ::waitpid(dead, &status, 0);
+  const std::string stale = dir + "/.ckpt-000000004.tkpt.tmp." + std::to_string(dead);
+  const std::string alive = dir + "/.ckpt-000000004.tkpt.tmp." + std::to_string(::getppid());  // a running writer
+  std::ofstream(stale) << "torn";
+  std::ofstream(alive) << "in progress";
+  trainkit::train::CheckpointManager manager(dir, 2);
+  torch::serialize::OutputArchive archive;
+  archive.write("x", torch::ones({2}));
+  manager.save(5, archive);
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(fs::exists(alive));
+  CHECK(manager.list().size() == 1);
 }
 
 TEST_CASE("trainkit train runs with bf16 autocast, a GradScaler, accumulation and clipping", "[cli][amp][grad]") {

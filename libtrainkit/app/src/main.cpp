@@ -1,5 +1,7 @@
 #include "trainkit/app/main.h"
 
+#include <csignal>
+
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -11,6 +13,9 @@
 namespace trainkit::app {
 
 int run_main(const std::function<int()>& body) {
+  // A file-size limit (RLIMIT_FSIZE) then fails the write with EFBIG and a message naming the file, as a
+  // full disk does, instead of killing the process with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     return body();
   } catch (const ConfigError& e) {

@@ -1,6 +1,7 @@
 #include "trainkit/train/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -13,6 +14,7 @@
 #include <regex>
 #include <sstream>
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -87,7 +89,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes,
       out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
       out.flush();
       if (!out) {
-        throw CheckpointError(fmt::format("{}: write failed (disk full?)", tmp.string()));
+        const int err = errno;
+        throw CheckpointError(fmt::format("{}: write failed: {} (disk full or file size limit?)", tmp.string(),
+                                          std::strerror(err)));
       }
     }
     fsync_path(tmp.string(), O_RDONLY);
@@ -159,6 +163,88 @@ void load_checkpoint(const std::string& path, torch::serialize::InputArchive& ar
   }
 }
 
+namespace {
+
+struct Fnv1a {
+  uint64_t h = 1469598103934665603ull;
+  void add(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) {
+      h = (h ^ p[i]) * 1099511628211ull;
+    }
+  }
+  void add(const std::string& s) {
+    add(s.data(), s.size());
+    add("\0", 1);
+  }
+  void add(const at::Tensor& t) {
+    const at::Tensor c = t.detach().cpu().contiguous();
+    add(std::string(c10::toString(c.scalar_type())));
+    for (const int64_t d : c.sizes()) {
+      add(&d, sizeof d);
+    }
+    add(c.data_ptr(), c.nbytes());
+  }
+};
+
+// Every tensor under `archive`, nested archives (submodules) included, by dotted name.
+void collect_tensors(torch::serialize::InputArchive& archive, const std::string& prefix,
+                     std::vector<std::pair<std::string, at::Tensor>>& out) {
+  for (const std::string& key : archive.keys()) {
+    at::Tensor t;
+    if (archive.try_read(key, t)) {
+      out.emplace_back(prefix + key, t);
+      continue;
+    }
+    torch::serialize::InputArchive child;
+    if (archive.try_read(key, child)) {
+      collect_tensors(child, prefix + key + ".", out);
+    }
+  }
+}
+
+}  // namespace
+
+CheckpointDigest digest_checkpoint(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  load_checkpoint(path, archive);
+  CheckpointDigest d;
+  Fnv1a hash;
+  try {
+    torch::serialize::InputArchive model;
+    if (!archive.try_read("model", model)) {
+      throw CheckpointError(fmt::format("{}: no \"model\" entry (not written by Trainer::save)", path));
+    }
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    collect_tensors(model, "", tensors);
+    std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [name, t] : tensors) {
+      hash.add(name);
+      hash.add(t);
+    }
+    d.tensors = static_cast<int64_t>(tensors.size());
+    for (const auto& [key, field] : {std::pair<const char*, int64_t*>{"trainer/epoch", &d.epoch},
+                                     {"trainer/batch", &d.batch},
+                                     {"trainer/step", &d.step}}) {
+      at::Tensor t;
+      if (archive.try_read(key, t)) {
+        *field = t.item<int64_t>();
+        hash.add(key);
+        hash.add(t);
+      }
+    }
+    at::Tensor rng;
+    if (archive.try_read("rng/cpu", rng)) {
+      hash.add("rng/cpu");
+      hash.add(rng);
+    }
+  } catch (const c10::Error& e) {
+    throw CheckpointError(fmt::format("{}: unreadable entry: {}", path, e.what_without_backtrace()));
+  }
+  d.digest = hash.h;
+  return d;
+}
+
 CheckpointManager::CheckpointManager(std::string dir, int64_t keep_last)
     : dir_(std::move(dir)), keep_last_(keep_last) {
   if (keep_last_ < 1) {
@@ -170,6 +256,7 @@ std::string CheckpointManager::save(int64_t step, torch::serialize::OutputArchiv
   fs::create_directories(dir_);
   const std::string path = (fs::path(dir_) / fmt::format("ckpt-{:09d}.tkpt", step)).string();
   save_checkpoint(path, archive, before_rename_);
+  remove_stale_temporaries();
   auto files = list();
   const auto keep = static_cast<size_t>(keep_last_);
   for (size_t i = 0; files.size() > keep && i < files.size() - keep; ++i) {
@@ -180,6 +267,27 @@ std::string CheckpointManager::save(int64_t step, torch::serialize::OutputArchiv
     }
   }
   return path;
+}
+
+void CheckpointManager::remove_stale_temporaries() const {
+  // write_file_atomic names its temporary ".<name>.tmp.<pid>"; a writer that was killed leaves it behind.
+  static const std::regex temporary(R"(\.ckpt-\d+\.tkpt\.tmp\.(\d+))");
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, temporary)) {
+      continue;
+    }
+    const auto pid = static_cast<pid_t>(std::stoll(m[1].str()));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) {
+      continue;  // its writer may still run
+    }
+    std::error_code ignored;
+    if (fs::remove(entry.path(), ignored)) {
+      spdlog::info("removed {} (left by a writer that was killed mid-save)", entry.path().string());
+    }
+  }
 }
 
 std::vector<std::string> CheckpointManager::list() const {

@@ -41,13 +41,32 @@ void save_checkpoint(const std::string& path, torch::serialize::OutputArchive& a
 /// Reads and verifies the checkpoint at `path` into `archive`; throws CheckpointError naming the file.
 void load_checkpoint(const std::string& path, torch::serialize::InputArchive& archive);
 
+/// What a checkpoint of Trainer::save holds, reduced to numbers that compare runs with each other.
+struct CheckpointDigest {
+  int64_t epoch = -1;  ///< the trainer position (-1 when the checkpoint has none)
+  int64_t batch = -1;
+  int64_t step = -1;
+  int64_t tensors = 0;  ///< model tensors digested
+  /// FNV-1a 64 over the model's tensors (names sorted; name, dtype, shape and bytes of each), the position
+  /// and the CPU RNG state.
+  uint64_t digest = 0;
+};
+
+/// Verifies the checkpoint at `path` (as load_checkpoint does) and digests its model (every tensor under
+/// "model"), trainer position and CPU RNG state: equal digests mean bitwise-equal models at the same
+/// position with the same RNG. The optimizer's state is not digested, because LibTorch keys it by tensor
+/// address, which differs from process to process (a wrong optimizer state still shows in the next
+/// checkpoints' models). Throws CheckpointError naming the file.
+CheckpointDigest digest_checkpoint(const std::string& path);
+
 /// Keeps numbered checkpoints `ckpt-<step>.tkpt` in one directory and deletes all but the newest K.
 class CheckpointManager {
  public:
   /// Checkpoints go to `dir` (created on first save); `keep_last` >= 1 of them are kept.
   CheckpointManager(std::string dir, int64_t keep_last);
 
-  /// Saves the checkpoint of `step` atomically, then prunes old ones. Returns its path.
+  /// Saves the checkpoint of `step` atomically, then prunes old ones and the temporary files that writers
+  /// killed mid-save left behind (those of processes that no longer run). Returns its path.
   std::string save(int64_t step, torch::serialize::OutputArchive& archive);
   /// Checkpoint files in the directory, oldest step first (temporary files are ignored).
   std::vector<std::string> list() const;
@@ -60,6 +79,8 @@ class CheckpointManager {
   const std::string& dir() const { return dir_; }
 
  private:
+  void remove_stale_temporaries() const;
+
   std::string dir_;
   int64_t keep_last_;
   std::function<void()> before_rename_;

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Kill-anywhere check of `trainkit train`: SIGKILLs a small training run at random moments (start-up,
+# steps, checkpoint writes, the end), resumes it each time with `--resume auto`, and checks that the
+# run it finally completes ends bitwise equal to an uninterrupted one and that no damaged checkpoint was
+# ever met. Rounds (a fresh run each) repeat until --kills kills were made.
+#
+# Usage: scripts/kill_anywhere.sh --cli build/apps/trainkit [--kills 50] [--seed 1] [--work DIR]
+#                                 [--data-dir DIR]
+# Prints one line per round and a summary; exits 1 (naming the round and the reason) on any departure.
+set -euo pipefail
+
+cli=""
+kills_wanted=50
+seed=1
+work=""
+data_dir=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cli) cli="$2"; shift 2 ;;
+    --kills) kills_wanted="$2"; shift 2 ;;
+    --seed) seed="$2"; shift 2 ;;
+    --work) work="$2"; shift 2 ;;
+    --data-dir) data_dir="$2"; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "kill_anywhere: unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$cli" ] || [ ! -x "$cli" ]; then
+  echo "kill_anywhere: --cli must name the trainkit executable (got '${cli}')" >&2
+  exit 2
+fi
+if [ -z "$work" ]; then
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+fi
+mkdir -p "$work"
+RANDOM=$seed
+
+# A small run that checkpoints after every step, so that many kills land in a checkpoint write.
+config="$work/kill.toml"
+{
+  echo "[data]"
+  [ -n "$data_dir" ] && echo "dir = \"$data_dir\""
+  echo "val_size = 100"
+  echo "limit_train = 600"
+  echo "limit_test = 200"
+  echo "[model]"
+  echo "channels = [4, 8]"
+  echo "hidden = 16"
+  echo "[optimizer]"
+  echo "name = \"adamw\""
+  echo "lr = 0.003"
+  echo "[train]"
+  echo "epochs = 3"
+  echo "batch_size = 25"
+  echo "seed = 3"
+  echo "threads = 1"
+  echo "[checkpoint]"
+  echo "every_steps = 1"
+  echo "keep_last = 2"
+  echo "[log]"
+  echo "every_steps = 5"
+  echo "progress = \"lines\""
+} >"$config"
+
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+final_digest() {  # the digest of a run directory's newest checkpoint
+  local newest
+  newest=$(ls "$1"/checkpoints/ckpt-*.tkpt | sort | tail -n 1)
+  "$cli" checkpoint "$newest" | sed 's/.*: ok, //'
+}
+
+start=$(now_ms)
+"$cli" train --config "$config" --out "$work/reference" >"$work/reference.log" 2>&1 || {
+  echo "kill_anywhere: the uninterrupted reference run failed:" >&2
+  cat "$work/reference.log" >&2
+  exit 1
+}
+reference_ms=$(( $(now_ms) - start ))
+reference=$(final_digest "$work/reference")
+echo "reference run: ${reference_ms} ms, final checkpoint: $reference"
+
+# Each attempt is killed after a delay drawn uniformly from [0, reference_ms]: short delays kill during
+# start-up and resume, long ones late in the run, and every_steps = 1 makes most of the training time a
+# checkpoint write.
+kills=0
+mid_save=0
+round=0
+attempts_total=0
+while [ "$kills" -lt "$kills_wanted" ]; do
+  round=$((round + 1))
+  run="$work/round-$round"
+  round_kills=0
+  for attempt in $(seq 1 1000); do
+    attempts_total=$((attempts_total + 1))
+    "$cli" train --config "$config" --out "$run" --resume auto >>"$run.log" 2>&1 &
+    pid=$!
+    delay_ms=$(( (RANDOM * 32768 + RANDOM) % (reference_ms + 1) ))
+    sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
+    kill -9 "$pid" 2>/dev/null || true
+    rc=0
+    { wait "$pid"; } 2>/dev/null || rc=$?
+    if [ "$rc" -eq 0 ]; then
+      break  # finished before the signal
+    fi
+    if [ "$rc" -ne 137 ]; then
+      echo "kill_anywhere: round $round attempt $attempt: trainkit train exited $rc, not killed:" >&2
+      tail -n 20 "$run.log" >&2
+      exit 1
+    fi
+    kills=$((kills + 1))
+    round_kills=$((round_kills + 1))
+    if ls -A "$run/checkpoints" 2>/dev/null | grep -q '\.tmp\.'; then
+      mid_save=$((mid_save + 1))  # a temporary file: killed while writing a checkpoint
+    fi
+  done
+  if grep -q "skipping damaged checkpoint" "$run.log"; then
+    echo "kill_anywhere: round $round met a damaged checkpoint:" >&2
+    grep "skipping damaged checkpoint" "$run.log" >&2
+    exit 1
+  fi
+  if ls -A "$run/checkpoints" | grep -q '\.tmp\.'; then
+    echo "kill_anywhere: round $round: temporary files left in $run/checkpoints after the run completed" >&2
+    exit 1
+  fi
+  got=$(final_digest "$run")
+  if [ "$got" != "$reference" ]; then
+    echo "kill_anywhere: round $round ($round_kills kills): final checkpoint differs from the reference" >&2
+    echo "  reference: $reference" >&2
+    echo "  this run:  $got" >&2
+    exit 1
+  fi
+  resumes=$(grep -c "resumed from" "$run.log" || true)
+  echo "round $round: $round_kills kills, $resumes resumes from a checkpoint, final checkpoint bitwise equal"
+done
+echo "kill_anywhere: $kills kills in $round rounds ($mid_save during a checkpoint write, $attempts_total runs" \
+     "started); every round ended bitwise equal to the uninterrupted run; no damaged checkpoint was met"
