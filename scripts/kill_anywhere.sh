@@ -80,9 +80,9 @@ reference_ms=$(( $(now_ms) - start ))
 reference=$(final_digest "$work/reference")
 echo "reference run: ${reference_ms} ms, final checkpoint: $reference"
 
-# Each attempt is killed after a delay drawn uniformly from [0, reference_ms]: short delays kill during
-# start-up and resume, long ones late in the run, and every_steps = 1 makes most of the training time a
-# checkpoint write.
+# Each attempt is killed after a delay drawn uniformly from [0, reference_ms] (short delays kill during
+# start-up and resume, long ones late in the run), every other one only once the next checkpoint write
+# has begun after that delay.
 kills=0
 mid_save=0
 round=0
@@ -97,6 +97,11 @@ while [ "$kills" -lt "$kills_wanted" ]; do
     pid=$!
     delay_ms=$(( (RANDOM * 32768 + RANDOM) % (reference_ms + 1) ))
     sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
+    if (( RANDOM % 2 )); then
+      # Every other attempt waits from there for the next checkpoint's temporary file to appear and kills
+      # at once: inside the write, the fsyncs or just after the rename.
+      while kill -0 "$pid" 2>/dev/null && ! compgen -G "$run/checkpoints/.ckpt-*.tmp.*" >/dev/null; do :; done
+    fi
     kill -9 "$pid" 2>/dev/null || true
     rc=0
     { wait "$pid"; } 2>/dev/null || rc=$?
