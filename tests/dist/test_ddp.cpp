@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "dist/dist_common.h"
@@ -500,6 +501,57 @@ TEST_CASE("trainkit train under the launcher: [distributed], rank 0 writes, same
   const int64_t buckets = std::stoll(two.output.substr(two.output.rfind(' ', at - 1) + 1));
   CHECK(buckets >= 1);
   CHECK(summary_value(two_summary, "all_reduces") - summary_value(acc_summary, "all_reduces") == 10.0 * buckets);
+}
+
+TEST_CASE("trainkit train under the launcher: a stopped rank ends the job, which then resumes", "[dist][cli][fault]") {
+  TempDir tmp("dist-stall");
+  const std::string config = tmp.str("stall.toml");
+  std::ofstream(config) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n"
+                           "[model]\nchannels = [4, 8]\nhidden = 16\n"
+                           "[train]\nepochs = 40\nbatch_size = 25\nseed = 3\nthreads = 1\n"
+                           "[checkpoint]\nevery_steps = 5\n[log]\nevery_steps = 5\nprogress = \"lines\"\n"
+                           "[distributed]\nbackend = \"gloo\"\ntimeout = 3\n";
+  const std::string cli = TRAINKIT_CLI_PATH;
+  const std::string run_dir = tmp.str("run");
+  // Once the first checkpoint exists, rank 1 (the process of this run whose environment has RANK=1) gets
+  // SIGSTOP. `timeout -s KILL 120` only guards against a hang (exit 137 then).
+  const std::string script = tmp.str("stall.sh");
+  std::ofstream(script)
+      << "timeout -s KILL 120 " << cli << " launch --nproc 2 --master-port 0 -- " << cli << " train --config "
+      << config << " --out " << run_dir << " &\n"
+      << "launcher=$!\n"
+      << "for i in $(seq 1200); do ls " << run_dir << "/checkpoints/ckpt-*.tkpt >/dev/null 2>&1 && break; sleep 0.05; done\n"
+      << "for p in $(pgrep -f -- '--out " << run_dir << "'); do\n"
+      << "  if tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1; then kill -STOP $p; echo stopped rank 1; fi\n"
+      << "done\n"
+      << "t0=$(date +%s%N)\n"
+      << "wait $launcher; echo \"launcher exit $?\"\n"
+      << "echo \"the job ended $(( ($(date +%s%N) - t0) / 1000000 )) ms after the stop\"\n"
+      << "echo \"left: $(pgrep -f -- '--out " << run_dir << "' | wc -l)\"\n";
+  const Run stalled = shell("bash " + script, tmp, "stall.txt");
+  INFO(stalled.output);
+  CHECK_THAT(stalled.output, Contains("stopped rank 1"));
+  // Rank 0's all-reduce fails at the 3 s timeout, naming the collective; the launcher then ends rank 1
+  // (SIGTERM, then SIGKILL since a stopped process cannot act on TERM) and exits 1 naming rank 0.
+  CHECK_THAT(stalled.output, Contains("all_reduce"));
+  CHECK_THAT(stalled.output, Contains("launch: failed: rank 0"));
+  CHECK_THAT(stalled.output, Contains("launcher exit 1"));
+  CHECK_THAT(stalled.output, Contains("left: 0"));  // no rank survives the job
+  // The job resumes from the newest checkpoint under the launcher and trains 10 more steps.
+  int64_t newest = 0;
+  for (const auto& path : trainkit::train::CheckpointManager(run_dir + "/checkpoints", 3).list()) {
+    const std::string name = std::filesystem::path(path).filename().string();  // ckpt-<step>.tkpt
+    newest = std::max<int64_t>(newest, std::stoll(name.substr(5, 9)));
+  }
+  REQUIRE(newest >= 5);
+  const Run resumed = shell("timeout -s KILL 120 " + cli + " launch --nproc 2 --master-port 0 -- " + cli +
+                                " train --config " + config + " --out " + run_dir + " --resume auto --set train.max_steps=" +
+                                std::to_string(newest + 10),
+                            tmp, "resumed.txt");
+  INFO(resumed.output);
+  CHECK(resumed.code == 0);
+  CHECK_THAT(resumed.output, Contains("resumed from"));
+  CHECK(std::filesystem::exists(run_dir + "/checkpoints/" + fmt::format("ckpt-{:09d}.tkpt", newest + 10)));
 }
 
 TEST_CASE("trainkit train: bad distributed environment is a usage error", "[dist][cli]") {
