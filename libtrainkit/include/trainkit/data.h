@@ -5,6 +5,7 @@
 #include "trainkit/data/batch.h"
 #include "trainkit/data/batch_source.h"
 #include "trainkit/data/device_source.h"
+#include "trainkit/data/cifar.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/parallel_loader.h"
 #include "trainkit/data/tensor_loader.h"
