@@ -15,6 +15,7 @@
 #include "trainkit/app/toml_args.h"
 #include "trainkit/dist/ddp.h"
 #include "trainkit/dist/process_group.h"
+#include "trainkit/nn/init.h"
 #include "trainkit/nn/models.h"
 
 #include "trainkit/train/metric.h"
@@ -206,6 +207,15 @@ const std::vector<Key>& keys() {
                    as_float(n, w, 0.0, 1.0, false, true)),
       TRAINKIT_KEY(model, batch_norm, "boolean", "cnn: batch normalization after each convolution",
                    as_bool(n, w)),
+      TRAINKIT_KEY(model, checkpoint_segments, "integer >= 0",
+                   "Activation checkpointing: train with nn::checkpoint_sequential in this many segments, "
+                   "recomputing all but the last in backward (0 = off; at most the number of modules)",
+                   as_int(n, w, 0)),
+      TRAINKIT_KEY(model, init, "\"default\" or \"kaiming_normal\" or \"kaiming_uniform\" or \"xavier_normal\" or "
+                   "\"xavier_uniform\" or \"lecun_normal\"",
+                   "Weight initialization (nn::init::scheme): default is LibTorch's; the others set Linear/Conv "
+                   "weights by their formula, biases 0, BatchNorm weight 1",
+                   as_choice(n, w, nn::init::scheme_names())),
       TRAINKIT_KEY(train, epochs, "integer >= 1", "Passes over the training set", as_int(n, w, 1)),
       TRAINKIT_KEY(train, batch_size, "integer >= 1", "Training batch size (per rank when distributed)",
                    as_int(n, w, 1)),

@@ -14,17 +14,33 @@
 #include "trainkit/data/parallel_loader.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/log/progress.h"
+#include "trainkit/nn/checkpoint.h"
+#include "trainkit/nn/init.h"
 #include "trainkit/nn/models.h"
 
 namespace trainkit::app {
 namespace {
 
-torch::nn::Sequential make_model(const ModelConfig& m) {
-  if (m.name == "mlp") {
-    return nn::make_mlp(nn::MlpOptions().hidden({m.hidden}).dropout(m.dropout));
+torch::nn::Sequential make_model(const ModelConfig& m, const std::string& source) {
+  torch::nn::Sequential model =
+      m.name == "mlp" ? nn::make_mlp(nn::MlpOptions().hidden({m.hidden}).dropout(m.dropout))
+                      : nn::make_cnn(nn::CnnOptions().channels(m.channels).hidden(m.hidden).dropout(m.dropout).batch_norm(
+                            m.batch_norm));
+  nn::init::apply(*model, nn::init::scheme(m.init));
+  if (m.checkpoint_segments > static_cast<int64_t>(model->size())) {
+    throw ConfigError(fmt::format("{}: model.checkpoint_segments ({}) must be at most the model's {} modules", source,
+                                  m.checkpoint_segments, model->size()));
   }
-  return nn::make_cnn(
-      nn::CnnOptions().channels(m.channels).hidden(m.hidden).dropout(m.dropout).batch_norm(m.batch_norm));
+  return model;
+}
+
+/// The model's forward: checkpoint_sequential when model.checkpoint_segments > 0 (a plain forward when grad
+/// is disabled, as in evaluation).
+train::ForwardFn model_forward(const torch::nn::Sequential& model, int64_t segments) {
+  if (segments == 0) {
+    return train::forward_first_input(model);
+  }
+  return [model, segments](const data::Batch& batch) { return nn::checkpoint_sequential(model, segments, batch.input()); };
 }
 
 data::ImageSet slice(const data::ImageSet& s, int64_t start, int64_t len) {
@@ -215,12 +231,13 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   }
   load_data(run, config, source);
   torch::manual_seed(static_cast<uint64_t>(config.train.seed));
-  run.model = make_model(config.model);
+  run.model = make_model(config.model, source);
   run.model->to(run.device);
   run.optimizer = optim::make_optimizer(config.optimizer, run.model->parameters());
   run.steps_per_epoch =
       (run.train->num_batches() + config.grad.accumulation_steps - 1) / config.grad.accumulation_steps;
-  run.trainer = std::make_unique<train::Trainer>(run.model, *run.optimizer,
+  run.trainer = std::make_unique<train::Trainer>(run.model.ptr(), model_forward(run.model, config.model.checkpoint_segments),
+                                                 *run.optimizer,
                                                  train::TrainerOptions()
                                                      .epochs(config.train.epochs)
                                                      .max_steps(config.train.max_steps)

@@ -1,4 +1,6 @@
 #pragma once
 /// @file
-/// Reference models.
+/// Reference models, activation checkpointing, initialization.
+#include "trainkit/nn/checkpoint.h"
+#include "trainkit/nn/init.h"
 #include "trainkit/nn/models.h"

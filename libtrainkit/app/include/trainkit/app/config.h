@@ -41,6 +41,8 @@ struct ModelConfig {
   int64_t hidden = 0;
   double dropout = 0;
   bool batch_norm = false;
+  int64_t checkpoint_segments = 0;
+  std::string init = "default";
 };
 
 /// `[train]`: the loop.
