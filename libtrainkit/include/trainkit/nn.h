@@ -1,6 +1,7 @@
 #pragma once
 /// @file
-/// Reference models, activation checkpointing, initialization.
+/// Reference models (CNN, MLP, ResNets), activation checkpointing, initialization.
 #include "trainkit/nn/checkpoint.h"
 #include "trainkit/nn/init.h"
 #include "trainkit/nn/models.h"
+#include "trainkit/nn/resnet.h"
