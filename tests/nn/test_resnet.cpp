@@ -1,10 +1,12 @@
 // ResNets: parameter counts equal He et al.'s architecture counted layer by layer (ResNet-20/32/56: the
 // paper's 0.27M/0.46M/0.85M) and ResNet-18's small-image variant; output shapes for 28x28 and 32x32
 // inputs; option-A shortcuts pad channels with zeros; zero_init_residual makes each block the identity
-// before its final ReLU; bad depths are named.
+// before its final ReLU; bad depths are named; `model.name = "resnet"` in the config builds it.
 #include <torch/torch.h>
 
 #include "support.h"
+#include "trainkit/app/config.h"
+#include "trainkit/app/run.h"
 #include "trainkit/nn/resnet.h"
 
 using namespace trainkit;
@@ -77,4 +79,24 @@ TEST_CASE("ResNet blocks: option-A shortcut pads with zeros; zero_init_residual 
     }
   }
   CHECK(blocks == 9);
+}
+
+TEST_CASE("config: model.name = \"resnet\" with model.depth builds the CIFAR ResNet for 1-channel images",
+          "[nn][resnet][config]") {
+  const auto c = app::parse_config("[model]\nname = \"resnet\"\ndepth = 32\nzero_init_residual = true\n", "c.toml");
+  CHECK(c.model.depth == 32);
+  CHECK(c.model.zero_init_residual);
+  CHECK(app::Config().model.depth == 20);
+  CHECK_THROWS_MATCHES(app::parse_config("[model]\ndepth = 21\n", "c.toml"), app::ConfigError,
+                       trainkit::test::WhatContains("c.toml: model.depth: expected an integer 6n + 2"));
+  app::Run run = app::build_run(app::parse_config("", "test.toml",
+                                                  {"data.limit_train=100", "data.limit_test=50", "data.val_size=50",
+                                                   "train.batch_size=25", "model.name=\"resnet\"", "model.depth=8",
+                                                   "train.device=\"cpu\""}),
+                                "test.toml");
+  CHECK(count(*run.model) == cifar_resnet_params(8, 1, 10));
+  run.train->set_epoch(0);
+  const auto batch = run.train->next();
+  REQUIRE(batch.has_value());
+  CHECK(std::isfinite(run.trainer->train_step(*batch).item<double>()));
 }

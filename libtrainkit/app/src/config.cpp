@@ -34,12 +34,23 @@ using Where = std::string;
 constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+/// A CIFAR ResNet depth: 6n + 2 with n >= 1.
+int64_t as_resnet_depth(const ArgValue& n, const Where& w);
+
 int64_t as_int(const ArgValue& n, const Where& w, int64_t lo, int64_t hi = kNoMax) {
   const std::string expected = hi == kNoMax ? fmt::format("an integer >= {}", lo)
                                             : fmt::format("an integer in [{}, {}]", lo, hi);
   const auto* v = n.get_if<int64_t>();
   if (v == nullptr || *v < lo || *v > hi) {
     fail(w, expected, n);
+  }
+  return *v;
+}
+
+int64_t as_resnet_depth(const ArgValue& n, const Where& w) {
+  const auto* v = n.get_if<int64_t>();
+  if (v == nullptr || *v < 8 || (*v - 2) % 6 != 0) {
+    fail(w, "an integer 6n + 2 (20, 32, 44, 56, 110)", n);
   }
   return *v;
 }
@@ -196,8 +207,13 @@ const std::vector<Key>& keys() {
                    as_int(n, w, 0)),
       TRAINKIT_KEY(data, horizontal_flip, "boolean", "Training augmentation: random horizontal flip (p = 0.5)",
                    as_bool(n, w)),
-      TRAINKIT_KEY(model, name, "\"cnn\" or \"mlp\"", "Network: conv blocks + MLP head, or a plain MLP",
-                   as_choice(n, w, {"cnn", "mlp"})),
+      TRAINKIT_KEY(model, name, "\"cnn\" or \"mlp\" or \"resnet\" or \"resnet18\"",
+                   "Network: conv blocks + MLP head, a plain MLP, He et al.'s CIFAR ResNet of model.depth layers, or "
+                   "ResNet-18 with a small-image stem",
+                   as_choice(n, w, {"cnn", "mlp", "resnet", "resnet18"})),
+      TRAINKIT_KEY(model, depth, "integer 6n + 2", "resnet: layers (20, 32, 44, 56, 110)", as_resnet_depth(n, w)),
+      TRAINKIT_KEY(model, zero_init_residual, "boolean",
+                   "resnet, resnet18: start each residual branch's last BatchNorm at 0", as_bool(n, w)),
       TRAINKIT_KEY(model, channels, "array of integers >= 1",
                    "cnn: output channels of each 3x3 conv block (each halves the resolution)",
                    as_positive_ints(n, w)),

@@ -17,15 +17,19 @@
 #include "trainkit/nn/checkpoint.h"
 #include "trainkit/nn/init.h"
 #include "trainkit/nn/models.h"
+#include "trainkit/nn/resnet.h"
 
 namespace trainkit::app {
 namespace {
 
 torch::nn::Sequential make_model(const ModelConfig& m, const std::string& source) {
+  const auto resnet = nn::ResNetOptions().depth(m.depth).in_channels(1).zero_init_residual(m.zero_init_residual);
   torch::nn::Sequential model =
-      m.name == "mlp" ? nn::make_mlp(nn::MlpOptions().hidden({m.hidden}).dropout(m.dropout))
-                      : nn::make_cnn(nn::CnnOptions().channels(m.channels).hidden(m.hidden).dropout(m.dropout).batch_norm(
-                            m.batch_norm));
+      m.name == "mlp"        ? nn::make_mlp(nn::MlpOptions().hidden({m.hidden}).dropout(m.dropout))
+      : m.name == "resnet"   ? nn::make_cifar_resnet(resnet)
+      : m.name == "resnet18" ? nn::make_resnet18(resnet)
+                             : nn::make_cnn(nn::CnnOptions().channels(m.channels).hidden(m.hidden).dropout(m.dropout).batch_norm(
+                                   m.batch_norm));
   nn::init::apply(*model, nn::init::scheme(m.init));
   if (m.checkpoint_segments > static_cast<int64_t>(model->size())) {
     throw ConfigError(fmt::format("{}: model.checkpoint_segments ({}) must be at most the model's {} modules", source,

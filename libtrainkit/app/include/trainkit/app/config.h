@@ -37,6 +37,8 @@ struct DataConfig {
 /// `[model]`: the network trained. Defaults come from nn::CnnOptions (set by Config's constructor).
 struct ModelConfig {
   std::string name = "cnn";
+  int64_t depth = 20;
+  bool zero_init_residual = false;
   std::vector<int64_t> channels;
   int64_t hidden = 0;
   double dropout = 0;
