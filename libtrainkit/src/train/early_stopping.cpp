@@ -74,13 +74,15 @@ void EarlyStopping::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void EarlyStopping::load(torch::serialize::InputArchive& archive) {
-  at::Tensor t;
-  archive.read("best_score", t);
-  best_ = t.item<double>();
-  archive.read("wait_count", t);
-  wait_ = t.item<int64_t>();
-  archive.read("stopped_epoch", t);
-  stopped_epoch_ = t.item<int64_t>();
+  // A fresh tensor per key: reading into a defined tensor would copy into its dtype.
+  const auto read = [&archive](const char* key) {
+    at::Tensor t;
+    archive.read(key, t);
+    return t;
+  };
+  best_ = read("best_score").item<double>();
+  wait_ = read("wait_count").item<int64_t>();
+  stopped_epoch_ = read("stopped_epoch").item<int64_t>();
 }
 
 }  // namespace trainkit::train

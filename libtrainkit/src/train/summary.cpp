@@ -37,6 +37,9 @@ ModelSummary summary(const torch::nn::Module& module) {
     LayerSummary row;
     row.name = item.key();
     row.type = item.value()->name();
+    if (row.type.size() > 4 && row.type.compare(row.type.size() - 4, 4, "Impl") == 0) {
+      row.type.resize(row.type.size() - 4);  // torch::nn::Conv2dImpl → torch::nn::Conv2d, as users spell it
+    }
     count(*item.value(), row.params, row.trainable_params);
     s.layers.push_back(row);
   }
