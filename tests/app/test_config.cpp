@@ -168,3 +168,29 @@ TEST_CASE("shipped configs parse and docs/config.md is the generated key table",
   INFO("regenerate the table with: trainkit train --list-keys");
   CHECK_THAT(text.str(), Contains(trainkit::app::config_keys_markdown()));
 }
+
+TEST_CASE("[early_stopping], [ema], [swa] and the best-k checkpoint keys are read and validated",
+          "[train][config]") {
+  const auto c = parse_config(
+      "[early_stopping]\nenabled = true\nmonitor = \"val_ema/loss\"\npatience = 2\nmin_delta = 0.01\n"
+      "[ema]\nenabled = true\ndecay = 0.998\nuse_warmup = true\n"
+      "[swa]\nenabled = true\nswa_start = 3\nswa_lr = 0.01\nanneal_strategy = \"linear\"\n"
+      "[checkpoint]\nsave_top_k = 2\nmonitor = \"val/accuracy\"\nmode = \"max\"\n",
+      "h.toml");
+  CHECK(c.early_stopping.enabled);
+  CHECK(c.early_stopping.monitor == "val_ema/loss");
+  CHECK(c.early_stopping.patience == 2);
+  CHECK(c.early_stopping.mode == "min");  // the library's default
+  CHECK(c.ema.decay == 0.998);
+  CHECK(c.ema.warmup_power == Approx(2.0 / 3.0));
+  CHECK(c.swa.swa_start == 3);
+  CHECK(c.swa.anneal_epochs == 10);
+  CHECK(c.swa.anneal_strategy == "linear");
+  CHECK(c.checkpoint.save_top_k == 2);
+  CHECK(c.checkpoint.mode == "max");
+  CHECK_THROWS_WITH(parse_config("[early_stopping]\nmonitor = \"loss\"\n", "i.toml"),
+                    Contains("i.toml: early_stopping.monitor") && Contains("val_ema/"));
+  CHECK_THROWS_WITH(parse_config("[ema]\ndecay = 1.5\n", "i.toml"), Contains("ema.decay") && Contains("1.5"));
+  CHECK_THROWS_WITH(parse_config("[swa]\nanneal_strategy = \"step\"\n", "i.toml"), Contains("swa.anneal_strategy"));
+  CHECK_THROWS_WITH(parse_config("[checkpoint]\nsave_top_k = -2\n", "i.toml"), Contains("checkpoint.save_top_k"));
+}

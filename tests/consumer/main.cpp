@@ -1,11 +1,12 @@
-// Uses an installed trainkit: builds a model, trains a few steps with the Trainer, checkpoints it.
+// Uses an installed trainkit: builds a model, trains a few steps with the Trainer, checkpoints it, and
+// exports weights-only (argv[1]) for load_weights, which links only LibTorch.
 #include <cstdio>
 #include <filesystem>
 
 #include <torch/torch.h>
 #include <trainkit/trainkit.h>
 
-int main() {
+int main(int argc, char** argv) {
   torch::manual_seed(0);
   const at::Tensor x = torch::randn({64, 1, 8, 8});
   const at::Tensor y = (x.sum({1, 2, 3}) > 0).to(torch::kInt64);
@@ -21,6 +22,17 @@ int main() {
   torch::serialize::InputArchive in;
   trainkit::train::load_checkpoint(path, in);
   std::filesystem::remove(path);
+  // A weights-only export (ModelCheckpoint's format) for the plain-LibTorch load_weights program.
+  torch::nn::Sequential plain(torch::nn::Linear(3, 4), torch::nn::ReLU(), torch::nn::Linear(4, 2));
+  {
+    torch::NoGradGuard no_grad;
+    double value = 0;
+    for (auto& p : plain->parameters()) {
+      p.fill_(++value);
+    }
+  }
+  const std::string weights = argc > 1 ? argv[1] : "weights.pt";
+  trainkit::train::save_weights(*plain, weights);
   std::printf("trainkit %s consumer: %lld steps, LibTorch %s\n", TRAINKIT_VERSION,
               static_cast<long long>(trainer.state().step), trainkit::compat::torch_version().c_str());
   return trainer.state().step == 8 ? 0 : 1;

@@ -18,7 +18,11 @@
 #include "trainkit/nn/init.h"
 #include "trainkit/nn/models.h"
 
+#include "trainkit/train/early_stopping.h"
+#include "trainkit/train/ema.h"
 #include "trainkit/train/metric.h"
+#include "trainkit/train/model_checkpoint.h"
+#include "trainkit/train/swa.h"
 
 namespace trainkit::app {
 namespace {
@@ -154,6 +158,15 @@ std::string as_monitor(const ArgValue& n, const Where& w) {
   return v;
 }
 
+/// A name of the epoch's metrics that hooks can monitor.
+std::string as_epoch_monitor(const ArgValue& n, const Where& w) {
+  const std::string v = as_string(n, w);
+  if (v != "train/loss" && v.rfind("val/", 0) != 0 && v.rfind("val_ema/", 0) != 0) {
+    fail(w, "\"train/loss\" or \"val/<loss or metric>\" or \"val_ema/<loss or metric>\"", n);
+  }
+  return v;
+}
+
 // TOML literals for the effective config.
 std::string lit(int64_t v) { return ArgValue(v).to_string(); }
 std::string lit(bool v) { return ArgValue(v).to_string(); }
@@ -271,6 +284,54 @@ const std::vector<Key>& keys() {
                    "Also checkpoint every N steps (0 = only at epoch ends and at the end)", as_int(n, w, 0)),
       TRAINKIT_KEY(checkpoint, keep_last, "integer >= 1", "Checkpoints kept; older ones are deleted",
                    as_int(n, w, 1)),
+      TRAINKIT_KEY(checkpoint, save_top_k, "integer >= -1",
+                   "Keep the best K models by checkpoint.monitor as weights-only files in <run>/best/ that "
+                   "torch::load reads (0 = off, -1 = every epoch's)",
+                   as_int(n, w, -1)),
+      TRAINKIT_KEY(checkpoint, monitor, "string", "The metric ranking the best models (\"val/loss\", "
+                   "\"val/<metric>\", \"val_ema/<loss or metric>\", \"train/loss\")", as_epoch_monitor(n, w)),
+      TRAINKIT_KEY(checkpoint, mode, "\"min\" or \"max\"", "Whether lower or higher checkpoint.monitor is better",
+                   as_choice(n, w, {"min", "max"})),
+      TRAINKIT_KEY(checkpoint, save_last, "boolean", "Also write <run>/best/last.pt (weights only) every epoch",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(early_stopping, enabled, "boolean", "Stop when early_stopping.monitor stops improving",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(early_stopping, monitor, "string", "The watched metric (as checkpoint.monitor)",
+                   as_epoch_monitor(n, w)),
+      TRAINKIT_KEY(early_stopping, mode, "\"min\" or \"max\"", "Whether lower or higher is better",
+                   as_choice(n, w, {"min", "max"})),
+      TRAINKIT_KEY(early_stopping, patience, "integer >= 0", "Epochs without improvement before stopping",
+                   as_int(n, w, 0)),
+      TRAINKIT_KEY(early_stopping, min_delta, "number >= 0", "Least change that counts as an improvement",
+                   as_float(n, w, 0.0, kInf)),
+      TRAINKIT_KEY(early_stopping, check_finite, "boolean", "Stop at once when the metric is NaN or infinite",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(ema, enabled, "boolean",
+                   "Keep an EMA of the weights (timm ModelEmaV3), evaluated as val_ema/* and on the test set",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(ema, decay, "number in [0, 1]", "EMA decay (the warmup's upper bound)",
+                   as_float(n, w, 0.0, 1.0)),
+      TRAINKIT_KEY(ema, min_decay, "number in [0, 1]", "Lower bound of the warmup's decay", as_float(n, w, 0.0, 1.0)),
+      TRAINKIT_KEY(ema, update_after_step, "integer >= 0", "Steps during which the EMA is a copy of the weights",
+                   as_int(n, w, 0)),
+      TRAINKIT_KEY(ema, use_warmup, "boolean",
+                   "Warm the decay up: 1 - (1 + t / warmup_gamma)^-warmup_power, clamped to [min_decay, decay]",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(ema, warmup_gamma, "number > 0", "See ema.use_warmup", as_float(n, w, 0.0, kInf, true)),
+      TRAINKIT_KEY(ema, warmup_power, "number > 0", "See ema.use_warmup", as_float(n, w, 0.0, kInf, true)),
+      TRAINKIT_KEY(ema, exclude_buffers, "boolean", "Copy buffers (BatchNorm statistics) instead of averaging them",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(swa, enabled, "boolean",
+                   "Stochastic weight averaging (torch.optim.swa_utils); the averaged weights, after update_bn over "
+                   "the training set, are evaluated on the test set at the end",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(swa, swa_start, "integer >= 0", "First epoch (0-based) averaged in", as_int(n, w, 0)),
+      TRAINKIT_KEY(swa, swa_lr, "number >= 0",
+                   "SWALR's target LR, which then overrides the scheduler (0 = keep the scheduler's LR)",
+                   as_float(n, w, 0.0, kInf)),
+      TRAINKIT_KEY(swa, anneal_epochs, "integer >= 0", "SWALR's annealing epochs", as_int(n, w, 0)),
+      TRAINKIT_KEY(swa, anneal_strategy, "\"cos\" or \"linear\"", "SWALR's annealing shape",
+                   as_choice(n, w, {"cos", "linear"})),
       TRAINKIT_KEY(log, every_steps, "integer >= 1", "Steps between metric rows and console lines",
                    as_int(n, w, 1)),
       TRAINKIT_KEY(log, progress, "\"auto\" or \"bar\" or \"lines\"",
@@ -303,7 +364,8 @@ const Key* find_key(const std::string& section, const std::string& name) {
 /// The tables of a config file, in the order the effective config prints them.
 const std::vector<std::string>& sections() {
   static const std::vector<std::string> names = {"data", "model", "optimizer", "train", "grad", "amp",
-                                                 "checkpoint", "log", "distributed", "scheduler"};
+                                                 "checkpoint", "early_stopping", "ema", "swa", "log",
+                                                 "distributed", "scheduler"};
   return names;
 }
 
@@ -414,6 +476,29 @@ Config::Config() {
   distributed.backend = group.backend();
   distributed.timeout = static_cast<double>(group.timeout().count()) / 1000.0;
   distributed.bucket_cap_mb = dist::DistributedDataParallelOptions().bucket_cap_mb();
+  const train::ModelCheckpointOptions best;
+  checkpoint.monitor = best.monitor();
+  checkpoint.mode = best.mode();
+  checkpoint.save_last = best.save_last();
+  const train::EarlyStoppingOptions stopping;
+  early_stopping.monitor = stopping.monitor();
+  early_stopping.mode = stopping.mode();
+  early_stopping.patience = stopping.patience();
+  early_stopping.min_delta = stopping.min_delta();
+  early_stopping.check_finite = stopping.check_finite();
+  const train::ModelEmaOptions ema_options;
+  ema.decay = ema_options.decay();
+  ema.min_decay = ema_options.min_decay();
+  ema.update_after_step = ema_options.update_after_step();
+  ema.use_warmup = ema_options.use_warmup();
+  ema.warmup_gamma = ema_options.warmup_gamma();
+  ema.warmup_power = ema_options.warmup_power();
+  ema.exclude_buffers = ema_options.exclude_buffers();
+  const train::SwaOptions swa_options;
+  swa.swa_start = swa_options.swa_start();
+  swa.swa_lr = swa_options.swa_lr();
+  swa.anneal_epochs = swa_options.anneal_epochs();
+  swa.anneal_strategy = swa_options.anneal_strategy();
   ArgTable none;
   ArgReader defaults(none, "defaults");
   optimizer = optim::parse_optimizer("adam", defaults);

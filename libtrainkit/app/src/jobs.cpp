@@ -11,6 +11,8 @@
 #include "trainkit/compat.h"
 #include "trainkit/data/transforms.h"
 #include "trainkit/log/metrics.h"
+#include "trainkit/train/model_checkpoint.h"
+#include "trainkit/train/summary.h"
 
 namespace trainkit::app {
 namespace {
@@ -100,6 +102,11 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     train::write_file_atomic((fs::path(plan.dir) / "config.toml").string(), to_toml(config));
   }
 
+  run.test->set_epoch(0);  // one test batch as the example for the output shapes (evaluate() restarts it)
+  if (const auto example = run.test->next()) {
+    spdlog::info("model {}:\n{}", config.model.name,
+                 train::summary(run.model, example->input().narrow(0, 0, 1)).to_string());
+  }
   spdlog::info("training {} on {} ({} train, {} val, {} test examples) with {}, run directory {}",
                config.model.name, run.device.str(), run.train_split.labels.size(0), config.data.val_size,
                run.test_split.labels.size(0),
@@ -107,6 +114,28 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   trainer.fit(*run.train, run.val.get());
 
   const train::EvalResult test_result = trainer.evaluate(*run.test);
+  // The averaged weights, evaluated on the test set beside the raw ones and exported weights-only.
+  const auto report_averaged = [&](const char* what, const std::vector<at::Tensor>& values, bool bn) {
+    train::ScopedWeights scope(*run.model, values);
+    if (bn) {
+      train::update_bn(*run.model, [&run](const data::Batch& b) { return run.model->forward(b.input()); }, *run.train);
+    }
+    const train::EvalResult r = trainer.evaluate(*run.test);
+    std::string text;
+    for (const auto& [name, value] : r.metrics.items()) {
+      text += fmt::format(", test {} {:.4f}", name, value);
+    }
+    spdlog::info("{} weights: test loss {:.4f}{}", what, r.loss, text);
+    if (run.main_rank() && !plan.dir.empty()) {
+      train::save_weights(*run.model, (fs::path(plan.dir) / fmt::format("{}.pt", what)).string());
+    }
+  };
+  if (run.ema) {
+    report_averaged("ema", run.ema->ema().values(), false);
+  }
+  if (run.swa && run.swa->averaged().n_averaged() > 0) {
+    report_averaged("swa", run.swa->averaged().values(), true);
+  }
   TrainJobResult result;
   result.run_dir = plan.dir;
   result.test_loss = test_result.loss;

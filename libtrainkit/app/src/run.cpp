@@ -18,6 +18,8 @@
 #include "trainkit/nn/init.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/nn/resnet.h"
+#include "trainkit/train/early_stopping.h"
+#include "trainkit/train/model_checkpoint.h"
 
 namespace trainkit::app {
 namespace {
@@ -190,6 +192,56 @@ void attach_precision(Run& run, const Config& config, const std::string& source)
   }
 }
 
+/// The hooks whose state is in checkpoints: added before CheckpointCallback, so that a checkpoint holds
+/// their update of the same step or epoch.
+void attach_hooks(Run& run, const Config& config, const RunOptions& options, const std::string& source) {
+  const auto check_monitor = [&](const std::string& key, const std::string& monitor) {
+    if (monitor.rfind("val", 0) == 0 && config.data.val_size == 0) {
+      throw ConfigError(fmt::format("{}: {} = \"{}\" needs a validation set (data.val_size > 0)", source, key,
+                                    monitor));
+    }
+    if (monitor.rfind("val_ema/", 0) == 0 && !config.ema.enabled) {
+      throw ConfigError(fmt::format("{}: {} = \"{}\" needs ema.enabled = true", source, key, monitor));
+    }
+  };
+  if (config.ema.enabled) {
+    run.ema = std::make_shared<train::EmaCallback>(*run.model, train::ModelEmaOptions(config.ema.decay)
+                                                                   .min_decay(config.ema.min_decay)
+                                                                   .update_after_step(config.ema.update_after_step)
+                                                                   .use_warmup(config.ema.use_warmup)
+                                                                   .warmup_gamma(config.ema.warmup_gamma)
+                                                                   .warmup_power(config.ema.warmup_power)
+                                                                   .exclude_buffers(config.ema.exclude_buffers));
+    run.trainer->add_callback(run.ema);
+  }
+  if (config.swa.enabled) {
+    run.swa = std::make_shared<train::SwaCallback>(*run.model, *run.optimizer,
+                                                   train::SwaOptions(config.swa.swa_lr)
+                                                       .swa_start(config.swa.swa_start)
+                                                       .anneal_epochs(config.swa.anneal_epochs)
+                                                       .anneal_strategy(config.swa.anneal_strategy));
+    run.trainer->add_callback(run.swa);
+  }
+  if (config.early_stopping.enabled) {
+    check_monitor("early_stopping.monitor", config.early_stopping.monitor);
+    run.trainer->add_callback(std::make_shared<train::EarlyStopping>(
+        train::EarlyStoppingOptions(config.early_stopping.monitor)
+            .mode(config.early_stopping.mode)
+            .patience(config.early_stopping.patience)
+            .min_delta(config.early_stopping.min_delta)
+            .check_finite(config.early_stopping.check_finite)));
+  }
+  if (config.checkpoint.save_top_k != 0 && !options.dir().empty() && run.main_rank()) {
+    check_monitor("checkpoint.monitor", config.checkpoint.monitor);
+    run.trainer->add_callback(std::make_shared<train::ModelCheckpoint>(
+        train::ModelCheckpointOptions((std::filesystem::path(options.dir()) / "best").string())
+            .monitor(config.checkpoint.monitor)
+            .mode(config.checkpoint.mode)
+            .save_top_k(config.checkpoint.save_top_k)
+            .save_last(config.checkpoint.save_last)));
+  }
+}
+
 void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
   if (options.dir().empty()) {
     return;
@@ -282,6 +334,7 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
     });
   }
 #endif
+  attach_hooks(run, config, options, source);
   attach_outputs(run, config, options);
   return run;
 }

@@ -1,8 +1,14 @@
 #pragma once
 /// @file
-/// Training: the task (forward and loss over a batch), metrics, Trainer and hooks, checkpoints.
+/// Training: the task (forward and loss over a batch), metrics, Trainer and hooks, checkpoints,
+/// early stopping, best-k weights, EMA and SWA, model summaries.
 #include "trainkit/train/callbacks.h"
 #include "trainkit/train/checkpoint.h"
+#include "trainkit/train/early_stopping.h"
+#include "trainkit/train/ema.h"
 #include "trainkit/train/metric.h"
+#include "trainkit/train/model_checkpoint.h"
+#include "trainkit/train/summary.h"
+#include "trainkit/train/swa.h"
 #include "trainkit/train/task.h"
 #include "trainkit/train/trainer.h"

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "trainkit/sched/cyclic.h"
 #include "detail/check.h"
 
 namespace trainkit::train {
@@ -55,6 +56,18 @@ bool LoggingCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
       tensorboard_->add_scalar("train/loss", last_loss_, event.step);
       tensorboard_->add_scalar("train/lr", lr_of(trainer), event.step);
       tensorboard_->add_scalar("train/samples_per_second", last_rate_, event.step);
+      // Monitors: every group's LR and momentum (or beta1), and the norm the clip computed (no second pass).
+      const auto& groups = trainer.optimizer().param_groups();
+      for (size_t i = 0; i < groups.size(); ++i) {
+        tensorboard_->add_scalar(fmt::format("train/lr/group_{}", i), groups[i].options().get_lr(), event.step);
+        if (sched::has_cyclable_momentum(groups[i])) {
+          tensorboard_->add_scalar(fmt::format("train/momentum/group_{}", i), sched::get_cyclable_momentum(groups[i]),
+                                   event.step);
+        }
+      }
+      if (trainer.last_grad_norm().defined()) {
+        tensorboard_->add_scalar("train/grad_norm", trainer.last_grad_norm().item<double>(), event.step);
+      }
     }
     if (!bar_) {
       spdlog::info("epoch {} step {} batch {}/{} loss {:.4f} lr {:.3g} {:.0f} samples/s", event.epoch + 1,
@@ -104,6 +117,11 @@ bool LoggingCallback::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
       tensorboard_->add_scalar("val/loss", event.val->loss, event.step);
       for (const auto& [name, value] : event.val->metrics.items()) {
         tensorboard_->add_scalar("val/" + name, value, event.step);
+      }
+    }
+    for (const auto& [name, value] : event.metrics.items()) {  // what hooks added (val_ema/loss, ...)
+      if (name.rfind("train/", 0) != 0 && name.rfind("val/", 0) != 0) {
+        tensorboard_->add_scalar(name, value, event.step);
       }
     }
   }

@@ -104,7 +104,7 @@ void Trainer::optimizer_step() {
     grad::clip_grad_value_(optimizer_params(), options_.clip_grad_value());
   }
   if (options_.clip_grad_norm() > 0) {
-    grad::clip_grad_norm_(optimizer_params(), options_.clip_grad_norm(), options_.norm_type());
+    grad_norm_ = grad::clip_grad_norm_(optimizer_params(), options_.clip_grad_norm(), options_.norm_type());
   }
   if (scaler_) {
     scaler_->step(optimizer_);
@@ -253,6 +253,9 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         event.metrics.set("val/" + name, value);
       }
     }
+    for (auto& cb : callbacks_) {
+      cb->on_validation_end(*this, val, event);
+    }
     if (scheduler_ && !scheduler_per_step_) {
       if (scheduler_->takes_metric()) {
         std::optional<double> value = event.metrics.find(monitor_);
@@ -305,6 +308,14 @@ void Trainer::save(torch::serialize::OutputArchive& archive) const {
   archive.write("trainer/step", torch::tensor(state_.step));
   archive.write("trainer/epoch_loss_sum", state_.epoch_loss_sum);
   archive.write("trainer/epoch_samples", torch::tensor(state_.epoch_samples));
+  for (const auto& cb : callbacks_) {
+    const std::string key = cb->state_key();
+    if (!key.empty()) {
+      torch::serialize::OutputArchive cb_archive;
+      cb->save(cb_archive);
+      archive.write("callbacks/" + key, cb_archive);
+    }
+  }
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   archive.write("rng/cpu", gen.get_state());
@@ -337,6 +348,17 @@ void Trainer::load(torch::serialize::InputArchive& archive) {
   state_.step = read_int("trainer/step");
   state_.epoch_samples = read_int("trainer/epoch_samples");
   archive.read("trainer/epoch_loss_sum", state_.epoch_loss_sum);
+  for (auto& cb : callbacks_) {
+    const std::string key = cb->state_key();
+    if (!key.empty()) {
+      torch::serialize::InputArchive cb_archive;
+      if (!archive.try_read("callbacks/" + key, cb_archive)) {
+        throw std::invalid_argument(fmt::format(
+            "Trainer::load: the checkpoint has no state of the \"{}\" hook (was it saved without it?)", key));
+      }
+      cb->load(cb_archive);
+    }
+  }
   at::Tensor rng;
   archive.read("rng/cpu", rng);
   auto gen = at::detail::getDefaultCPUGenerator();

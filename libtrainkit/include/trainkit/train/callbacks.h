@@ -19,7 +19,10 @@ namespace trainkit::train {
 /// Every `every_steps` steps: one "train" metrics row (mean loss over the interval, LR of group 0,
 /// samples/s) and a console line, or a progress bar redrawn each step when `bar`. At each epoch end: an
 /// "epoch" row with validation loss and accuracy. The same values go to TensorBoard when a writer is given
-/// (tags train/loss, train/lr, train/samples_per_second, epoch/train_loss, val/loss, val/accuracy).
+/// (tags train/loss, train/lr, train/samples_per_second, epoch/train_loss, val/loss, val/accuracy), and there
+/// also every param group's LR and momentum or beta1 (train/lr/group_<i>, train/momentum/group_<i>), the
+/// gradient norm that clipping computed (train/grad_norm, when grad-norm clipping is on) and what hooks add to
+/// the epoch's metrics (val_ema/loss, ...).
 /// Reads the loss from the device only at those points.
 class LoggingCallback : public Callback {
  public:

@@ -80,10 +80,21 @@ class Callback {
   virtual void on_train_begin(Trainer& trainer) {}
   /// After each optimizer step.
   virtual bool on_step_end(Trainer& trainer, const StepEvent& event) { return false; }
+  /// After an epoch's validation (or its last step when `val` is null), before the per-epoch scheduler
+  /// step and on_epoch_end: a hook may evaluate more (e.g. averaged weights on `val`) and add its values
+  /// to `event.metrics`, which schedulers and later hooks then see.
+  virtual void on_validation_end(Trainer& trainer, data::BatchSource* val, EpochEvent& event) {}
   /// After each complete epoch (and its validation); the state already points at the next epoch.
   virtual bool on_epoch_end(Trainer& trainer, const EpochEvent& event) { return false; }
   /// When fit() returns, whether it finished or was stopped.
   virtual void on_train_end(Trainer& trainer) {}
+
+  /// A non-empty key makes Trainer::save()/load() write/read this hook's state under "callbacks/<key>".
+  virtual std::string state_key() const { return {}; }
+  /// Writes the hook's resumable state (called by Trainer::save when state_key() is not empty).
+  virtual void save(torch::serialize::OutputArchive& archive) const {}
+  /// Restores what save() wrote.
+  virtual void load(torch::serialize::InputArchive& archive) {}
 };
 
 /// Options of a Trainer.
@@ -184,6 +195,9 @@ class Trainer {
   torch::optim::Optimizer& optimizer() { return optimizer_; }
   /// The metrics evaluate() computes.
   const std::vector<std::shared_ptr<Metric>>& metrics() const { return metrics_; }
+  /// The total gradient norm that the last optimizer_step()'s clip_grad_norm_ returned (before clipping;
+  /// a 0-dim tensor on the gradients' device, not synced); undefined when norm clipping is off.
+  const at::Tensor& last_grad_norm() const { return grad_norm_; }
 
  private:
   std::vector<at::Tensor> optimizer_params() const;
@@ -207,6 +221,7 @@ class Trainer {
   std::shared_ptr<amp::GradScaler> scaler_;
   std::optional<std::pair<c10::DeviceType, c10::ScalarType>> autocast_;
   TrainerState state_;
+  at::Tensor grad_norm_;
   bool stop_ = false;
 };
 

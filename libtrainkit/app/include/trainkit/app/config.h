@@ -81,6 +81,43 @@ struct AmpConfig {
 struct CheckpointConfig {
   int64_t every_steps = 0;
   int64_t keep_last = 3;
+  /// Best-k weights-only files (train::ModelCheckpoint) in <run>/best/; 0 = off. Monitor and mode default to
+  /// train::ModelCheckpointOptions's (Config's constructor).
+  int64_t save_top_k = 0;
+  std::string monitor;
+  std::string mode;
+  bool save_last = false;
+};
+
+/// `[early_stopping]`: train::EarlyStopping; defaults from train::EarlyStoppingOptions (Config's constructor).
+struct EarlyStoppingConfig {
+  bool enabled = false;
+  std::string monitor;
+  std::string mode;
+  int64_t patience = 0;
+  double min_delta = 0;
+  bool check_finite = true;
+};
+
+/// `[ema]`: train::EmaCallback; defaults from train::ModelEmaOptions (Config's constructor).
+struct EmaConfig {
+  bool enabled = false;
+  double decay = 0;
+  double min_decay = 0;
+  int64_t update_after_step = 0;
+  bool use_warmup = false;
+  double warmup_gamma = 0;
+  double warmup_power = 0;
+  bool exclude_buffers = false;
+};
+
+/// `[swa]`: train::SwaCallback; defaults from train::SwaOptions (Config's constructor).
+struct SwaConfig {
+  bool enabled = false;
+  int64_t swa_start = 0;
+  double swa_lr = 0;
+  int64_t anneal_epochs = 0;
+  std::string anneal_strategy;
 };
 
 /// `[log]`: console and metrics files.
@@ -110,6 +147,9 @@ struct Config {
   GradConfig grad;
   AmpConfig amp;
   CheckpointConfig checkpoint;
+  EarlyStoppingConfig early_stopping;
+  EmaConfig ema;
+  SwaConfig swa;
   LogConfig log;
   DistributedConfig distributed;
   /// `[scheduler]` as written (`type`, PyTorch's argument names, `interval`); empty = constant LR.

@@ -1,0 +1,80 @@
+#pragma once
+/// @file
+/// Stops training when a monitored metric stops improving, with PyTorch Lightning's `EarlyStopping` rules.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <torch/arg.h>
+
+#include "trainkit/train/trainer.h"
+
+namespace trainkit::train {
+
+/// Options of EarlyStopping; names and defaults are Lightning's.
+struct EarlyStoppingOptions {
+  EarlyStoppingOptions() = default;
+  /// Monitors `monitor`, a name of EpochEvent::metrics ("val/loss", "val/accuracy", "val_ema/loss", ...).
+  explicit EarlyStoppingOptions(std::string monitor) : monitor_(std::move(monitor)) {}
+  /// The metric watched at each epoch end.
+  TORCH_ARG(std::string, monitor) = "val/loss";
+  /// "min" (lower is better) or "max".
+  TORCH_ARG(std::string, mode) = "min";
+  /// Epochs without improvement before stopping (>= 0).
+  TORCH_ARG(int64_t, patience) = 3;
+  /// Least change that counts as an improvement (>= 0): improved when current < best - min_delta ("min")
+  /// or current > best + min_delta ("max").
+  TORCH_ARG(double, min_delta) = 0.0;
+  /// Stop at once when the metric is NaN or infinite.
+  TORCH_ARG(bool, check_finite) = true;
+  /// Stop at once when the metric is better than this.
+  TORCH_ARG(std::optional<double>, stopping_threshold) = std::nullopt;
+  /// Stop at once when the metric is worse than this.
+  TORCH_ARG(std::optional<double>, divergence_threshold) = std::nullopt;
+};
+
+/// Lightning's EarlyStopping as a Trainer hook. At each epoch end, with `current` the monitored value:
+/// non-finite (check_finite) → stop; better than stopping_threshold → stop; worse than divergence_threshold
+/// → stop; improved (see min_delta) → best = current, wait = 0; else wait += 1 and stop when
+/// wait >= patience. Best and wait are saved in the Trainer's checkpoints (key "early_stopping").
+class EarlyStopping : public Callback {
+ public:
+  /// Throws std::invalid_argument naming the bad option.
+  explicit EarlyStopping(EarlyStoppingOptions options = {});
+
+  /// Applies the rule to `current`; returns whether to stop (and records why in stop_reason()).
+  bool check(double current);
+  /// Reads the monitored metric from `event` (throws std::invalid_argument listing the metrics there are
+  /// when it is missing) and applies check().
+  bool on_epoch_end(Trainer& trainer, const EpochEvent& event) override;
+
+  /// Best value so far (+inf for "min", -inf for "max" before the first check).
+  double best_score() const { return best_; }
+  /// Epochs since the last improvement.
+  int64_t wait_count() const { return wait_; }
+  /// The epoch at which it stopped training (-1 while it has not).
+  int64_t stopped_epoch() const { return stopped_epoch_; }
+  /// Why the last check() stopped, empty when it did not.
+  const std::string& stop_reason() const { return reason_; }
+  const EarlyStoppingOptions& options() const { return options_; }
+
+  std::string state_key() const override { return "early_stopping"; }
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  bool better(double a, double b) const { return max_ ? a > b : a < b; }
+  EarlyStoppingOptions options_;
+  bool max_ = false;
+  double best_;
+  int64_t wait_ = 0;
+  int64_t stopped_epoch_ = -1;
+  std::string reason_;
+};
+
+/// The value of `monitor` in `event.metrics`; throws std::invalid_argument naming `who`, the epoch and the
+/// metrics there are when it is missing.
+double monitored_value(const EpochEvent& event, const std::string& monitor, const std::string& who);
+
+}  // namespace trainkit::train
