@@ -70,7 +70,7 @@ TEST_CASE("config errors name the source, the key and what was expected", "[trai
                       Contains("optimizer.betas") && Contains("[0, 1)"));
     CHECK_THROWS_WITH(parse_config("[model]\ndropout = 1.0\n", "d.toml"), Contains("model.dropout"));
     CHECK_THROWS_WITH(parse_config("[train]\nepochs = 0\n", "d.toml"), Contains("train.epochs") && Contains(">= 1"));
-    CHECK_THROWS_WITH(parse_config("[model]\nname = \"resnet\"\n", "d.toml"),
+    CHECK_THROWS_WITH(parse_config("[model]\nname = \"vgg\"\n", "d.toml"),
                       Contains("model.name") && Contains("\"cnn\""));
   }
   SECTION("arguments that do not apply to the optimizer") {
