@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "support.h"
@@ -103,7 +104,7 @@ TEST_CASE("ModelCheckpoint keeps the top k as Lightning does", "[train][model_ch
     const std::vector<Saved> want{{true, ""}, {true, ""}, {true, "e0"}, {false, ""}, {true, "e2"}, {false, ""}};
     for (size_t i = 0; i < scores.size(); ++i) {
       INFO("epoch " << i);
-      CHECK(mc.update("e" + std::to_string(i), scores[i]) == want[i]);
+      CHECK(mc.update(fmt::format("e{}", i), scores[i]) == want[i]);
     }
     CHECK(mc.best_k_models() == std::vector<std::pair<std::string, double>>{{"e1", 0.4}, {"e4", 0.3}});
     CHECK(mc.best_model_path() == "e4");
@@ -120,7 +121,7 @@ TEST_CASE("ModelCheckpoint keeps the top k as Lightning does", "[train][model_ch
   SECTION("k = -1 keeps all, k = 0 none") {
     train::ModelCheckpoint all(train::ModelCheckpointOptions("unused").save_top_k(-1));
     for (int i = 0; i < 4; ++i) {
-      CHECK(all.update("e" + std::to_string(i), 1.0 + i) == Saved{true, ""});
+      CHECK(all.update(fmt::format("e{}", i), 1.0 + i) == Saved{true, ""});
     }
     train::ModelCheckpoint none(train::ModelCheckpointOptions("unused").save_top_k(0));
     CHECK(none.update("e0", 1.0) == Saved{false, ""});
