@@ -7,6 +7,7 @@
 
 #include "state_compare.h"
 #include "support.h"
+#include "toy_problem.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/train/early_stopping.h"
@@ -188,13 +189,6 @@ TEST_CASE("update_bn recomputes BatchNorm statistics as torch.optim.swa_utils.up
 
 namespace {
 
-data::TensorLoader make_loader(uint64_t seed, int64_t n = 96) {
-  torch::manual_seed(1234);
-  const at::Tensor x = torch::randn({n, 16});
-  const at::Tensor y = x.narrow(1, 0, 3).argmax(1);
-  return data::TensorLoader(x, y, data::TensorLoaderOptions().batch_size(8).seed(seed));
-}
-
 struct AvgSetup {
   torch::nn::Sequential model;
   std::unique_ptr<torch::optim::Adam> optimizer;
@@ -236,8 +230,8 @@ struct AvgSetup {
 }  // namespace
 
 TEST_CASE("Trainer resume with EMA, SWA, EarlyStopping and ModelCheckpoint is bitwise", "[train][ema][swa][resume]") {
-  auto loader = make_loader(5);
-  auto val = make_loader(6, 40);
+  auto loader = trainkit::test::toy_loader(5);
+  auto val = trainkit::test::toy_loader(6, 40);
   const int64_t total_epochs = 4;  // 12 steps per epoch
   trainkit::test::TempDir dir_a("avg-a"), dir_b("avg-b");
   AvgSetup straight(1, train::TrainerOptions().epochs(total_epochs), dir_a.path().string());

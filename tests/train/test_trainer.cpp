@@ -7,6 +7,7 @@
 
 #include "state_compare.h"
 #include "support.h"
+#include "toy_problem.h"
 #include "trainkit/data/batch_source.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/nn/models.h"
@@ -15,14 +16,6 @@
 using namespace trainkit;
 
 namespace {
-
-/// A small separable 3-class problem.
-data::TensorLoader make_loader(uint64_t seed, int64_t n = 96) {
-  torch::manual_seed(1234);
-  const at::Tensor x = torch::randn({n, 16});
-  const at::Tensor y = x.narrow(1, 0, 3).argmax(1);
-  return data::TensorLoader(x, y, data::TensorLoaderOptions().batch_size(8).seed(seed));
-}
 
 struct Setup {
   torch::nn::Sequential model;
@@ -55,8 +48,8 @@ class Recorder : public train::Callback {
 }  // namespace
 
 TEST_CASE("Trainer resume is bitwise identical to an uninterrupted run", "[train][trainer][resume]") {
-  auto loader = make_loader(5);
-  auto val = make_loader(6, 40);
+  auto loader = trainkit::test::toy_loader(5);
+  auto val = trainkit::test::toy_loader(6, 40);
   const int64_t total_epochs = 3;  // 12 batches per epoch → 36 steps
 
   Setup straight(1, train::TrainerOptions().epochs(total_epochs));
@@ -102,8 +95,8 @@ TEST_CASE("Trainer resume is bitwise identical to an uninterrupted run", "[train
 }
 
 TEST_CASE("Trainer hooks see each step and epoch and can stop training", "[train][trainer]") {
-  auto loader = make_loader(3);
-  auto val = make_loader(4, 40);
+  auto loader = trainkit::test::toy_loader(3);
+  auto val = trainkit::test::toy_loader(4, 40);
   Setup s(2, train::TrainerOptions().epochs(4));
   auto rec = std::make_shared<Recorder>();
   rec->stop_at = 30;
@@ -134,7 +127,7 @@ TEST_CASE("Trainer holds no_sync over every micro-batch but the last of its wind
   // last batch is found by reading one ahead.
   for (const bool known_length : {true, false}) {
     DYNAMIC_SECTION((known_length ? "known length" : "unknown length")) {
-      auto loader = make_loader(3, 56);
+      auto loader = trainkit::test::toy_loader(3, 56);
       data::FunctionSource unknown(
           [&loader](int64_t epoch, int64_t index) -> std::optional<data::Batch> {
             if (index == 0) loader.set_epoch(epoch);
