@@ -161,6 +161,11 @@ TEST_CASE("the effective config reads back to the same values", "[train][config]
 TEST_CASE("shipped configs parse and docs/config.md is the generated key table", "[train][config]") {
   CHECK_NOTHROW(trainkit::app::load_config(trainkit::test::source_path("configs/fashion_mnist.toml")));
   CHECK_NOTHROW(trainkit::app::load_config(trainkit::test::source_path("configs/fashion_mnist_constant_lr.toml")));
+  CHECK_NOTHROW(trainkit::app::load_config(trainkit::test::source_path("configs/image_classification.toml")));
+  const auto recipe = trainkit::app::load_config(trainkit::test::source_path("configs/recipe.toml"));
+  CHECK(recipe.amp.enabled);
+  CHECK(recipe.grad.accumulation_steps == 2);
+  CHECK(recipe.grad.clip_norm == 1.0);
   std::ifstream doc(trainkit::test::source_path("docs/config.md"));
   REQUIRE(doc);
   std::stringstream text;

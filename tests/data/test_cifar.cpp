@@ -5,32 +5,17 @@
 
 #include <torch/torch.h>
 
+#include "data/cifar_fixture.h"
 #include "support.h"
 #include "trainkit/data/cifar.h"
 
 using namespace trainkit;
 using Catch::Matchers::Contains;
 using trainkit::test::TempDir;
+using trainkit::test::cifar_pixel;
+using trainkit::test::write_cifar_batch;
 
 namespace {
-
-/// The pixel byte of record `r` (numbered across files), channel c, row y, column x.
-uint8_t pixel(int64_t r, int64_t c, int64_t y, int64_t x) { return static_cast<uint8_t>((r * 31 + c * 7 + y * 3 + x) % 251); }
-
-/// Writes records first .. first + count - 1 with labels (r * 3) % 10.
-void write_batch(const std::string& path, int64_t first, int64_t count) {
-  std::ofstream out(path, std::ios::binary);
-  for (int64_t r = first; r < first + count; ++r) {
-    out.put(static_cast<char>((r * 3) % 10));
-    for (int64_t c = 0; c < 3; ++c) {
-      for (int64_t y = 0; y < 32; ++y) {
-        for (int64_t x = 0; x < 32; ++x) {
-          out.put(static_cast<char>(pixel(r, c, y, x)));
-        }
-      }
-    }
-  }
-}
 
 void check_records(const data::ImageSet& set, int64_t first, int64_t count) {
   REQUIRE(set.images.sizes() == at::IntArrayRef({count, 3, 32, 32}));
@@ -45,7 +30,7 @@ void check_records(const data::ImageSet& set, int64_t first, int64_t count) {
     for (int64_t c = 0; c < 3; ++c) {
       for (int64_t y = 0; y < 32; ++y) {
         for (int64_t x = 0; x < 32; ++x) {
-          all_equal = all_equal && images[i][c][y][x] == pixel(r, c, y, x);
+          all_equal = all_equal && images[i][c][y][x] == cifar_pixel(r, c, y, x);
         }
       }
     }
@@ -57,14 +42,14 @@ void check_records(const data::ImageSet& set, int64_t first, int64_t count) {
 
 TEST_CASE("CIFAR-10 binary batches read back to labels and NCHW pixels", "[data][cifar]") {
   TempDir tmp("cifar");
-  write_batch(tmp.str("a.bin"), 0, 3);
-  write_batch(tmp.str("b.bin"), 3, 2);
+  write_cifar_batch(tmp.str("a.bin"), 0, 3);
+  write_cifar_batch(tmp.str("b.bin"), 3, 2);
   check_records(data::read_cifar10_batches({tmp.str("a.bin"), tmp.str("b.bin")}), 0, 5);
 
   for (int i = 1; i <= 5; ++i) {
-    write_batch(tmp.str("data_batch_" + std::to_string(i) + ".bin"), 2 * (i - 1), 2);
+    write_cifar_batch(tmp.str("data_batch_" + std::to_string(i) + ".bin"), 2 * (i - 1), 2);
   }
-  write_batch(tmp.str("test_batch.bin"), 100, 3);
+  write_cifar_batch(tmp.str("test_batch.bin"), 100, 3);
   check_records(data::load_cifar10_split(tmp.str(), true), 0, 10);
   check_records(data::load_cifar10_split(tmp.str(), true, 7), 0, 7);
   check_records(data::load_cifar10_split(tmp.str(), false), 100, 3);
@@ -72,7 +57,7 @@ TEST_CASE("CIFAR-10 binary batches read back to labels and NCHW pixels", "[data]
 
 TEST_CASE("CIFAR-10 reader: bad files are named", "[data][cifar]") {
   TempDir tmp("cifar-bad");
-  write_batch(tmp.str("good.bin"), 0, 2);
+  write_cifar_batch(tmp.str("good.bin"), 0, 2);
   // Truncated: one byte short of two records.
   {
     std::ifstream in(tmp.str("good.bin"), std::ios::binary);

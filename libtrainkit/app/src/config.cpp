@@ -201,7 +201,11 @@ struct Key {
 
 const std::vector<Key>& keys() {
   static const std::vector<Key> table = {
-      TRAINKIT_KEY(data, dir, "string", "Directory with the (gzip'd) IDX files", as_string(n, w)),
+      TRAINKIT_KEY(data, dataset, "\"fashion-mnist\" or \"cifar10\"",
+                   "Image format in data.dir: MNIST-style (gzip'd) IDX files (1x28x28), or CIFAR-10's binary batches "
+                   "data_batch_1..5.bin and test_batch.bin (3x32x32)",
+                   as_choice(n, w, {"fashion-mnist", "cifar10"})),
+      TRAINKIT_KEY(data, dir, "string", "Directory with the data set's files (see data.dataset)", as_string(n, w)),
       TRAINKIT_KEY(data, val_size, "integer >= 0",
                    "Training examples held out (from the end of the training file) for validation",
                    as_int(n, w, 0)),

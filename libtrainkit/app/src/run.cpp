@@ -10,6 +10,7 @@
 #include "trainkit/amp/autocast.h"
 #include "trainkit/amp/grad_scaler.h"
 #include "trainkit/data/device_source.h"
+#include "trainkit/data/cifar.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/parallel_loader.h"
 #include "trainkit/data/tensor_loader.h"
@@ -24,14 +25,39 @@
 namespace trainkit::app {
 namespace {
 
-torch::nn::Sequential make_model(const ModelConfig& m, const std::string& source) {
-  const auto resnet = nn::ResNetOptions().depth(m.depth).in_channels(1).zero_init_residual(m.zero_init_residual);
+/// What the model and the normalization need to know about data.dataset's images.
+struct ImageFormat {
+  int64_t channels;
+  int64_t size;
+  std::vector<double> mean;
+  std::vector<double> std;
+};
+
+ImageFormat image_format(const std::string& dataset) {
+  if (dataset == "cifar10") {
+    return {3, 32, {std::begin(data::kCifar10Mean), std::end(data::kCifar10Mean)},
+            {std::begin(data::kCifar10Std), std::end(data::kCifar10Std)}};
+  }
+  return {1, 28, {data::kFashionMnistMean}, {data::kFashionMnistStd}};
+}
+
+torch::nn::Sequential make_model(const ModelConfig& m, const ImageFormat& image, const std::string& source) {
+  const auto resnet =
+      nn::ResNetOptions().depth(m.depth).in_channels(image.channels).zero_init_residual(m.zero_init_residual);
   torch::nn::Sequential model =
-      m.name == "mlp"        ? nn::make_mlp(nn::MlpOptions().hidden({m.hidden}).dropout(m.dropout))
+      m.name == "mlp"        ? nn::make_mlp(nn::MlpOptions()
+                                                .in_features(image.channels * image.size * image.size)
+                                                .hidden({m.hidden})
+                                                .dropout(m.dropout))
       : m.name == "resnet"   ? nn::make_cifar_resnet(resnet)
       : m.name == "resnet18" ? nn::make_resnet18(resnet)
-                             : nn::make_cnn(nn::CnnOptions().channels(m.channels).hidden(m.hidden).dropout(m.dropout).batch_norm(
-                                   m.batch_norm));
+                             : nn::make_cnn(nn::CnnOptions()
+                                                .in_channels(image.channels)
+                                                .image_size(image.size)
+                                                .channels(m.channels)
+                                                .hidden(m.hidden)
+                                                .dropout(m.dropout)
+                                                .batch_norm(m.batch_norm));
   nn::init::apply(*model, nn::init::scheme(m.init));
   if (m.checkpoint_segments > static_cast<int64_t>(model->size())) {
     throw ConfigError(fmt::format("{}: model.checkpoint_segments ({}) must be at most the model's {} modules", source,
@@ -84,9 +110,20 @@ void join_group(Run& run, const Config& config) {
 /// device by a DeviceSource, which also normalizes and augments there when the config asks for it.
 void load_data(Run& run, const Config& config, const std::string& source) {
   const bool on_device = config.data.normalize_on_device;
+  const ImageFormat image = image_format(config.data.dataset);
   const auto load = [&](bool train, int64_t limit) {
+    if (config.data.dataset == "cifar10") {
+      data::ImageSet set = data::load_cifar10_split(config.data.dir, train, limit);
+      if (!on_device) {
+        const auto options = torch::TensorOptions().dtype(torch::kFloat32);
+        const at::Tensor mean = torch::tensor(image.mean, options).view({1, -1, 1, 1});
+        const at::Tensor std = torch::tensor(image.std, options).view({1, -1, 1, 1});
+        set.images = (set.images.to(torch::kFloat32).div_(255.0) - mean) / std;
+      }
+      return set;
+    }
     return on_device ? data::load_mnist_split_uint8(config.data.dir, train, limit)
-                     : data::load_mnist_split(config.data.dir, train, limit, data::kFashionMnistMean, data::kFashionMnistStd);
+                     : data::load_mnist_split(config.data.dir, train, limit, image.mean[0], image.std[0]);
   };
   const data::ImageSet full_train = load(true, config.data.limit_train);
   const int64_t n_all = full_train.images.size(0);
@@ -104,7 +141,7 @@ void load_data(Run& run, const Config& config, const std::string& source) {
     data::DeviceTransformOptions transform;
     transform.seed(static_cast<uint64_t>(config.train.seed));
     if (on_device) {
-      transform.normalize({data::kFashionMnistMean}, {data::kFashionMnistStd});
+      transform.normalize(image.mean, image.std);
     }
     if (train) {
       transform.crop_padding(config.data.crop_padding).horizontal_flip(config.data.horizontal_flip);
@@ -287,7 +324,7 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   }
   load_data(run, config, source);
   torch::manual_seed(static_cast<uint64_t>(config.train.seed));
-  run.model = make_model(config.model, source);
+  run.model = make_model(config.model, image_format(config.data.dataset), source);
   run.model->to(run.device);
   run.optimizer = optim::make_optimizer(config.optimizer, run.model->parameters());
   run.steps_per_epoch =

@@ -72,14 +72,17 @@ ModelSummary summary(torch::nn::Sequential& model, const at::Tensor& example) {
 }
 
 std::string ModelSummary::to_string() const {
+  size_t name_width = 5;
   size_t type_width = 4;
   for (const auto& l : layers) {
+    name_width = std::max(name_width, l.name.size());
     type_width = std::max(type_width, l.type.size());
   }
-  std::string out = fmt::format("  {:<5} {:<{}} {:<20} {:>12}\n", "", "Type", type_width, "Output shape", "Params");
+  std::string out =
+      fmt::format("  {:<{}} {:<{}} {:<20} {:>12}\n", "", name_width, "Type", type_width, "Output shape", "Params");
   for (const auto& l : layers) {
     const std::string shape = l.output_shape.empty() ? "-" : fmt::format("[{}]", fmt::join(l.output_shape, ", "));
-    out += fmt::format("  {:<5} {:<{}} {:<20} {:>12}\n", l.name, l.type, type_width, shape, l.params);
+    out += fmt::format("  {:<{}} {:<{}} {:<20} {:>12}\n", l.name, name_width, l.type, type_width, shape, l.params);
   }
   out += fmt::format("  {} trainable parameters, {} non-trainable, {} total\n", trainable_params,
                      params - trainable_params, params);

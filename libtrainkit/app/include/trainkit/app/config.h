@@ -24,6 +24,7 @@ class ConfigError : public ArgError {
 
 /// `[data]`: where the data set is and how it is split.
 struct DataConfig {
+  std::string dataset = "fashion-mnist";
   std::string dir = "/usr/share/datasets/fashion-mnist";
   int64_t val_size = 5000;
   int64_t limit_train = 0;
