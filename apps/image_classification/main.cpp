@@ -36,20 +36,25 @@ struct TraceRow {
   double seconds;  ///< wall time since fit() began
 };
 
-/// Records the LR trace. on_epoch_end runs before the per-epoch scheduler step, so the LRs read there are
-/// the ones the epoch trained with; a reduction shows as a lower LR in the next row.
+/// Records the LR trace. The per-epoch scheduler steps before on_epoch_end, so the LRs are read after each
+/// optimizer step instead: the last step's LRs are the ones the epoch trained with, and a reduction shows
+/// as a lower LR in the next row.
 class LrTrace : public train::Callback {
  public:
   void on_train_begin(train::Trainer&) override { start_ = std::chrono::steady_clock::now(); }
 
-  bool on_epoch_end(train::Trainer& trainer, const train::EpochEvent& event) override {
-    TraceRow row{event.epoch, event.step, {}, event.train_loss, event.val ? event.val->loss : NAN,
-                 event.val ? event.val->metric("accuracy") : NAN,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()};
+  bool on_step_end(train::Trainer& trainer, const train::StepEvent&) override {
+    lrs_.clear();
     for (const auto& group : trainer.optimizer().param_groups()) {
-      row.lrs.push_back(group.options().get_lr());
+      lrs_.push_back(group.options().get_lr());
     }
-    rows.push_back(std::move(row));
+    return false;
+  }
+
+  bool on_epoch_end(train::Trainer&, const train::EpochEvent& event) override {
+    rows.push_back({event.epoch, event.step, lrs_, event.train_loss, event.val ? event.val->loss : NAN,
+                    event.val ? event.val->metric("accuracy") : NAN,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()});
     return false;
   }
 
@@ -57,6 +62,7 @@ class LrTrace : public train::Callback {
 
  private:
   std::chrono::steady_clock::time_point start_;
+  std::vector<double> lrs_;
 };
 
 /// Whether the LR of group 0 dropped from the previous epoch to this one (a plateau reduction).
