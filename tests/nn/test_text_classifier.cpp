@@ -2,6 +2,7 @@
 // order of lengths) gives the same logits, loss and gradients as running every sequence alone and unpadded
 // through the same embedding, LSTM and head (float64); the bag-of-words model is the mean of its tokens'
 // weight rows.
+#include <cmath>
 #include <vector>
 
 #include <torch/torch.h>
