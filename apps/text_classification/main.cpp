@@ -70,7 +70,7 @@ struct TrainConfig {
   int64_t batch_size = 64;
   int64_t seed = 0;
   double clip_grad_norm = 1.0;
-  int64_t threads = 2;
+  int64_t threads = 1;
 };
 
 struct BaselineConfig {
