@@ -14,7 +14,8 @@ python_oracles=(timm torch-lr-finder tensorboard)
 apt_packages=(build-essential cmake ninja-build ccache pkg-config
               libfmt-dev libspdlog-dev catch2 libcli11-dev libtomlplusplus-dev
               zlib1g-dev libpng-dev dataset-fashion-mnist python3-venv
-              libgloo-dev)  # Gloo headers for c10d's ProcessGroupGloo.hpp (the wheel lacks them)
+              libgloo-dev   # Gloo headers for c10d's ProcessGroupGloo.hpp (the wheel lacks them)
+              fortunes)     # apps/text_classification's default data: one class per fortune file
 
 missing=()
 for p in "${apt_packages[@]}"; do
