@@ -1,4 +1,4 @@
-// trainkit: the command-line front end. Subcommands: train, lr-find, batch-size, checkpoint, launch.
+// trainkit: the command-line front end. Subcommands: train, tune, lr-find, batch-size, checkpoint, launch.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -14,6 +14,7 @@
 #include "trainkit/app/config.h"
 #include "trainkit/app/jobs.h"
 #include "trainkit/app/main.h"
+#include "trainkit/app/tune_job.h"
 #include "trainkit/train/checkpoint.h"
 #include "trainkit/version.h"
 
@@ -41,6 +42,26 @@ int main(int argc, char** argv) {
                     "auto (newest good checkpoint in --out) or a checkpoint file");
   train->add_flag("--list-keys", list_keys, "Print every config key as a Markdown table and exit");
   train->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+
+  trainkit::app::TuneJobOptions tune_options;
+  auto* tune = app.add_subcommand(
+      "tune", "Hyperparameter search: each trial is a `trainkit train` run of --config with the tuned keys of "
+              "--space set (Bayesian optimization with a Gaussian process, or random search)");
+  tune->add_option("--config", tune_options.config_path, "Base TOML config of every trial")->required();
+  tune->add_option("--space", tune_options.space_path, "Search-space TOML file (see docs/tuning.md)")->required();
+  tune->add_option("--out", tune_options.out_dir, "Study directory (a re-run continues the study in it)")->required();
+  tune->add_option("--trials", tune_options.trials, "Finished trials wanted in total")->capture_default_str();
+  tune->add_option("--jobs", tune_options.jobs, "Trials run at once")->capture_default_str();
+  tune->add_option("--set", tune_options.overrides, "Override one key of every trial: section.key=value (repeatable)");
+  tune->add_option("--metric", tune_options.metric, "Objective: val_loss, val_<metric>, test_loss or test_<metric>")
+      ->capture_default_str();
+  tune->add_option("--direction", tune_options.direction,
+                   "minimize or maximize (default: maximize for accuracy metrics, else minimize)");
+  tune->add_option("--sampler", tune_options.sampler, "gp or random")->capture_default_str();
+  tune->add_option("--seed", tune_options.seed, "Study seed")->capture_default_str();
+  tune->add_flag("--prune", tune_options.prune, "Median-stop trials from their per-epoch validation metric");
+  tune->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 
   std::string lr_config;
@@ -152,6 +173,12 @@ int main(int argc, char** argv) {
     }
   }
 #endif
+  if (tune->parsed()) {
+    return trainkit::app::run_main([&] {
+      trainkit::app::run_tune_job(tune_options);
+      return 0;
+    });
+  }
   if (lr_find->parsed()) {
     if (lr_config.empty()) {
       std::cerr << "lr-find: --config is required\nRun with --help for more information.\n";

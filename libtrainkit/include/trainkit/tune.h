@@ -1,5 +1,14 @@
 #pragma once
 /// @file
-/// Tuning: the LR range test and its suggestions; the batch-size finder.
+/// Tuning: the LR range test and its suggestions; the batch-size finder; hyperparameter search (search
+/// spaces, Sobol design, Gaussian process, acquisitions, samplers, median pruner, ask/tell study).
+#include "trainkit/tune/acquisition.h"
 #include "trainkit/tune/batch_size_finder.h"
+#include "trainkit/tune/gaussian_process.h"
 #include "trainkit/tune/lr_finder.h"
+#include "trainkit/tune/pruner.h"
+#include "trainkit/tune/sampler.h"
+#include "trainkit/tune/search_space.h"
+#include "trainkit/tune/sobol.h"
+#include "trainkit/tune/study.h"
+#include "trainkit/tune/trial.h"

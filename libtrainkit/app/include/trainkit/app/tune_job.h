@@ -1,0 +1,66 @@
+#pragma once
+/// @file
+/// `trainkit tune` (application layer): a hyperparameter study whose trials are `trainkit train` runs.
+///
+/// Each trial is a child process `trainkit train --config BASE --set key=value ... --out OUT/trials/trial-NNNN`;
+/// its objective is read from the finished run (`val_*`: the last epoch row of metrics.jsonl; `test_*`:
+/// summary.json). Output directory: `study.jsonl` (a header line, then one line per finished trial, appended
+/// and flushed as each finishes: a re-run with the same --out continues the study), `trials.csv`,
+/// `best.toml` (the best trial's effective config), `best_so_far.svg` and `trials/`.
+///
+/// Search-space file (TOML): one table per tuned key, named by the config key:
+/// ```
+/// [optimizer.lr]
+/// type = "float"        # float, int or categorical
+/// low = 1e-4
+/// high = 1e-2
+/// log = true            # optional, default false
+/// [optimizer.name]
+/// type = "categorical"
+/// choices = ["adam", "adamw"]
+/// ```
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainkit/tune/search_space.h"
+#include "trainkit/tune/study.h"
+
+namespace trainkit::app {
+
+/// Reads a search-space file. Throws ConfigError naming the file, the parameter and the problem (unknown
+/// field, missing bound, empty range, log range with low <= 0, unknown type).
+tune::SearchSpace load_search_space(const std::string& path);
+
+/// What `trainkit tune` was asked to do.
+struct TuneJobOptions {
+  std::string config_path;             ///< base TOML config of every trial
+  std::vector<std::string> overrides;  ///< `--set` applied to every trial before the tuned keys
+  std::string space_path;              ///< search-space TOML file
+  std::string out_dir;                 ///< study directory
+  int64_t trials = 20;                 ///< finished trials wanted in total (a re-run counts earlier ones)
+  int64_t jobs = 1;                    ///< trials run at once (child processes)
+  std::string metric = "val_loss";     ///< objective: val_loss, val_<metric>, test_loss or test_<metric>
+  std::string direction;               ///< minimize or maximize; empty: maximize for accuracy, else minimize
+  std::string sampler = "gp";          ///< gp (Bayesian) or random
+  uint64_t seed = 0;                   ///< study seed
+  bool prune = false;                  ///< median-stop trials from their per-epoch validation metric
+  std::string executable;              ///< the trainkit program that runs `train` (the CLI passes itself)
+};
+
+/// Result of a study run.
+struct TuneJobResult {
+  std::vector<tune::Trial> trials;  ///< all finished trials (earlier runs' included)
+  std::optional<tune::Trial> best;  ///< the best completed one
+};
+
+/// Runs (or continues) the study. Checks the space against the base config (every tuned key at both ends
+/// of its range must be accepted by `trainkit train`) and the study file against the space before any trial
+/// starts; throws ConfigError / UsageError then. A trial whose training fails or whose objective is NaN is
+/// recorded as failed; a trial that fails on a configuration error (exit code 2) stops the study, keeping
+/// every trial finished before it.
+TuneJobResult run_tune_job(const TuneJobOptions& options);
+
+}  // namespace trainkit::app

@@ -1,0 +1,71 @@
+"""Python peer of bench/bench_tune.cpp: Optuna's TPE sampler and Optuna's random sampler on Branin and
+Hartmann-6, with the same seeds and evaluations. Prints median simple regret after `--evals` evaluations and
+the time of one suggestion (study.ask) at that many observations.
+    .venv/bin/python scripts/bench_tune_peer.py [--seeds 10] [--evals 50] [--csv curves.csv]"""
+import argparse
+import math
+import time
+
+import numpy as np
+import optuna
+
+BRANIN_MIN = 0.39788735772973816
+HARTMANN6_MIN = -3.3223680114155147
+_ALPHA = np.array([1.0, 1.2, 3.0, 3.2])
+_A = np.array([[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14], [3, 3.5, 1.7, 10, 17, 8],
+               [17, 8, 0.05, 10, 0.1, 14]])
+_P = 1e-4 * np.array([[1312, 1696, 5569, 124, 8283, 5886], [2329, 4135, 8307, 3736, 1004, 9991],
+                      [2348, 1451, 3522, 2883, 3047, 6650], [4047, 8828, 8732, 5743, 1091, 381]])
+
+
+def branin(trial):
+    x1 = trial.suggest_float("x1", -5, 10)
+    x2 = trial.suggest_float("x2", 0, 15)
+    b, c, t = 5.1 / (4 * math.pi ** 2), 5 / math.pi, 1 / (8 * math.pi)
+    return (x2 - b * x1 ** 2 + c * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10
+
+
+def hartmann6(trial):
+    x = np.array([trial.suggest_float("x{}".format(i), 0, 1) for i in range(6)])
+    return float(-np.sum(_ALPHA * np.exp(-np.sum(_A * (x - _P) ** 2, axis=1))))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--evals", type=int, default=50)
+    ap.add_argument("--csv")
+    args = ap.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rows = []
+    print("{:<10} {:<8} {:>22} {:>26} {:>14}".format("problem", "method", "median regret @{}".format(args.evals),
+                                                      "regret quartiles (25/75%)", "s/suggestion"))
+    for name, f, fmin in (("branin", branin, BRANIN_MIN), ("hartmann6", hartmann6, HARTMANN6_MIN)):
+        for method in ("tpe", "random"):
+            finals, times, curves = [], [], []
+            for seed in range(args.seeds):
+                sampler = optuna.samplers.TPESampler(seed=seed) if method == "tpe" else \
+                    optuna.samplers.RandomSampler(seed=seed)
+                study = optuna.create_study(sampler=sampler)
+                study.optimize(f, n_trials=args.evals)
+                values = [t.value for t in study.trials]
+                curves.append(np.minimum.accumulate(values) - fmin)
+                finals.append(min(values) - fmin)
+                start = time.perf_counter()
+                t = study.ask()  # the suggestion at `evals` observations (parameters are drawn by f)
+                f(t)
+                times.append(time.perf_counter() - start)
+            ordered = sorted(finals)
+            q1, q3 = ordered[len(ordered) // 4], ordered[3 * len(ordered) // 4]
+            print("{:<10} {:<8} {:>22.4g} {:>26} {:>14.3f}".format(name, method, float(np.median(finals)),
+                                                                  "{:.3g} / {:.3g}".format(q1, q3),
+                                                                  float(np.median(times))), flush=True)
+            med = np.median(np.array(curves), axis=0)
+            rows += ["{},{},{},{:.6g}".format(name, "optuna_" + method, i + 1, v) for i, v in enumerate(med)]
+    if args.csv:
+        with open(args.csv, "w") as out:
+            out.write("problem,method,evaluation,median_regret\n" + "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
