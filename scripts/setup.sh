@@ -52,6 +52,7 @@ fi
 
 for pkg in "${python_oracles[@]}"; do
   mod=${pkg//-/_}
+  if [ "$pkg" = scikit-learn ]; then mod=sklearn; fi  # the one oracle whose module is not its name
   if ! "$venv/bin/python" -c "import $mod" 2>/dev/null; then
     echo "setup: installing $pkg"
     # Naming the pinned torch beside the oracle keeps pip from replacing it.
