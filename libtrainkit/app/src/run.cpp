@@ -14,6 +14,7 @@
 #include "trainkit/data/idx.h"
 #include "trainkit/data/parallel_loader.h"
 #include "trainkit/data/tensor_loader.h"
+#include "trainkit/data/transforms.h"
 #include "trainkit/log/progress.h"
 #include "trainkit/nn/checkpoint.h"
 #include "trainkit/nn/init.h"
@@ -115,10 +116,7 @@ void load_data(Run& run, const Config& config, const std::string& source) {
     if (config.data.dataset == "cifar10") {
       data::ImageSet set = data::load_cifar10_split(config.data.dir, train, limit);
       if (!on_device) {
-        const auto options = torch::TensorOptions().dtype(torch::kFloat32);
-        const at::Tensor mean = torch::tensor(image.mean, options).view({1, -1, 1, 1});
-        const at::Tensor std = torch::tensor(image.std, options).view({1, -1, 1, 1});
-        set.images = (set.images.to(torch::kFloat32).div_(255.0) - mean) / std;
+        set.images = data::normalize(set.images, image.mean, image.std);
       }
       return set;
     }
