@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -21,6 +22,9 @@
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/data/torch_data.h"
 #include "trainkit/nn/models.h"
+#include "trainkit/log/metrics.h"
+#include "trainkit/log/summary_writer.h"
+#include "trainkit/train/callbacks.h"
 #include "trainkit/train/trainer.h"
 
 namespace {
@@ -54,12 +58,34 @@ double hand_loop(trainkit::data::TensorLoader& loader, int64_t steps) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+/// The Trainer alone: no hooks, and the step-time profile off.
 double trainer_loop(trainkit::data::TensorLoader& loader, int64_t steps) {
   Setup s;
-  trainkit::train::Trainer trainer(s.model, *s.optimizer, trainkit::train::TrainerOptions().max_steps(steps).epochs(1000));
+  trainkit::train::Trainer trainer(s.model, *s.optimizer,
+                                   trainkit::train::TrainerOptions().max_steps(steps).epochs(1000).profile(false));
   const auto start = Clock::now();
   trainer.fit(loader);
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// The Trainer with what `trainkit train` adds for monitoring: the step-time profile, and the logging hook
+/// writing metrics.csv/jsonl and TensorBoard monitors (loss, every group's LR and beta1, throughput) every
+/// `monitor_every` steps, 10x as often as the main job's default of 100.
+double trainer_loop_monitored(trainkit::data::TensorLoader& loader, int64_t steps, const std::string& dir,
+                              int64_t monitor_every) {
+  Setup s;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  trainkit::train::Trainer trainer(s.model, *s.optimizer,
+                                   trainkit::train::TrainerOptions().max_steps(steps).epochs(1000).profile(true));
+  auto metrics = std::make_shared<trainkit::log::MetricsWriter>(dir, false);
+  auto tensorboard = std::make_shared<trainkit::log::SummaryWriter>(dir);
+  trainer.add_callback(std::make_shared<trainkit::train::LoggingCallback>(metrics, monitor_every, false, tensorboard));
+  const auto start = Clock::now();
+  trainer.fit(loader);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  tensorboard->close();
+  return seconds;
 }
 
 using TorchLoader = decltype(torch::data::make_data_loader(
@@ -143,6 +169,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"tensor", "torch_data"}));
   app.add_option("--json", json_path, "Also write the results as JSON to this file");
+  int64_t monitor_every = 10;
+  app.add_option("--monitor-every", monitor_every,
+                 "Steps between monitor rows in the 'Trainer + profile + monitors' variant")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   const auto train = trainkit::data::load_mnist_split(data_dir, true);
@@ -159,15 +190,27 @@ int main(int argc, char** argv) {
       {"hand-written LibTorch loop", [&] { return hand_loop(loader, steps); }},
       {"trainkit Trainer", [&] { return trainer_loop(loader, steps); }},
       {"Python PyTorch (same wheel)", [&] { return python_loop(python, data_dir, steps, batch); }},
+      {"Trainer + profile + monitors", [&] {
+         return trainer_loop_monitored(loader, steps, fmt::format("/tmp/trainkit-bench-monitors-{}", ::getpid()),
+                                       monitor_every);
+       }},
   };
   if (torch_data) {
     variants[0].second = [&] { return hand_loop_torch_data(torch_loader, steps); };
     variants[1].second = [&] { return trainer_loop_torch_data(torch_loader, steps); };
   }
-  const size_t count = no_python || torch_data ? 2 : 3;
+  // The monitored variant needs the tensor loader; the Python peer is skipped on request and with torch_data.
+  std::vector<size_t> active = {0, 1};
+  if (!torch_data) {
+    active.push_back(3);
+  }
+  if (!no_python && !torch_data) {
+    active.push_back(2);
+  }
+  const size_t count = active.size();
   for (int r = 0; r < rounds; ++r) {
     for (size_t i = 0; i < count; ++i) {  // rotate the order each round
-      const auto& [name, run] = variants[(i + static_cast<size_t>(r)) % count];
+      const auto& [name, run] = variants[active[(i + static_cast<size_t>(r)) % count]];
       seconds[name].push_back(run());
     }
   }
@@ -179,7 +222,8 @@ int main(int argc, char** argv) {
   fmt::print("{:<30} {:>12} {:>12} {:>14} {:>14}\n", "variant", "median s", "samples/s", "median ratio",
              "best ratio");
   std::string json = "{";
-  for (const char* name : {"hand-written LibTorch loop", "trainkit Trainer", "Python PyTorch (same wheel)"}) {
+  for (const char* name : {"hand-written LibTorch loop", "trainkit Trainer", "Trainer + profile + monitors",
+                           "Python PyTorch (same wheel)"}) {
     if (seconds.count(name) == 0) {
       continue;
     }
@@ -191,6 +235,21 @@ int main(int argc, char** argv) {
         "{}\"{}\": {{\"median_seconds\": {:.4f}, \"best_seconds\": {:.4f}, \"samples_per_second\": {:.1f}, "
         "\"median_ratio_to_hand_loop\": {:.4f}, \"best_ratio_to_hand_loop\": {:.4f}}}",
         json.size() > 1 ? ", " : "", name, s, best, rate, s / hand, best / hand_best);
+  }
+  if (seconds.count("Trainer + profile + monitors") != 0) {
+    const auto& plain = seconds["trainkit Trainer"];
+    const auto& monitored = seconds["Trainer + profile + monitors"];
+    // Per round, the monitored run against the plain one of the same round: the pairs share the machine's
+    // state, so their ratio is steadier than a ratio of medians.
+    std::vector<double> ratios;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      ratios.push_back(monitored[i] / plain[i]);
+    }
+    fmt::print("profile + monitors every {} steps vs the Trainer alone: median of per-round ratios {:.4f}, "
+               "ratio of best rounds {:.4f}\n",
+               monitor_every, median(ratios),
+               *std::min_element(monitored.begin(), monitored.end()) / *std::min_element(plain.begin(), plain.end()));
+    json += fmt::format(", \"monitor_overhead_median_ratio\": {:.4f}", median(ratios));
   }
   json += "}\n";
   if (!json_path.empty()) {

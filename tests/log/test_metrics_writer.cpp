@@ -1,5 +1,6 @@
 // MetricsWriter: one val_<name> column per metric of the run, the same fields in JSONL, a resumed run
-// with other metrics is refused without touching the file, and the curves plot every metric column.
+// with other metrics is refused without touching the file, and the curves plot every metric column; monitor
+// columns (per-group LR and momentum, gradient norm) follow the metrics.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -51,4 +52,32 @@ TEST_CASE("MetricsWriter writes a column per metric of the run", "[log][metrics]
                        WhatContains("metrics.csv: has columns"));
   CHECK(read_text(tmp.str("metrics.csv")) == csv);
   tl::MetricsWriter again(tmp.str(), true, {"mse", "mae"});  // the same metrics append
+}
+
+TEST_CASE("MetricsWriter writes monitor columns after the metrics, and every monitor to JSONL", "[log][metrics]") {
+  TempDir tmp("metrics-monitors");
+  {
+    tl::MetricsWriter w(tmp.str(), false, {"accuracy"}, {"lr_group_0", "lr_group_1", "grad_norm"});
+    tl::MetricRow train;
+    train.kind = "train";
+    train.step = 5;
+    train.loss = 1.5;
+    train.monitors = {{"grad_norm", 2.25}, {"lr_group_0", 0.1}, {"momentum_group_0", 0.9}};  // no group 1
+    w.write(train);
+    tl::MetricRow epoch;
+    epoch.kind = "epoch";
+    epoch.step = 5;
+    epoch.val_metrics = {{"accuracy", 0.5}};
+    w.write(epoch);
+  }
+  CHECK(read_text(tmp.str("metrics.csv")) ==
+        "kind,step,epoch,loss,lr,samples_per_second,val_loss,val_accuracy,lr_group_0,lr_group_1,grad_norm\n"
+        "train,5,0,1.5,,,,,0.1,,2.25\n"
+        "epoch,5,0,,,,,0.5,,,\n");
+  CHECK_THAT(read_text(tmp.str("metrics.jsonl")),
+             Catch::Matchers::Contains("{\"kind\":\"train\",\"step\":5,\"epoch\":0,\"loss\":1.5,\"grad_norm\":2.25,"
+                                       "\"lr_group_0\":0.1,\"momentum_group_0\":0.9}"));
+  // A resumed run must declare the same monitor columns.
+  CHECK_THROWS_MATCHES(tl::MetricsWriter(tmp.str(), true, {"accuracy"}), std::runtime_error,
+                       WhatContains("metrics.csv: has columns"));
 }

@@ -268,6 +268,44 @@ TEST_CASE("trainkit train runs with bf16 autocast, a GradScaler, accumulation an
   CHECK_THAT(bad.output, Contains("amp.dtype"));
 }
 
+TEST_CASE("trainkit train writes the step-time profile, the monitors and a profiler trace", "[cli][profile]") {
+  TempDir tmp("cli-profile");
+  const std::string config = tiny_config(tmp);
+  const std::string out = tmp.str("run");
+  const Run r = trainkit_cli("train --config " + config + " --out " + out +
+                                 " --set train.epochs=1 --set grad.clip_norm=5 --set log.every_steps=2"
+                                 " --set profile.trace_steps=2 --set profile.trace_wait=3 --set log.layer_norms=true",
+                             tmp);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.output, Contains("epoch 1 time: ") && Contains("ms/step): data ") &&
+                           Contains("profiler: 2 steps recorded to "));
+  // 500 training examples in batches of 50: 10 steps, all in summary.json's profile.
+  const std::string summary = read_file(out + "/summary.json");
+  CHECK_THAT(summary, Contains("\"step_times\": {\"steps\": 10, \"micro_batches\": 10, \"total_s\": ") &&
+                          Contains("\"epoch_step_times\": [\n    {\"steps\": 10,"));
+  // Adam: one group with beta1 as its momentum; clipping by norm: the clip's norm.
+  std::ifstream csv(out + "/metrics.csv");
+  std::string header;
+  std::getline(csv, header);
+  CHECK_THAT(header, Catch::Matchers::EndsWith(",val_accuracy,lr_group_0,momentum_group_0,grad_norm"));
+  const auto train_rows = rows_of(out + "/metrics.csv", "train");
+  REQUIRE(train_rows.size() == 5);
+  for (const auto& row : train_rows) {
+    CHECK(row.back() != ',');  // grad_norm is filled
+  }
+  const std::string trace = read_file(out + "/trace.json");
+  size_t forwards = 0;
+  for (size_t at = trace.find("\"trainkit::forward\""); at != std::string::npos;
+       at = trace.find("\"trainkit::forward\"", at + 1)) {
+    ++forwards;
+  }
+  CHECK(forwards == 2);
+  const std::string norms = read_file(out + "/layer_norms.csv");
+  CHECK(norms.rfind("step,name,grad_norm,param_norm\n2,", 0) == 0);
+  CHECK_THAT(norms, Contains("\n10,"));
+}
+
 TEST_CASE("trainkit lr-find writes the curve and suggestions", "[cli][tune]") {
   TempDir tmp("cli-lrfind");
   const std::string config = tiny_config(tmp);

@@ -20,6 +20,7 @@
 
 #include "trainkit/train/early_stopping.h"
 #include "trainkit/train/ema.h"
+#include "trainkit/train/profiler_trace.h"
 #include "trainkit/train/metric.h"
 #include "trainkit/train/model_checkpoint.h"
 #include "trainkit/train/swa.h"
@@ -343,6 +344,20 @@ const std::vector<Key>& keys() {
                    as_choice(n, w, {"auto", "bar", "lines"})),
       TRAINKIT_KEY(log, tensorboard, "boolean", "Also write TensorBoard event files into the run directory",
                    as_bool(n, w)),
+      TRAINKIT_KEY(log, layer_norms, "boolean",
+                   "Every log.every_steps steps, each parameter's gradient and weight 2-norm to <run>/layer_norms.csv "
+                   "(and TensorBoard norms/grad/<name>, norms/param/<name>)",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(profile, sync, "boolean",
+                   "Synchronize the device after each timed phase of a step so that CUDA work is charged to the phase "
+                   "that launched it (slower; the CPU is unaffected)",
+                   as_bool(n, w)),
+      TRAINKIT_KEY(profile, trace_steps, "integer >= 0",
+                   "Record this many steps with LibTorch's profiler into <run>/trace.json, a Chrome trace (0 = off)",
+                   as_int(n, w, 0)),
+      TRAINKIT_KEY(profile, trace_wait, "integer >= 0", "Steps of the run to let pass before the trace starts",
+                   as_int(n, w, 0)),
+      TRAINKIT_KEY(profile, record_shapes, "boolean", "Record operator input shapes in the trace", as_bool(n, w)),
       TRAINKIT_KEY(distributed, backend, "\"auto\" or \"gloo\" or \"nccl\"",
                    "Under `trainkit launch`/torchrun: c10d backend (auto: Gloo, NCCL for CUDA)",
                    as_choice(n, w, {"auto", "gloo", "nccl"})),
@@ -369,7 +384,7 @@ const Key* find_key(const std::string& section, const std::string& name) {
 const std::vector<std::string>& sections() {
   static const std::vector<std::string> names = {"data", "model", "optimizer", "train", "grad", "amp",
                                                  "checkpoint", "early_stopping", "ema", "swa", "log",
-                                                 "distributed", "scheduler"};
+                                                 "profile", "distributed", "scheduler"};
   return names;
 }
 
@@ -498,6 +513,10 @@ Config::Config() {
   ema.warmup_gamma = ema_options.warmup_gamma();
   ema.warmup_power = ema_options.warmup_power();
   ema.exclude_buffers = ema_options.exclude_buffers();
+  const train::ProfilerTraceOptions trace_options("trace.json");
+  profile.trace_wait = trace_options.wait();
+  profile.record_shapes = trace_options.record_shapes();
+  profile.sync = train::TrainerOptions().profile_sync();
   const train::SwaOptions swa_options;
   swa.swa_start = swa_options.swa_start();
   swa.swa_lr = swa_options.swa_lr();

@@ -182,16 +182,24 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     test_metrics_json += fmt::format("  \"test_{}\": {:.6f},\n", name, value);
     test_metrics_text += fmt::format(", test {} {:.4f}", name, value);
   }
+  std::string epoch_times_json;
+  for (const train::StepTimes& t : logging.epoch_step_times()) {
+    epoch_times_json += fmt::format("{}\n    {}", epoch_times_json.empty() ? "" : ",", t.to_json());
+  }
+  if (logging.step_times().steps > 0) {
+    spdlog::info("time: {}", logging.step_times().to_string());
+  }
   log::write_curves_svg((fs::path(plan.dir) / "metrics.csv").string(), (fs::path(plan.dir) / "curves.svg").string(),
                         fs::path(options.config_path).stem().string());
   train::write_file_atomic(
       (fs::path(plan.dir) / "summary.json").string(),
       fmt::format("{{\n{}  \"test_loss\": {:.6f},\n  \"epochs\": {},\n"
                   "  \"steps\": {},\n  \"finished\": {},\n  \"wall_seconds\": {:.3f},\n"
-                  "  \"train_samples_per_second\": {:.1f},\n{}  \"torch_version\": \"{}\"\n}}\n",
+                  "  \"train_samples_per_second\": {:.1f},\n  \"step_times\": {},\n  \"epoch_step_times\": [{}\n  ],\n"
+                  "{}  \"torch_version\": \"{}\"\n}}\n",
                   test_metrics_json, result.test_loss, result.epochs, result.steps,
                   result.finished ? "true" : "false", result.wall_seconds, result.train_samples_per_second,
-                  comm_json, compat::torch_version()));
+                  logging.step_times().to_json(), epoch_times_json, comm_json, compat::torch_version()));
   spdlog::info("test loss {:.4f}{} after {} epochs ({} steps) in {:.1f} s; {}", result.test_loss, test_metrics_text,
                result.epochs, result.steps, result.wall_seconds, plan.dir);
   return result;

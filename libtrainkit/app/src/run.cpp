@@ -21,7 +21,9 @@
 #include "trainkit/nn/models.h"
 #include "trainkit/nn/resnet.h"
 #include "trainkit/train/early_stopping.h"
+#include "trainkit/train/layer_norms.h"
 #include "trainkit/train/model_checkpoint.h"
+#include "trainkit/train/profiler_trace.h"
 
 namespace trainkit::app {
 namespace {
@@ -287,7 +289,9 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
     return;
   }
   std::filesystem::create_directories(options.dir());
-  run.metrics = std::make_shared<log::MetricsWriter>(options.dir(), options.append_metrics(), config.train.metrics);
+  run.metrics = std::make_shared<log::MetricsWriter>(
+      options.dir(), options.append_metrics(), config.train.metrics,
+      train::LoggingCallback::monitor_columns(*run.optimizer, config.grad.clip_norm > 0));
   const std::string progress = options.progress() == "config" ? config.log.progress : options.progress();
   const bool bar = progress == "bar" || (progress == "auto" && log::is_terminal(stderr));
   if (config.log.tensorboard || options.tensorboard()) {
@@ -295,7 +299,23 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
   }
   run.logging = std::make_shared<train::LoggingCallback>(run.metrics, config.log.every_steps, bar, run.tensorboard);
   run.trainer->add_callback(run.logging);
+  if (config.log.layer_norms) {
+    run.trainer->add_callback(std::make_shared<train::LayerNorms>(
+        *run.model,
+        train::LayerNormsOptions()
+            .every_steps(config.log.every_steps)
+            .csv_path((std::filesystem::path(options.dir()) / "layer_norms.csv").string())
+            .append(options.append_metrics()),
+        run.tensorboard));
+  }
   run.trainer->add_callback(std::make_shared<train::CheckpointCallback>(run.checkpoints, config.checkpoint.every_steps));
+  if (config.profile.trace_steps > 0) {
+    run.trainer->add_callback(std::make_shared<train::ProfilerTrace>(
+        train::ProfilerTraceOptions((std::filesystem::path(options.dir()) / "trace.json").string())
+            .wait(config.profile.trace_wait)
+            .active(config.profile.trace_steps)
+            .record_shapes(config.profile.record_shapes)));
+  }
 }
 
 }  // namespace
@@ -335,7 +355,8 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
                                                      .accumulation_steps(config.grad.accumulation_steps)
                                                      .clip_grad_norm(config.grad.clip_norm)
                                                      .norm_type(config.grad.norm_type)
-                                                     .clip_grad_value(config.grad.clip_value));
+                                                     .clip_grad_value(config.grad.clip_value)
+                                                     .profile_sync(config.profile.sync));
   attach_precision(run, config, source);
   attach_metrics(run, config, source);
   if (config.scheduler) {

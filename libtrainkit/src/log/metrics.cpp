@@ -33,8 +33,9 @@ std::ofstream open_for_append(const std::filesystem::path& path, bool append) {
 
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& dir, bool append, std::vector<std::string> val_metrics)
-    : val_metrics_(std::move(val_metrics)) {
+MetricsWriter::MetricsWriter(const std::string& dir, bool append, std::vector<std::string> val_metrics,
+                             std::vector<std::string> monitor_columns)
+    : val_metrics_(std::move(val_metrics)), monitor_columns_(std::move(monitor_columns)) {
   const std::filesystem::path csv_path = std::filesystem::path(dir) / "metrics.csv";
   const bool new_csv = !append || !std::filesystem::exists(csv_path) || std::filesystem::file_size(csv_path) == 0;
   if (!new_csv) {
@@ -59,6 +60,9 @@ std::string MetricsWriter::header() const {
   for (const auto& name : val_metrics_) {
     h += ",val_" + name;
   }
+  for (const auto& name : monitor_columns_) {
+    h += "," + name;
+  }
   return h;
 }
 
@@ -75,7 +79,18 @@ void MetricsWriter::write(const MetricRow& row) {
   std::string line = fmt::format("{},{},{},{},{},{},{}", row.kind, row.step, row.epoch, csv_field(row.loss),
                                  csv_field(row.lr), csv_field(row.samples_per_second), csv_field(row.val_loss));
   for (const auto& v : values) {
-    line += "," + csv_field(v);
+    line += ',';
+    line += csv_field(v);
+  }
+  for (const auto& column : monitor_columns_) {
+    std::optional<double> v;
+    for (const auto& [name, value] : row.monitors) {
+      if (name == column) {
+        v = value;
+      }
+    }
+    line += ',';
+    line += csv_field(v);
   }
   csv_ << line << '\n';
   csv_.flush();
@@ -86,6 +101,9 @@ void MetricsWriter::write(const MetricRow& row) {
   json_field(json, "val_loss", row.val_loss);
   for (size_t i = 0; i < values.size(); ++i) {
     json_field(json, ("val_" + val_metrics_[i]).c_str(), values[i]);
+  }
+  for (const auto& [name, value] : row.monitors) {
+    json_field(json, name.c_str(), value);
   }
   jsonl_ << json << "}\n";
   jsonl_.flush();

@@ -15,7 +15,38 @@ double lr_of(Trainer& trainer) {
   return groups.empty() ? 0.0 : groups.front().options().get_lr();
 }
 
+/// The monitors of monitor_columns() with their current values.
+std::vector<std::pair<std::string, double>> monitor_values(Trainer& trainer) {
+  std::vector<std::pair<std::string, double>> out;
+  const auto& groups = trainer.optimizer().param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    out.emplace_back(fmt::format("lr_group_{}", i), groups[i].options().get_lr());
+    if (sched::has_cyclable_momentum(groups[i])) {
+      out.emplace_back(fmt::format("momentum_group_{}", i), sched::get_cyclable_momentum(groups[i]));
+    }
+  }
+  if (trainer.last_grad_norm().defined()) {
+    out.emplace_back("grad_norm", trainer.last_grad_norm().item<double>());
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::string> LoggingCallback::monitor_columns(const torch::optim::Optimizer& optimizer, bool grad_norm) {
+  std::vector<std::string> out;
+  const auto& groups = optimizer.param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    out.push_back(fmt::format("lr_group_{}", i));
+    if (sched::has_cyclable_momentum(groups[i])) {
+      out.push_back(fmt::format("momentum_group_{}", i));
+    }
+  }
+  if (grad_norm) {
+    out.emplace_back("grad_norm");
+  }
+  return out;
+}
 
 LoggingCallback::LoggingCallback(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar,
                                  std::shared_ptr<log::SummaryWriter> tensorboard)
@@ -24,6 +55,7 @@ LoggingCallback::LoggingCallback(std::shared_ptr<log::MetricsWriter> metrics, in
 }
 
 void LoggingCallback::on_train_begin(Trainer&) {
+  epoch_times_.clear();
   interval_loss_ = torch::zeros({}, torch::kFloat64);
   interval_steps_ = interval_samples_ = 0;
   interval_seconds_ = 0;
@@ -42,6 +74,8 @@ bool LoggingCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
   if (event.step % every_steps_ == 0) {
     last_loss_ = interval_loss_.item<double>() / static_cast<double>(interval_steps_);
     last_rate_ = interval_seconds_ > 0 ? static_cast<double>(interval_samples_) / interval_seconds_ : 0.0;
+    // Monitors: every group's LR and momentum (or beta1), and the norm the clip computed (no second pass).
+    const auto monitors = monitor_values(trainer);
     if (metrics_) {
       log::MetricRow row;
       row.kind = "train";
@@ -50,23 +84,20 @@ bool LoggingCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
       row.loss = last_loss_;
       row.lr = lr_of(trainer);
       row.samples_per_second = last_rate_;
+      row.monitors = monitors;
       metrics_->write(row);
     }
     if (tensorboard_) {
       tensorboard_->add_scalar("train/loss", last_loss_, event.step);
       tensorboard_->add_scalar("train/lr", lr_of(trainer), event.step);
       tensorboard_->add_scalar("train/samples_per_second", last_rate_, event.step);
-      // Monitors: every group's LR and momentum (or beta1), and the norm the clip computed (no second pass).
-      const auto& groups = trainer.optimizer().param_groups();
-      for (size_t i = 0; i < groups.size(); ++i) {
-        tensorboard_->add_scalar(fmt::format("train/lr/group_{}", i), groups[i].options().get_lr(), event.step);
-        if (sched::has_cyclable_momentum(groups[i])) {
-          tensorboard_->add_scalar(fmt::format("train/momentum/group_{}", i), sched::get_cyclable_momentum(groups[i]),
-                                   event.step);
-        }
-      }
-      if (trainer.last_grad_norm().defined()) {
-        tensorboard_->add_scalar("train/grad_norm", trainer.last_grad_norm().item<double>(), event.step);
+      for (const auto& [name, value] : monitors) {
+        // TensorBoard tags as before: train/lr/group_<i>, train/momentum/group_<i>, train/grad_norm.
+        const size_t group = name.rfind("_group_");
+        const std::string tag = group == std::string::npos
+                                    ? "train/" + name
+                                    : "train/" + name.substr(0, group) + "/group_" + name.substr(group + 7);
+        tensorboard_->add_scalar(tag, value, event.step);
       }
     }
     if (!bar_) {
@@ -108,6 +139,10 @@ bool LoggingCallback::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
   } else {
     spdlog::info("epoch {} done: train loss {:.4f}", event.epoch + 1, event.train_loss);
   }
+  if (event.times.steps > 0) {
+    spdlog::info("epoch {} time: {}", event.epoch + 1, event.times.to_string());
+    epoch_times_.push_back(event.times);
+  }
   if (metrics_) {
     metrics_->write(row);
   }
@@ -129,7 +164,18 @@ bool LoggingCallback::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
   return false;
 }
 
-void LoggingCallback::on_train_end(Trainer&) {
+StepTimes LoggingCallback::step_times() const {
+  StepTimes sum;
+  for (const StepTimes& t : epoch_times_) {
+    sum += t;
+  }
+  return sum;
+}
+
+void LoggingCallback::on_train_end(Trainer& trainer) {
+  if (trainer.state().batch > 0 && trainer.epoch_times().steps > 0) {  // stopped mid-epoch
+    epoch_times_.push_back(trainer.epoch_times());
+  }
   progress_.finish();
   if (tensorboard_) {
     tensorboard_->flush();

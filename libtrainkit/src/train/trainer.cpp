@@ -1,5 +1,9 @@
 #include "trainkit/train/trainer.h"
 
+#include <chrono>
+
+#include <ATen/record_function.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
 
 #include "trainkit/amp/autocast.h"
@@ -8,6 +12,33 @@
 #include "detail/check.h"
 
 namespace trainkit::train {
+namespace {
+
+/// Charges wall time to StepTimes fields: lap(field) adds the time since the last lap (or restart) to it.
+/// Reads no clock when disabled.
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(bool enabled) : enabled_(enabled) { restart(); }
+  void restart() {
+    if (enabled_) {
+      mark_ = Clock::now();
+    }
+  }
+  void lap(double& field) {
+    if (enabled_) {
+      const auto now = Clock::now();
+      field += std::chrono::duration<double>(now - mark_).count();
+      mark_ = now;
+    }
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool enabled_;
+  Clock::time_point mark_;
+};
+
+}  // namespace
 
 Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
                  torch::optim::Optimizer& optimizer, TrainerOptions options)
@@ -85,13 +116,32 @@ at::Tensor Trainer::forward_loss(const data::Batch& batch) {
   return autocast_ ? loss.to(torch::kFloat32) : loss;
 }
 
-at::Tensor Trainer::backward(const data::Batch& batch, double loss_scale) {
-  const at::Tensor loss = forward_loss(batch);
-  at::Tensor to_backprop = loss_scale == 1.0 ? loss : loss * loss_scale;
-  if (scaler_) {
-    to_backprop = scaler_->scale(to_backprop);
+void Trainer::sync_for_profile(const c10::Device& device) const {
+  if (options_.profile_sync() && device.type() != c10::DeviceType::CPU) {
+    c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
   }
-  to_backprop.backward();
+}
+
+at::Tensor Trainer::backward(const data::Batch& batch, double loss_scale) {
+  PhaseTimer timer(options_.profile());
+  at::Tensor loss;
+  {
+    RECORD_USER_SCOPE("trainkit::forward");
+    loss = forward_loss(batch);
+    sync_for_profile(loss.device());
+  }
+  timer.lap(times_.forward);
+  {
+    RECORD_USER_SCOPE("trainkit::backward");
+    at::Tensor to_backprop = loss_scale == 1.0 ? loss : loss * loss_scale;
+    if (scaler_) {
+      to_backprop = scaler_->scale(to_backprop);
+    }
+    to_backprop.backward();
+    sync_for_profile(loss.device());
+  }
+  timer.lap(times_.backward);
+  ++times_.micro_batches;
   return loss.detach();
 }
 
@@ -99,6 +149,9 @@ void Trainer::optimizer_step() {
   const bool clipping = options_.clip_grad_value() > 0 || options_.clip_grad_norm() > 0;
   if (scaler_ && clipping) {
     scaler_->unscale_(optimizer_);  // clip the true gradients
+  }
+  for (auto& cb : callbacks_) {
+    cb->on_before_optimizer_step(*this);
   }
   if (options_.clip_grad_value() > 0) {
     grad::clip_grad_value_(optimizer_params(), options_.clip_grad_value());
@@ -186,7 +239,17 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   const auto reached_max = [this] { return options_.max_steps() > 0 && state_.step >= options_.max_steps(); };
   stop_ = stop_ || reached_max();
   optimizer_.zero_grad();
+  PhaseTimer timer(options_.profile());
+  const auto next_batch = [&train, &timer, this] {
+    RECORD_USER_SCOPE("trainkit::data");
+    timer.restart();
+    std::optional<data::Batch> b = train.next();
+    timer.lap(times_.data);
+    return b;
+  };
   while (state_.epoch < options_.epochs() && !stop_) {
+    times_ = StepTimes{};
+    PhaseTimer epoch_timer(options_.profile());
     train.set_epoch(state_.epoch);
     if (state_.batch > 0) {
       train.skip(state_.batch);
@@ -195,14 +258,14 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     const bool known_length = num_batches != data::BatchSource::kUnknownLength;
     grad::GradAccumulation accumulation(options_.accumulation_steps(), known_length ? num_batches : 0);
     accumulation.seek(known_length ? std::min(state_.batch, std::max<int64_t>(num_batches - 1, 0)) : state_.batch);
-    std::optional<data::Batch> next = train.next();
+    std::optional<data::Batch> next = next_batch();
     TRAINKIT_CHECK_ARG(next.has_value() || state_.batch > 0,
                        "Trainer::fit: the training source yielded no batch in epoch {}", state_.epoch);
     at::Tensor window_loss = torch::zeros({}, torch::kFloat64);
     int64_t window_samples = 0;
     while (next && !stop_) {
       const data::Batch batch = std::move(*next);
-      next = train.next();  // one batch ahead: the epoch's end is known before the backward
+      next = next_batch();  // one batch ahead: the epoch's end is known before the backward
       const bool last = !next.has_value();
       const bool step_now = accumulation.sync_now() || last;
       at::Tensor loss;
@@ -224,24 +287,36 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       if (!step_now) {
         continue;
       }
-      optimizer_step();
-      if (scheduler_ && scheduler_per_step_) {
-        scheduler_->step();
+      timer.restart();
+      {
+        RECORD_USER_SCOPE("trainkit::optimizer");
+        optimizer_step();
+        if (scheduler_ && scheduler_per_step_) {
+          scheduler_->step();
+        }
+        sync_for_profile(loss.device());
       }
+      timer.lap(times_.optimizer);
+      ++times_.steps;
       ++state_.step;
       const StepEvent event{state_.epoch, state_.batch - 1, num_batches, last, state_.step, window_samples,
                             window_loss / static_cast<double>(window_samples)};
       window_loss = torch::zeros({}, torch::kFloat64);
       window_samples = 0;
-      for (auto& cb : callbacks_) {
-        stop_ = cb->on_step_end(*this, event) || stop_;
+      {
+        RECORD_USER_SCOPE("trainkit::callbacks");
+        for (auto& cb : callbacks_) {
+          stop_ = cb->on_step_end(*this, event) || stop_;
+        }
       }
+      timer.lap(times_.callbacks);
       stop_ = stop_ || reached_max();
     }
+    epoch_timer.lap(times_.total);
     if (next) {
       break;  // stopped mid-epoch
     }
-    EpochEvent event{state_.epoch, state_.step, 0.0, std::nullopt, {}};
+    EpochEvent event{state_.epoch, state_.step, 0.0, std::nullopt, {}, {}};
     if (state_.epoch_samples > 0) {
       event.train_loss = state_.epoch_loss_sum.item<double>() / static_cast<double>(state_.epoch_samples);
     }
@@ -256,6 +331,8 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     for (auto& cb : callbacks_) {
       cb->on_validation_end(*this, val, event);
     }
+    epoch_timer.lap(times_.validation);
+    event.times = times_;
     if (scheduler_ && !scheduler_per_step_) {
       if (scheduler_->takes_metric()) {
         std::optional<double> value = event.metrics.find(monitor_);

@@ -23,17 +23,23 @@ struct MetricRow {
   /// Validation metrics by name ("accuracy", "mse", ...), or the test metrics in a "test" row; each is
   /// written to the column "val_<name>".
   std::vector<std::pair<std::string, double>> val_metrics;
+  /// Monitors by name ("lr_group_1", "momentum_group_0", "grad_norm", ...): every one goes to the JSONL
+  /// row, and those the writer has a column for (see MetricsWriter) to the CSV row.
+  std::vector<std::pair<std::string, double>> monitors;
 };
 
 /// Appends MetricRows to `DIR/metrics.csv` and `DIR/metrics.jsonl`, flushing each row so that a
 /// killed run keeps every row written before it died. The CSV columns are
-/// `kind,step,epoch,loss,lr,samples_per_second,val_loss` and one `val_<name>` per metric of the run.
+/// `kind,step,epoch,loss,lr,samples_per_second,val_loss`, one `val_<name>` per metric of the run, then one
+/// per monitor column.
 class MetricsWriter {
  public:
   /// Opens (appending, when `append`) both files in `dir`; writes the CSV header to a new file.
-  /// `val_metrics` names the metric columns. Appending to a CSV whose header differs throws
+  /// `val_metrics` names the metric columns, `monitor_columns` the monitor columns (e.g. from
+  /// train::LoggingCallback::monitor_columns). Appending to a CSV whose header differs throws
   /// std::runtime_error naming the file (the file is left as it was).
-  MetricsWriter(const std::string& dir, bool append, std::vector<std::string> val_metrics = {"accuracy"});
+  MetricsWriter(const std::string& dir, bool append, std::vector<std::string> val_metrics = {"accuracy"},
+                std::vector<std::string> monitor_columns = {});
   /// Writes one row to both files. Throws std::invalid_argument for a metric without a column.
   void write(const MetricRow& row);
   /// The CSV header line (without newline).
@@ -41,6 +47,7 @@ class MetricsWriter {
 
  private:
   std::vector<std::string> val_metrics_;
+  std::vector<std::string> monitor_columns_;
   std::ofstream csv_;
   std::ofstream jsonl_;
 };

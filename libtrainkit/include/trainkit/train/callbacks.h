@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -17,7 +19,8 @@
 namespace trainkit::train {
 
 /// Every `every_steps` steps: one "train" metrics row (mean loss over the interval, LR of group 0,
-/// samples/s) and a console line, or a progress bar redrawn each step when `bar`. At each epoch end: an
+/// samples/s, and the monitors: every group's LR and momentum or beta1, the clip's gradient norm) and a
+/// console line, or a progress bar redrawn each step when `bar`. At each epoch end: an
 /// "epoch" row with validation loss and accuracy. The same values go to TensorBoard when a writer is given
 /// (tags train/loss, train/lr, train/samples_per_second, epoch/train_loss, val/loss, val/accuracy), and there
 /// also every param group's LR and momentum or beta1 (train/lr/group_<i>, train/momentum/group_<i>), the
@@ -26,6 +29,10 @@ namespace trainkit::train {
 /// Reads the loss from the device only at those points.
 class LoggingCallback : public Callback {
  public:
+  /// The monitor columns that the train rows fill for `optimizer`, for MetricsWriter: `lr_group_<i>` for
+  /// every param group, `momentum_group_<i>` (momentum or beta1) for those that have one, and `grad_norm`
+  /// when `grad_norm` (the Trainer clips by norm).
+  static std::vector<std::string> monitor_columns(const torch::optim::Optimizer& optimizer, bool grad_norm);
   /// `metrics` and `tensorboard` may be null.
   LoggingCallback(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar,
                   std::shared_ptr<log::SummaryWriter> tensorboard = nullptr);
@@ -38,6 +45,11 @@ class LoggingCallback : public Callback {
   int64_t samples_trained() const { return total_samples_; }
   /// See samples_trained().
   double train_seconds() const { return total_seconds_; }
+  /// The step-time profile of every epoch trained since on_train_begin (a run stopped mid-epoch adds its
+  /// partial last epoch), in order.
+  const std::vector<StepTimes>& epoch_step_times() const { return epoch_times_; }
+  /// Their sum.
+  StepTimes step_times() const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -55,6 +67,7 @@ class LoggingCallback : public Callback {
   double last_loss_ = 0;
   double last_rate_ = 0;
   Clock::time_point last_;
+  std::vector<StepTimes> epoch_times_;
 };
 
 /// Saves the Trainer through a CheckpointManager every `every_steps` steps (0 = never mid-epoch), at each

@@ -23,6 +23,7 @@
 #include "trainkit/data/batch_source.h"
 #include "trainkit/sched/scheduler.h"
 #include "trainkit/train/metric.h"
+#include "trainkit/train/step_times.h"
 #include "trainkit/train/task.h"
 
 namespace trainkit::train {
@@ -68,6 +69,9 @@ struct EpochEvent {
   /// Everything measured this epoch by name: "train/loss", and with validation "val/loss" and
   /// "val/<metric>" for each metric.
   MetricValues metrics;
+  /// Where the epoch's time went (zeros when TrainerOptions::profile is off). An epoch resumed mid-way
+  /// covers only the steps run since the resume.
+  StepTimes times;
 };
 
 class Trainer;
@@ -78,6 +82,11 @@ class Callback {
   virtual ~Callback() = default;
   /// Before the first step of fit().
   virtual void on_train_begin(Trainer& trainer) {}
+  /// In optimizer_step(), after the step's backward passes and before clipping and the optimizer step,
+  /// while the gradients are there to read (Lightning's on_before_optimizer_step). Under a GradScaler
+  /// they are unscaled already when the Trainer clips, else still multiplied by the scale
+  /// (Trainer::grad_scaler()->stage(optimizer) tells).
+  virtual void on_before_optimizer_step(Trainer& trainer) {}
   /// After each optimizer step.
   virtual bool on_step_end(Trainer& trainer, const StepEvent& event) { return false; }
   /// After an epoch's validation (or its last step when `val` is null), before the per-epoch scheduler
@@ -111,6 +120,12 @@ struct TrainerOptions {
   TORCH_ARG(double, norm_type) = 2.0;
   /// Clamp every gradient element to [-v, v] before each step (0 = off).
   TORCH_ARG(double, clip_grad_value) = 0.0;
+  /// Time each phase of every step (EpochEvent::times, epoch_times()); costs two clock reads per phase.
+  TORCH_ARG(bool, profile) = true;
+  /// Synchronize the device after each timed phase so that asynchronous (CUDA) work is charged to the
+  /// phase that launched it; this removes the overlap of host and device work, so leave it off except
+  /// to find where time goes. No effect on the CPU.
+  TORCH_ARG(bool, profile_sync) = false;
 };
 
 /// Trains a model with any torch::optim::Optimizer over any BatchSource, calling Callbacks.
@@ -193,17 +208,23 @@ class Trainer {
   torch::nn::Module& module() { return *module_; }
   /// The optimizer.
   torch::optim::Optimizer& optimizer() { return optimizer_; }
+  /// The GradScaler set by set_grad_scaler() (null when none).
+  const std::shared_ptr<amp::GradScaler>& grad_scaler() const { return scaler_; }
   /// The metrics evaluate() computes.
   const std::vector<std::shared_ptr<Metric>>& metrics() const { return metrics_; }
   /// The total gradient norm that the last optimizer_step()'s clip_grad_norm_ returned (before clipping;
   /// a 0-dim tensor on the gradients' device, not synced); undefined when norm clipping is off.
   const at::Tensor& last_grad_norm() const { return grad_norm_; }
+  /// Where the current epoch's time went so far (reset when an epoch starts); see StepTimes.
+  const StepTimes& epoch_times() const { return times_; }
 
  private:
   std::vector<at::Tensor> optimizer_params() const;
   at::Tensor forward_loss(const data::Batch& batch);
   /// An autocast region when set_autocast() was called, else nothing.
   std::optional<amp::Autocast> autocast_region() const;
+  /// With profile_sync, waits for the work queued on `device` (nothing on the CPU).
+  void sync_for_profile(const c10::Device& device) const;
 
   std::shared_ptr<torch::nn::Module> module_;
   ForwardFn forward_;
@@ -222,6 +243,7 @@ class Trainer {
   std::optional<std::pair<c10::DeviceType, c10::ScalarType>> autocast_;
   TrainerState state_;
   at::Tensor grad_norm_;
+  StepTimes times_;
   bool stop_ = false;
 };
 

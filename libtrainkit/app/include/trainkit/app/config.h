@@ -126,6 +126,16 @@ struct LogConfig {
   int64_t every_steps = 100;
   std::string progress = "auto";
   bool tensorboard = false;
+  bool layer_norms = false;
+};
+
+/// `[profile]`: the step-time profile (always on) and a LibTorch profiler trace of a window of steps;
+/// defaults from train::ProfilerTraceOptions (Config's constructor).
+struct ProfileConfig {
+  bool sync = false;
+  int64_t trace_steps = 0;
+  int64_t trace_wait = 0;
+  bool record_shapes = false;
 };
 
 /// `[distributed]`: used when the job runs under `trainkit launch` or torchrun (WORLD_SIZE > 1). Defaults
@@ -152,6 +162,7 @@ struct Config {
   EmaConfig ema;
   SwaConfig swa;
   LogConfig log;
+  ProfileConfig profile;
   DistributedConfig distributed;
   /// `[scheduler]` as written (`type`, PyTorch's argument names, `interval`); empty = constant LR.
   ArgTable scheduler_args;
