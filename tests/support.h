@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <cstdint>
 #include <exception>
 #include <string>
 
@@ -69,6 +70,15 @@ inline std::string read_text(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+/// How many times `what` occurs in `text` (non-overlapping).
+inline int64_t count_occurrences(const std::string& text, const std::string& what) {
+  int64_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) {
+    ++n;
+  }
+  return n;
 }
 
 inline std::string fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }

@@ -295,12 +295,7 @@ TEST_CASE("trainkit train writes the step-time profile, the monitors and a profi
     CHECK(row.back() != ',');  // grad_norm is filled
   }
   const std::string trace = read_file(out + "/trace.json");
-  size_t forwards = 0;
-  for (size_t at = trace.find("\"trainkit::forward\""); at != std::string::npos;
-       at = trace.find("\"trainkit::forward\"", at + 1)) {
-    ++forwards;
-  }
-  CHECK(forwards == 2);
+  CHECK(trainkit::test::count_occurrences(trace, "\"trainkit::forward\"") == 2);
   const std::string norms = read_file(out + "/layer_norms.csv");
   CHECK(norms.rfind("step,name,grad_norm,param_norm\n2,", 0) == 0);
   CHECK_THAT(norms, Contains("\n10,"));

@@ -137,7 +137,7 @@ TEST_CASE("ModelCheckpoint writes weight files that torch::load reads, and delet
   train::Trainer trainer(model, opt);
   train::ModelCheckpoint mc(train::ModelCheckpointOptions(dir.path().string()).save_top_k(1).save_last(true));
   const auto event = [](int64_t epoch, double loss) {
-    train::EpochEvent e{epoch, 10 * (epoch + 1), 0.0, std::nullopt, {}};
+    train::EpochEvent e{epoch, 10 * (epoch + 1), 0.0, std::nullopt, {}, {}};
     e.metrics.set("val/loss", loss);
     return e;
   };
@@ -161,7 +161,7 @@ TEST_CASE("ModelCheckpoint writes weight files that torch::load reads, and delet
     CHECK(torch::equal(a[i], b[i]));
   }
   const auto missing = [&] {
-    train::EpochEvent e{2, 30, 0.0, std::nullopt, {}};
+    train::EpochEvent e{2, 30, 0.0, std::nullopt, {}, {}};
     e.metrics.set("train/loss", 1.0);
     mc.on_epoch_end(trainer, e);
   };

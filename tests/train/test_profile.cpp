@@ -66,13 +66,6 @@ struct Model {
   }
 };
 
-int64_t count(const std::string& text, const std::string& what) {
-  int64_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) {
-    ++n;
-  }
-  return n;
-}
 
 }  // namespace
 
@@ -158,10 +151,10 @@ TEST_CASE("ProfilerTrace writes a Chrome trace of the recorded steps", "[train][
     CHECK_THAT(json, Catch::Contains("traceEvents"));
     // Recording starts after step 2's hooks and stops inside step 5's: the forward, backward and optimizer
     // of steps 3, 4 and 5.
-    CHECK(count(json, "\"trainkit::forward\"") == 3);
-    CHECK(count(json, "\"trainkit::backward\"") == 3);
-    CHECK(count(json, "\"trainkit::optimizer\"") == 3);
-    CHECK(count(json, "\"aten::addmm\"") >= 3);  // LibTorch's own operators are in it too
+    CHECK(test::count_occurrences(json, "\"trainkit::forward\"") == 3);
+    CHECK(test::count_occurrences(json, "\"trainkit::backward\"") == 3);
+    CHECK(test::count_occurrences(json, "\"trainkit::optimizer\"") == 3);
+    CHECK(test::count_occurrences(json, "\"aten::addmm\"") >= 3);  // LibTorch's own operators are in it too
   }
   SECTION("training ends inside the window") {
     train::Trainer trainer(m.net, *m.optimizer, train::TrainerOptions().epochs(1).max_steps(4));
@@ -170,7 +163,7 @@ TEST_CASE("ProfilerTrace writes a Chrome trace of the recorded steps", "[train][
     trainer.fit(loader);
     REQUIRE(trace->written());
     CHECK(trace->steps_recorded() == 2);
-    CHECK(count(test::read_text(path), "\"trainkit::optimizer\"") == 2);
+    CHECK(test::count_occurrences(test::read_text(path), "\"trainkit::optimizer\"") == 2);
   }
   SECTION("bad options") {
     CHECK_THROWS_WITH(train::ProfilerTrace(train::ProfilerTraceOptions(path).active(0)),
@@ -228,8 +221,8 @@ TEST_CASE("LayerNorms measures each parameter's gradient and weight norm every N
   CHECK(norms->last()[0].name == "1.weight");  // make_mlp: Flatten, then Linear
   const std::string csv = test::read_text(dir.str("norms.csv"));
   CHECK(csv.rfind("step,name,grad_norm,param_norm\n5,1.weight,", 0) == 0);
-  CHECK(count(csv, "\n5,") == static_cast<int64_t>(expected.size()));
-  CHECK(count(csv, "\n10,") == static_cast<int64_t>(expected.size()));
+  CHECK(test::count_occurrences(csv, "\n5,") == static_cast<int64_t>(expected.size()));
+  CHECK(test::count_occurrences(csv, "\n10,") == static_cast<int64_t>(expected.size()));
   CHECK_THROWS_WITH(train::LayerNorms(*m.net, train::LayerNormsOptions().every_steps(0)),
                     Catch::Contains("invalid every_steps: 0"));
 }

@@ -186,8 +186,9 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   for (const train::StepTimes& t : logging.epoch_step_times()) {
     epoch_times_json += fmt::format("{}\n    {}", epoch_times_json.empty() ? "" : ",", t.to_json());
   }
-  if (logging.step_times().steps > 0) {
-    spdlog::info("time: {}", logging.step_times().to_string());
+  const train::StepTimes step_times = logging.step_times();
+  if (step_times.steps > 0) {
+    spdlog::info("time: {}", step_times.to_string());
   }
   log::write_curves_svg((fs::path(plan.dir) / "metrics.csv").string(), (fs::path(plan.dir) / "curves.svg").string(),
                         fs::path(options.config_path).stem().string());
@@ -199,7 +200,7 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
                   "{}  \"torch_version\": \"{}\"\n}}\n",
                   test_metrics_json, result.test_loss, result.epochs, result.steps,
                   result.finished ? "true" : "false", result.wall_seconds, result.train_samples_per_second,
-                  logging.step_times().to_json(), epoch_times_json, comm_json, compat::torch_version()));
+                  step_times.to_json(), epoch_times_json, comm_json, compat::torch_version()));
   spdlog::info("test loss {:.4f}{} after {} epochs ({} steps) in {:.1f} s; {}", result.test_loss, test_metrics_text,
                result.epochs, result.steps, result.wall_seconds, plan.dir);
   return result;

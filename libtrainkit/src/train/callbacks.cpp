@@ -15,16 +15,22 @@ double lr_of(Trainer& trainer) {
   return groups.empty() ? 0.0 : groups.front().options().get_lr();
 }
 
-/// The monitors of monitor_columns() with their current values.
-std::vector<std::pair<std::string, double>> monitor_values(Trainer& trainer) {
+/// Every param group's LR and momentum (or beta1) by monitor name: the one place the names are made.
+std::vector<std::pair<std::string, double>> group_monitors(const torch::optim::Optimizer& optimizer) {
   std::vector<std::pair<std::string, double>> out;
-  const auto& groups = trainer.optimizer().param_groups();
+  const auto& groups = optimizer.param_groups();
   for (size_t i = 0; i < groups.size(); ++i) {
     out.emplace_back(fmt::format("lr_group_{}", i), groups[i].options().get_lr());
     if (sched::has_cyclable_momentum(groups[i])) {
       out.emplace_back(fmt::format("momentum_group_{}", i), sched::get_cyclable_momentum(groups[i]));
     }
   }
+  return out;
+}
+
+/// The monitors of monitor_columns() with their current values.
+std::vector<std::pair<std::string, double>> monitor_values(Trainer& trainer) {
+  std::vector<std::pair<std::string, double>> out = group_monitors(trainer.optimizer());
   if (trainer.last_grad_norm().defined()) {
     out.emplace_back("grad_norm", trainer.last_grad_norm().item<double>());
   }
@@ -35,12 +41,8 @@ std::vector<std::pair<std::string, double>> monitor_values(Trainer& trainer) {
 
 std::vector<std::string> LoggingCallback::monitor_columns(const torch::optim::Optimizer& optimizer, bool grad_norm) {
   std::vector<std::string> out;
-  const auto& groups = optimizer.param_groups();
-  for (size_t i = 0; i < groups.size(); ++i) {
-    out.push_back(fmt::format("lr_group_{}", i));
-    if (sched::has_cyclable_momentum(groups[i])) {
-      out.push_back(fmt::format("momentum_group_{}", i));
-    }
+  for (const auto& [name, value] : group_monitors(optimizer)) {
+    out.push_back(name);
   }
   if (grad_norm) {
     out.emplace_back("grad_norm");
