@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds trainkit against the LibTorch inside the project's virtual environment.
 # Usage: scripts/build.sh [BUILD_DIR] [extra cmake args...]   (BUILD_DIR defaults to build/)
+# Environment: TRAINKIT_JOBS (parallel jobs, 2), TRAINKIT_BUILD_TYPE (Release), TRAINKIT_TARGETS (only these).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build="${1:-$root/build}"
@@ -20,4 +21,6 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="${TRAINKIT_BUILD_TYPE:-Release}" \
     -DCMAKE_PREFIX_PATH="$torch_prefix" "${cuda_args[@]}" "$@"
 fi
-cmake --build "$build" -j "${TRAINKIT_JOBS:-2}"
+targets=()
+if [ -n "${TRAINKIT_TARGETS:-}" ]; then read -r -a targets <<< "--target $TRAINKIT_TARGETS"; fi
+cmake --build "$build" -j "${TRAINKIT_JOBS:-2}" "${targets[@]}"

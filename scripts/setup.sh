@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything trainkit needs on Debian 12 (bookworm); idempotent: skips what is present.
+# Usage: scripts/setup.sh [--fuzz]   (--fuzz: also clang and libFuzzer, for scripts/fuzz.sh)
 #   - Debian packages: build dependencies and the Fashion-MNIST data set.
 #   - A project-local virtual environment (.venv/) with the pinned `torch` wheel (LibTorch for the C++
 #     build; Python PyTorch as the test oracle and speed peer) and the test-only oracles.
@@ -16,6 +17,11 @@ apt_packages=(build-essential cmake ninja-build ccache pkg-config
               zlib1g-dev libpng-dev dataset-fashion-mnist python3-venv
               libgloo-dev   # Gloo headers for c10d's ProcessGroupGloo.hpp (the wheel lacks them)
               fortunes)     # apps/text_classification's default data: one class per fortune file
+
+# scripts/fuzz.sh needs clang and its libFuzzer runtime; plain builds and CI do not.
+if [[ " $* " == *" --fuzz "* ]]; then
+  apt_packages+=(clang libclang-rt-14-dev)
+fi
 
 missing=()
 for p in "${apt_packages[@]}"; do

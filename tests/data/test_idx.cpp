@@ -157,6 +157,41 @@ TEST_CASE("damaged IDX files fail with the file and the problem named", "[data][
   }
 }
 
+// The element count a header declared was allocated before any data was read (10^12 bytes: LibTorch's
+// allocator failed with c10::Error instead of a DataError), and four large dimensions overflowed the 64-bit
+// count. Now the count is checked against what the file can hold first. The same inputs are replayed
+// through the fuzz harnesses (tests/fuzz/regressions/idx*/).
+TEST_CASE("an IDX header declaring more data than the file can hold fails before allocating", "[data][idx]") {
+  TempDir tmp("idx-huge");
+  SECTION("plain file, 10^12 elements") {
+    const std::string path = tmp.str("huge-idx2-ubyte");
+    write_raw(path, idx_header({1000000, 1000000}) + "abcd");
+    REQUIRE_THROWS_AS(read_idx(path), DataError);
+    REQUIRE_THROWS_WITH(read_idx(path), Contains(path) && Contains("promises 1000000000000 bytes") &&
+                                            Contains("file holds 4"));
+  }
+  SECTION("gzip file, 10^12 elements") {
+    const std::string path = tmp.str("huge-idx2-ubyte.gz");
+    write_gz(path, idx_header({1000000, 1000000}) + "abcd");
+    REQUIRE_THROWS_AS(read_idx(path), DataError);
+    REQUIRE_THROWS_WITH(read_idx(path), Contains(path) && Contains("promises 1000000000000 bytes") &&
+                                            Contains("gzip file can hold"));
+  }
+  SECTION("four dimensions of 2^31: the product overflows 64 bits") {
+    const std::string path = tmp.str("overflow-idx4-ubyte");
+    write_raw(path, idx_header({1u << 31, 1u << 31, 1u << 31, 1u << 31}) + "abcd");
+    REQUIRE_THROWS_AS(read_idx(path), DataError);
+    REQUIRE_THROWS_WITH(read_idx(path), Contains(path) && Contains("truncated"));
+  }
+  SECTION("a zero dimension makes the others irrelevant: an empty tensor") {
+    const std::string path = tmp.str("empty-idx3-ubyte");
+    write_raw(path, idx_header({1u << 31, 0, 1u << 31}));
+    const at::Tensor t = read_idx(path);
+    CHECK(t.numel() == 0);
+    CHECK(t.size(0) == (int64_t{1} << 31));
+  }
+}
+
 TEST_CASE("load_mnist_split checks that labels and images agree", "[data][idx]") {
   TempDir tmp("split");
   const std::string images = idx_header({4, 2, 2}) + std::string(16, '\x07');

@@ -27,6 +27,8 @@ class GzFile {
     gzbuffer(file_, 1 << 20);
   }
   ~GzFile() { gzclose(file_); }
+  /// Whether the file is read as is (not gzip); known once the first bytes were read.
+  bool plain() const { return gzdirect(file_) == 1; }
   GzFile(const GzFile&) = delete;
   GzFile& operator=(const GzFile&) = delete;
 
@@ -54,6 +56,9 @@ class GzFile {
   std::string path_;
   gzFile file_;
 };
+
+/// Deflate's largest expansion: one compressed byte inflates to at most 1032 bytes (zlib's technical notes).
+constexpr uint64_t kMaxInflateRatio = 1032;
 
 uint32_t big_endian_u32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
@@ -99,15 +104,45 @@ at::Tensor read_idx(const std::string& path) {
   if (file.read(dims_raw.data(), dims_raw.size(), "the dimensions") != dims_raw.size()) {
     throw DataError(fmt::format("{}: truncated header (dimension sizes missing)", path));
   }
+  // The header's element count is checked against what the file can hold before anything is allocated: a
+  // plain file holds exactly its bytes after the header, a gzip file at most kMaxInflateRatio times its size.
+  // The product is checked as it grows, so that no shape overflows it.
+  std::error_code size_error;
+  const uint64_t file_size = fs::file_size(path, size_error);
+  if (size_error) {
+    throw DataError(fmt::format("{}: cannot read its size: {}", path, size_error.message()));
+  }
+  const uint64_t header = dims_raw.size() + 4;
+  const bool plain = file.plain();
+  const uint64_t capacity = plain ? (file_size > header ? file_size - header : 0) : file_size * kMaxInflateRatio;
   std::vector<int64_t> shape;
-  int64_t count = 1;
+  bool empty = false;
   for (int d = 0; d < ndim; ++d) {
     const int64_t size = big_endian_u32(dims_raw.data() + 4 * d);
     if (size > (int64_t{1} << 31)) {
       throw DataError(fmt::format("{}: dimension {} has implausible size {}", path, d, size));
     }
     shape.push_back(size);
-    count *= size;
+    empty = empty || size == 0;
+  }
+  uint64_t count = empty ? 0 : 1;
+  double declared = empty ? 0.0 : 1.0;  // for the message only: the product may not fit 64 bits
+  bool too_large = false;
+  for (const int64_t size : shape) {
+    declared *= static_cast<double>(size);
+    if (!empty && !too_large) {
+      too_large = count > capacity / static_cast<uint64_t>(size);
+      count *= static_cast<uint64_t>(size);
+    }
+  }
+  if (too_large || count > capacity) {
+    if (plain) {
+      throw DataError(fmt::format("{}: truncated: header promises {:.0f} bytes of data, file holds {}", path,
+                                  declared, capacity));
+    }
+    throw DataError(fmt::format("{}: header promises {:.0f} bytes of data, more than a {}-byte gzip file can "
+                                "hold (deflate expands at most {}x): corrupt or truncated",
+                                path, declared, file_size, kMaxInflateRatio));
   }
   at::Tensor out = torch::empty(shape, torch::kUInt8);
   const size_t got = file.read(out.data_ptr<uint8_t>(), static_cast<size_t>(count), "the data");
