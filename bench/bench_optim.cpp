@@ -25,7 +25,8 @@
 // sees only public headers: `avx2` false forces the baseline x86-64 kernels, `even` false the old 32K-element
 // chunk split, so that the variants of the change run interleaved in one process.
 namespace trainkit::detail {
-void set_kernel_choices(bool avx2, bool even);
+enum class SplitMode { kChunks, kContiguous, kPerTensor };
+void set_kernel_choices(bool avx2, SplitMode split);
 }  // namespace trainkit::detail
 
 namespace {
@@ -258,6 +259,8 @@ int main(int argc, char** argv) {
     Adam chunk_adam(params, AdamOptions(1e-3));
     Adam before_adam(params, AdamOptions(1e-3));
     Sgd chunk_sgd(params, SgdOptions(1e-3).momentum(0.9));
+    Adam per_tensor_adam(params, AdamOptions(1e-3));
+    Sgd per_tensor_sgd(params, SgdOptions(1e-3).momentum(0.9));
     trainkit::amp::GradScaler scaler(torch::kCPU, trainkit::amp::GradScalerOptions().init_scale(1.0));
     const at::Tensor dummy = torch::ones({}, torch::requires_grad());
     Stream stream{torch::ones({c.total}), torch::ones({c.total}), torch::ones({c.total})};
@@ -278,14 +281,19 @@ int main(int argc, char** argv) {
       scaler.update();
     });
     // The same kernels with the old chunk split, and as they ran before (baseline x86-64 build, chunk split).
-    const auto with_choices = [](bool avx2, bool even, torch::optim::Optimizer& o) {
-      trainkit::detail::set_kernel_choices(avx2, even);
+    using trainkit::detail::SplitMode;
+    const auto with_choices = [](bool avx2, SplitMode split, torch::optim::Optimizer& o) {
+      trainkit::detail::set_kernel_choices(avx2, split);
       o.step();
-      trainkit::detail::set_kernel_choices(true, true);
+      trainkit::detail::set_kernel_choices(true, SplitMode::kContiguous);
     };
-    variants.emplace_back("trainkit Adam fused, chunk split", [&] { with_choices(true, false, chunk_adam); });
-    variants.emplace_back("trainkit SGD-mom. fused, chunk split", [&] { with_choices(true, false, chunk_sgd); });
-    variants.emplace_back("trainkit Adam fused, as before", [&] { with_choices(false, false, before_adam); });
+    variants.emplace_back("trainkit Adam fused, chunk split", [&] { with_choices(true, SplitMode::kChunks, chunk_adam); });
+    variants.emplace_back("trainkit Adam fused, per-tensor split",
+                          [&] { with_choices(true, SplitMode::kPerTensor, per_tensor_adam); });
+    variants.emplace_back("trainkit SGD-mom. fused, chunk split", [&] { with_choices(true, SplitMode::kChunks, chunk_sgd); });
+    variants.emplace_back("trainkit SGD-mom. fused, per-tensor split",
+                          [&] { with_choices(true, SplitMode::kPerTensor, per_tensor_sgd); });
+    variants.emplace_back("trainkit Adam fused, as before", [&] { with_choices(false, SplitMode::kChunks, before_adam); });
     variants.emplace_back("trainkit AdamW fused bf16", [&] { bf_adamw.step(); });
     variants.emplace_back("trainkit AdamW fused bf16, bf16 state", [&] { bf_adamw_lowp.step(); });
     variants.emplace_back("at::_fused_adamw_ bf16", [&] { aten_bf.step(bf_params, bf_grads); });
@@ -347,12 +355,12 @@ int main(int argc, char** argv) {
     };
     fmt::print("\n{} ({} params in {} tensors); triad {:.1f} GB/s, copy {:.1f} GB/s\n", c.name, c.total, c.count,
                triad_bw * 1e-9, 8.0 * static_cast<double>(c.total) / (ms["stream copy"] * 1e-3) * 1e-9);
-    fmt::print("{:<38} {:>10} {:>16} {:>8} {:>10}\n", "variant", "ms", "× trainkit Adam", "B/param", "of triad");
+    fmt::print("{:<42} {:>10} {:>16} {:>8} {:>10}\n", "variant", "ms", "× trainkit Adam", "B/param", "of triad");
     json += fmt::format("{}{{\"case\": \"{}\", \"ms\": {{", first_case ? "" : ", ", c.name);
     bool first = true;
     for (const auto& [name, step] : variants) {
       const double f = fraction(name);
-      fmt::print("{:<38} {:>10.2f} {:>16.2f} {:>8} {:>10}\n", name, ms[name], ms[name] / adam,
+      fmt::print("{:<42} {:>10.2f} {:>16.2f} {:>8} {:>10}\n", name, ms[name], ms[name] / adam,
                  bytes_per_param(name) > 0 ? fmt::format("{:.0f}", bytes_per_param(name)) : "-",
                  std::isnan(f) ? "-" : fmt::format("{:.2f}", f));
       json += fmt::format("{}\"{}\": {:.4f}", first ? "" : ", ", name, ms[name]);

@@ -33,7 +33,7 @@ namespace trainkit::detail {
 
 namespace {
 std::atomic<bool> allow_avx2{true};
-std::atomic<bool> even_split_on{true};
+std::atomic<SplitMode> split_choice{SplitMode::kContiguous};
 }  // namespace
 
 bool kernels_use_avx2() {
@@ -48,12 +48,30 @@ bool kernels_use_avx2() {
 #endif
 }
 
-void set_kernel_choices(bool avx2, bool even) {
+void set_kernel_choices(bool avx2, SplitMode split) {
   allow_avx2.store(avx2);
-  even_split_on.store(even);
+  split_choice.store(split);
 }
 
-bool even_split_enabled() { return even_split_on.load(std::memory_order_relaxed); }
+SplitMode split_mode() { return split_choice.load(std::memory_order_relaxed); }
+
+std::vector<std::vector<Chunk>> per_tensor_split(const std::vector<int64_t>& numels, int64_t parts, int64_t align) {
+  parts = std::max<int64_t>(parts, 1);
+  std::vector<std::vector<Chunk>> out(static_cast<size_t>(parts));
+  for (size_t t = 0; t < numels.size(); ++t) {
+    const int64_t n = numels[t];
+    int64_t lo = 0;
+    for (int64_t k = 0; k < parts; ++k) {
+      const int64_t even = n / parts * (k + 1) + n % parts * (k + 1) / parts;  // ⌊n·(k+1)/parts⌋
+      const int64_t hi = k + 1 == parts ? n : std::max(lo, even / align * align);
+      if (hi > lo) {
+        out[static_cast<size_t>(k)].push_back({static_cast<int64_t>(t), lo, hi - lo});
+      }
+      lo = hi;
+    }
+  }
+  return out;
+}
 
 std::vector<std::vector<Chunk>> even_split(const std::vector<int64_t>& numels, int64_t parts, int64_t align) {
   parts = std::max<int64_t>(parts, 1);

@@ -31,12 +31,19 @@ struct HalfBits {
 /// the CPU's feature flags at first use; on non-x86 targets always false.
 bool kernels_use_avx2();
 
+/// How for_each_even splits a group's elements over the threads.
+enum class SplitMode {
+  kChunks,      ///< make_chunks's fixed kChunkGrain chunks, dealt out by at::parallel_for (before issue 18)
+  kContiguous,  ///< even_split: one contiguous range of the concatenated tensors per thread
+  kPerTensor,   ///< per_tensor_split: every tensor cut into one aligned slice per thread (ATen's pattern)
+};
+
 /// Benchmarking switches, so that bench_optim can time both sides of a change in one interleaved run (no
-/// library code calls them): `avx2` false forces the baseline x86-64 kernels; `even` false makes
-/// for_each_even hand out the fixed kChunkGrain chunks of make_chunks, the split used before the even one.
-void set_kernel_choices(bool avx2, bool even);
-/// Whether for_each_even splits evenly (true unless set_kernel_choices turned it off).
-bool even_split_enabled();
+/// library code calls them): `avx2` false forces the baseline x86-64 kernels; `split` picks the split of
+/// for_each_even (default kContiguous: robust to many small tensors, where a per-tensor cut leaves whole tensors to one thread).
+void set_kernel_choices(bool avx2, SplitMode split);
+/// The split for_each_even uses.
+SplitMode split_mode();
 
 /// Elements per work item: large enough to amortize scheduling, small enough to balance threads.
 constexpr int64_t kChunkGrain = 1 << 15;
@@ -65,6 +72,12 @@ constexpr int64_t kSplitMinPerThread = 1 << 15;
 /// multiple of `align` elements. Every element is in exactly one chunk; some parts may be empty.
 std::vector<std::vector<Chunk>> even_split(const std::vector<int64_t>& numels, int64_t parts,
                                            int64_t align = kSplitAlign);
+
+/// Every tensor cut into `parts` slices of nearly equal size (boundaries on multiples of `align`), slice k
+/// of every tensor in part k: each thread walks all tensors, as ATen's per-tensor parallel_for does, but in
+/// one parallel region. Every element is in exactly one chunk.
+std::vector<std::vector<Chunk>> per_tensor_split(const std::vector<int64_t>& numels, int64_t parts,
+                                                 int64_t align = kSplitAlign);
 
 /// Elements per block of the two-phase optimizers (LARS, LAMB; two_phase_blocks in parallel.h): a per-tensor
 /// norm must be complete before that tensor is updated, so they run phase 1 and phase 2 block by block; a

@@ -80,7 +80,8 @@ void for_each_chunk(const std::vector<Chunk>& chunks, const Fn& fn) {
 /// never changes its value.
 template <class Fn>
 void for_each_even(const std::vector<int64_t>& numels, const Fn& fn) {
-  if (!even_split_enabled()) {
+  const SplitMode mode = split_mode();
+  if (mode == SplitMode::kChunks) {
     for_each_chunk(make_chunks(numels), fn);
     return;
   }
@@ -90,7 +91,7 @@ void for_each_even(const std::vector<int64_t>& numels, const Fn& fn) {
   }
   const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
   const int64_t parts = std::clamp<int64_t>(total / kSplitMinPerThread, 1, std::max<int64_t>(threads, 1));
-  const auto split = even_split(numels, parts);
+  const auto split = mode == SplitMode::kContiguous ? even_split(numels, parts) : per_tensor_split(numels, parts);
   const auto run = [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       for (const Chunk& c : split[static_cast<size_t>(k)]) {
