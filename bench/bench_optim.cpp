@@ -1,6 +1,9 @@
 // bench_optim: step time of trainkit's optimizers (fused kernel and ATen reference path) against LibTorch's
-// torch::optim, PyTorch's own fused CPU kernels (at::_fused_adam_ / at::_fused_adamw_) and an in-process
-// floor kernel that moves the same bytes as fused Adam (read p, g, m, v; write p, m, v) with trivial math.
+// torch::optim, PyTorch's own fused CPU kernels (at::_fused_adam_ / at::_fused_adamw_, also on bfloat16
+// parameters), an in-process floor kernel that moves the same bytes as fused Adam (read p, g, m, v; write
+// p, m, v) with trivial math, and a STREAM-style bandwidth probe (copy c = a, triad a = b + s·c) on arrays
+// of the case's size with the same threads. Each memory-bound kernel is also reported as a fraction of the
+// triad's bandwidth: the bytes it must move (each stream once) / its time / the triad's bytes per second.
 // Variants are interleaved round by round after a warm-up and medians reported, so the ratios come from
 // one run on the same, possibly noisy, machine.
 #include <algorithm>
@@ -15,7 +18,16 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/amp/grad_scaler.h"
 #include "trainkit/optim.h"
+
+// Benchmarking switches of libtrainkit's kernels (src/detail/kernels.h), declared here because the bench
+// sees only public headers: `avx2` false forces the baseline x86-64 kernels, `even` false the old 32K-element
+// chunk split, so that the variants of the change run interleaved in one process.
+namespace trainkit::detail {
+enum class SplitMode { kChunks, kContiguous, kPerTensor };
+void set_kernel_choices(bool avx2, SplitMode split);
+}  // namespace trainkit::detail
 
 namespace {
 
@@ -63,6 +75,42 @@ void floor_step(const std::vector<at::Tensor>& params, FloorState& s) {
   });
 }
 
+/// STREAM's copy and triad (McCalpin), float32, each thread on one contiguous share of the arrays.
+BENCH_MULTIVERSION void copy_kernel(float* __restrict__ c, const float* __restrict__ a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    c[i] = a[i];
+  }
+}
+BENCH_MULTIVERSION void triad_kernel(float* __restrict__ a, const float* __restrict__ b, const float* __restrict__ c,
+                                     int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = b[i] + 3.0f * c[i];
+  }
+}
+
+struct Stream {
+  at::Tensor a, b, c;
+  template <class Fn>
+  static void split(int64_t n, const Fn& fn) {
+    const int64_t threads = at::get_num_threads();
+    at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t lo = n * t / threads / 16 * 16;
+        const int64_t hi = t + 1 == threads ? n : n * (t + 1) / threads / 16 * 16;
+        fn(lo, hi - lo);
+      }
+    });
+  }
+  void copy() {
+    split(a.numel(), [&](int64_t lo, int64_t n) { copy_kernel(c.data_ptr<float>() + lo, a.data_ptr<float>() + lo, n); });
+  }
+  void triad() {
+    split(a.numel(), [&](int64_t lo, int64_t n) {
+      triad_kernel(a.data_ptr<float>() + lo, b.data_ptr<float>() + lo, c.data_ptr<float>() + lo, n);
+    });
+  }
+};
+
 /// PyTorch's fused CPU Adam/AdamW, called as torch.optim.Adam(fused=True) calls it.
 struct AtenFused {
   std::vector<at::Tensor> m, v, steps;
@@ -78,6 +126,17 @@ struct AtenFused {
     }
   }
 };
+
+/// Gives a trainkit Adam/AdamW its state in the parameters' dtype before the first step (as torch.optim keeps
+/// it for bfloat16 parameters; trainkit's default is float32).
+void state_in_param_dtype(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& params) {
+  for (const auto& p : params) {
+    auto s = std::make_unique<trainkit::optim::AdamParamState>();
+    s->exp_avg(torch::zeros_like(p));
+    s->exp_avg_sq(torch::zeros_like(p));
+    opt.state()[p.unsafeGetTensorImpl()] = std::move(s);
+  }
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -102,6 +161,8 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "Interleaved rounds per case (median reported)")->capture_default_str();
   app.add_option("--threads", threads, "Intra-op threads (0 = LibTorch's default)")->capture_default_str();
   app.add_option("--cases", only, "Run only these cases (10M/16, 1M/256, 64M/16)");
+  bool no_reference = false;
+  app.add_flag("--no-reference", no_reference, "Skip the slow ATen reference paths of trainkit's optimizers");
   app.add_option("--variants", variants_only, "Run only variants whose name contains one of these strings");
   app.add_option("--json", json_path, "Also write the results as JSON");
   CLI11_PARSE(app, argc, argv);
@@ -139,17 +200,26 @@ int main(int argc, char** argv) {
     using namespace trainkit::optim;
     std::vector<std::pair<std::string, std::unique_ptr<torch::optim::Optimizer>>> optimizers;
     optimizers.emplace_back("trainkit Adam fused", std::make_unique<Adam>(params, AdamOptions(1e-3)));
-    optimizers.emplace_back("trainkit Adam reference", std::make_unique<Adam>(params, AdamOptions(1e-3).fused(false)));
+    if (!no_reference) {
+      optimizers.emplace_back("trainkit Adam reference", std::make_unique<Adam>(params, AdamOptions(1e-3).fused(false)));
+    }
     optimizers.emplace_back("trainkit AdamW fused", std::make_unique<AdamW>(params, AdamWOptions(1e-3)));
     optimizers.emplace_back("trainkit SGD-momentum fused", std::make_unique<Sgd>(params, SgdOptions(1e-3).momentum(0.9)));
-    optimizers.emplace_back("trainkit SGD-momentum reference",
-                            std::make_unique<Sgd>(params, SgdOptions(1e-3).momentum(0.9).fused(false)));
+    if (!no_reference) {
+      optimizers.emplace_back("trainkit SGD-momentum reference",
+                              std::make_unique<Sgd>(params, SgdOptions(1e-3).momentum(0.9).fused(false)));
+    }
     optimizers.emplace_back("trainkit LARS fused",
                             std::make_unique<Lars>(params, LarsOptions(0.1).momentum(0.9).weight_decay(1e-4)));
-    optimizers.emplace_back("trainkit LARS reference",
-                            std::make_unique<Lars>(params, LarsOptions(0.1).momentum(0.9).weight_decay(1e-4).fused(false)));
+    if (!no_reference) {
+      optimizers.emplace_back(
+          "trainkit LARS reference",
+          std::make_unique<Lars>(params, LarsOptions(0.1).momentum(0.9).weight_decay(1e-4).fused(false)));
+    }
     optimizers.emplace_back("trainkit LAMB fused", std::make_unique<Lamb>(params, LambOptions(1e-3)));
-    optimizers.emplace_back("trainkit LAMB reference", std::make_unique<Lamb>(params, LambOptions(1e-3).fused(false)));
+    if (!no_reference) {
+      optimizers.emplace_back("trainkit LAMB reference", std::make_unique<Lamb>(params, LambOptions(1e-3).fused(false)));
+    }
     optimizers.emplace_back("torch::optim::Adam", std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3)));
     optimizers.emplace_back("torch::optim::AdamW",
                             std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-3)));
@@ -165,7 +235,39 @@ int main(int argc, char** argv) {
     AtenFused aten_adam{zeros(), zeros(), steps_a, false};
     AtenFused aten_adamw{zeros(), zeros(), steps_w, true};
 
+    // bfloat16 parameters: the same values rounded, for trainkit's AdamW (float32 state) and PyTorch's
+    // _fused_adamw_ (bfloat16 state, as torch.optim.AdamW(fused=True) keeps it).
+    std::vector<at::Tensor> bf_params;
+    std::vector<at::Tensor> bf_grads;
+    std::vector<at::Tensor> bf_m;
+    std::vector<at::Tensor> bf_v;
+    std::vector<at::Tensor> bf_steps;
+    for (const auto& p : params) {
+      at::Tensor q = p.detach().to(at::kBFloat16).requires_grad_();
+      q.mutable_grad() = p.grad().to(at::kBFloat16);
+      bf_params.push_back(q);
+      bf_grads.push_back(q.grad());
+      bf_m.push_back(torch::zeros_like(q));
+      bf_v.push_back(torch::zeros_like(q));
+      bf_steps.push_back(torch::zeros({}));
+    }
+    AdamW bf_adamw(bf_params, AdamWOptions(1e-3));
+    AdamW bf_adamw_lowp(bf_params, AdamWOptions(1e-3));
+    state_in_param_dtype(bf_adamw_lowp, bf_params);
+    AtenFused aten_bf{bf_m, bf_v, bf_steps, true};
+    Adam scaled_adam(params, AdamOptions(1e-3));
+    Adam chunk_adam(params, AdamOptions(1e-3));
+    Adam before_adam(params, AdamOptions(1e-3));
+    Sgd chunk_sgd(params, SgdOptions(1e-3).momentum(0.9));
+    Adam per_tensor_adam(params, AdamOptions(1e-3));
+    Sgd per_tensor_sgd(params, SgdOptions(1e-3).momentum(0.9));
+    trainkit::amp::GradScaler scaler(torch::kCPU, trainkit::amp::GradScalerOptions().init_scale(1.0));
+    const at::Tensor dummy = torch::ones({}, torch::requires_grad());
+    Stream stream{torch::ones({c.total}), torch::ones({c.total}), torch::ones({c.total})};
+
     std::vector<std::pair<std::string, std::function<void()>>> variants;
+    variants.emplace_back("stream copy", [&] { stream.copy(); });
+    variants.emplace_back("stream triad", [&] { stream.triad(); });
     variants.emplace_back("floor (same bytes as Adam)", [&] { floor_step(params, floor); });
     variants.emplace_back("at::_fused_adam_", [&] { aten_adam.step(params, grads); });
     variants.emplace_back("at::_fused_adamw_", [&] { aten_adamw.step(params, grads); });
@@ -173,6 +275,28 @@ int main(int argc, char** argv) {
       torch::optim::Optimizer* o = opt.get();
       variants.emplace_back(name, [o] { o->step(); });
     }
+    variants.emplace_back("trainkit Adam fused + GradScaler", [&] {
+      scaler.scale(dummy);  // marks the scaler as in use; the gradients already carry scale 1
+      scaler.step(scaled_adam);  // read-only inf check, unscale inside the fused pass
+      scaler.update();
+    });
+    // The same kernels with the old chunk split, and as they ran before (baseline x86-64 build, chunk split).
+    using trainkit::detail::SplitMode;
+    const auto with_choices = [](bool avx2, SplitMode split, torch::optim::Optimizer& o) {
+      trainkit::detail::set_kernel_choices(avx2, split);
+      o.step();
+      trainkit::detail::set_kernel_choices(true, SplitMode::kContiguous);
+    };
+    variants.emplace_back("trainkit Adam fused, chunk split", [&] { with_choices(true, SplitMode::kChunks, chunk_adam); });
+    variants.emplace_back("trainkit Adam fused, per-tensor split",
+                          [&] { with_choices(true, SplitMode::kPerTensor, per_tensor_adam); });
+    variants.emplace_back("trainkit SGD-mom. fused, chunk split", [&] { with_choices(true, SplitMode::kChunks, chunk_sgd); });
+    variants.emplace_back("trainkit SGD-mom. fused, per-tensor split",
+                          [&] { with_choices(true, SplitMode::kPerTensor, per_tensor_sgd); });
+    variants.emplace_back("trainkit Adam fused, as before", [&] { with_choices(false, SplitMode::kChunks, before_adam); });
+    variants.emplace_back("trainkit AdamW fused bf16", [&] { bf_adamw.step(); });
+    variants.emplace_back("trainkit AdamW fused bf16, bf16 state", [&] { bf_adamw_lowp.step(); });
+    variants.emplace_back("at::_fused_adamw_ bf16", [&] { aten_bf.step(bf_params, bf_grads); });
     if (!variants_only.empty()) {
       std::vector<std::pair<std::string, std::function<void()>>> kept;
       for (auto& v : variants) {
@@ -199,17 +323,104 @@ int main(int argc, char** argv) {
       ms[name] = median(t) * 1e3;
     }
     const double adam = ms.count("trainkit Adam fused") ? ms["trainkit Adam fused"] : std::nan("");
-    fmt::print("\n{} ({} params in {} tensors)\n", c.name, c.total, c.count);
-    fmt::print("{:<34} {:>10} {:>16}\n", "variant", "ms", "× trainkit Adam");
+    // Bytes per parameter each variant must move (every stream read or written once); 0 = not memory-bound
+    // or not meaningful (the ATen reference paths move several times more through temporaries).
+    const auto bytes_per_param = [](const std::string& name) -> double {
+      if (name == "stream copy") {
+        return 8;
+      }
+      if (name == "stream triad") {
+        return 12;
+      }
+      if (name.find("reference") != std::string::npos || name.rfind("torch::optim::Adam", 0) == 0 ||
+          name.find("as before") != std::string::npos) {
+        return 0;
+      }
+      if (name.find("bf16") != std::string::npos) {
+        // p and g bfloat16 (2+2+2), m and v float32 (8+8) for trainkit; all bfloat16 (2+2+2+4+4) for ATen.
+        return name.rfind("trainkit", 0) == 0 && name.find("bf16 state") == std::string::npos ? 22 : 14;
+      }
+      if (name.find("SGD") != std::string::npos || name.find("LARS") != std::string::npos) {  // incl. "SGD-mom."
+        return 20;  // read p, g, buf; write p, buf
+      }
+      if (name.find("LAMB") != std::string::npos || name.find("GradScaler") != std::string::npos) {
+        return 32;  // Adam's 28 + one more read of g (LAMB's global clip norm, the scaler's inf check)
+      }
+      return 28;  // read p, g, m, v; write p, m, v
+    };
+    const double triad_bw = 12.0 * static_cast<double>(c.total) / (ms["stream triad"] * 1e-3);
+    const auto fraction = [&](const std::string& name) {
+      const double b = bytes_per_param(name);
+      return b > 0 && ms.count(name) ? b * static_cast<double>(c.total) / (ms[name] * 1e-3) / triad_bw : std::nan("");
+    };
+    fmt::print("\n{} ({} params in {} tensors); triad {:.1f} GB/s, copy {:.1f} GB/s\n", c.name, c.total, c.count,
+               triad_bw * 1e-9, 8.0 * static_cast<double>(c.total) / (ms["stream copy"] * 1e-3) * 1e-9);
+    fmt::print("{:<42} {:>10} {:>16} {:>8} {:>10}\n", "variant", "ms", "× trainkit Adam", "B/param", "of triad");
     json += fmt::format("{}{{\"case\": \"{}\", \"ms\": {{", first_case ? "" : ", ", c.name);
     bool first = true;
     for (const auto& [name, step] : variants) {
-      fmt::print("{:<34} {:>10.2f} {:>16.2f}\n", name, ms[name], ms[name] / adam);
+      const double f = fraction(name);
+      fmt::print("{:<42} {:>10.2f} {:>16.2f} {:>8} {:>10}\n", name, ms[name], ms[name] / adam,
+                 bytes_per_param(name) > 0 ? fmt::format("{:.0f}", bytes_per_param(name)) : "-",
+                 std::isnan(f) ? "-" : fmt::format("{:.2f}", f));
       json += fmt::format("{}\"{}\": {:.4f}", first ? "" : ", ", name, ms[name]);
       first = false;
     }
     json += "}}";
     first_case = false;
+
+    // Equal results? Ten steps of trainkit's bf16 AdamW (float32 state, and state in bf16 as PyTorch keeps it)
+    // and _fused_adamw_ from the same values; parameters compared element by element.
+    if (ms.count("trainkit AdamW fused bf16") && ms.count("at::_fused_adamw_ bf16")) {
+      const auto run_mine = [&](bool lowp_state) {
+        std::vector<at::Tensor> pa;
+        for (size_t i = 0; i < params.size() && i < 4; ++i) {
+          at::Tensor q = params[i].detach().to(at::kBFloat16).requires_grad_();
+          q.mutable_grad() = params[i].grad().to(at::kBFloat16);
+          pa.push_back(q);
+        }
+        AdamW mine(pa, AdamWOptions(1e-3));
+        if (lowp_state) {
+          state_in_param_dtype(mine, pa);
+        }
+        for (int k = 0; k < 10; ++k) {
+          mine.step();
+        }
+        return pa;
+      };
+      std::vector<at::Tensor> pb;
+      std::vector<at::Tensor> gb;
+      std::vector<at::Tensor> mb;
+      std::vector<at::Tensor> vb;
+      std::vector<at::Tensor> sb;
+      for (size_t i = 0; i < params.size() && i < 4; ++i) {
+        pb.push_back(params[i].detach().to(at::kBFloat16));
+        gb.push_back(params[i].grad().to(at::kBFloat16));
+        mb.push_back(torch::zeros_like(pb.back()));
+        vb.push_back(torch::zeros_like(pb.back()));
+        sb.push_back(torch::zeros({}));
+      }
+      AtenFused theirs{mb, vb, sb, true};
+      for (int k = 0; k < 10; ++k) {
+        theirs.step(pb, gb);
+      }
+      for (const bool lowp_state : {false, true}) {
+        const auto pa = run_mine(lowp_state);
+        int64_t differ = 0;
+        int64_t total = 0;
+        double worst = 0;
+        for (size_t i = 0; i < pa.size(); ++i) {
+          const auto a = pa[i].detach().to(at::kFloat);
+          const auto b = pb[i].to(at::kFloat);
+          differ += (a != b).sum().item<int64_t>();
+          total += a.numel();
+          worst = std::max(worst, ((a - b).abs() / (b.abs() + 1e-30)).max().item<double>());
+        }
+        fmt::print("bf16 AdamW after 10 steps, trainkit ({} state) vs _fused_adamw_: {} of {} parameters differ, "
+                   "max rel. {:.2e}\n",
+                   lowp_state ? "bf16" : "float32", differ, total, worst);
+      }
+    }
 
     const auto goal = [&](const std::string& what, double ratio, const std::string& cmp, double target) {
       if (!std::isfinite(ratio) || ratio <= 0) {
@@ -232,6 +443,21 @@ int main(int argc, char** argv) {
     }
     goal("LARS fused / SGD-momentum fused", ms["trainkit LARS fused"] / ms["trainkit SGD-momentum fused"], "<=", 1.5);
     goal("LAMB fused / Adam fused", ms["trainkit LAMB fused"] / adam, "<=", 2.0);
+    goal("SGD-momentum fused / torch::optim::SGD-momentum",
+         ms["trainkit SGD-momentum fused"] / ms["torch::optim::SGD-momentum"], "<=", 1.0);
+    goal("Adam fused + GradScaler / Adam fused", ms["trainkit Adam fused + GradScaler"] / adam, "<=", 1.1);
+    goal("AdamW fused bf16 / at::_fused_adamw_ bf16", ms["trainkit AdamW fused bf16"] / ms["at::_fused_adamw_ bf16"],
+         "<=", 1.0);
+    goal("AdamW fused bf16, bf16 state / at::_fused_adamw_ bf16",
+         ms["trainkit AdamW fused bf16, bf16 state"] / ms["at::_fused_adamw_ bf16"], "<=", 1.0);
+    if (c.name == "64M/16") {
+      for (const auto& [name, step] : variants) {
+        if (name.find("fused") != std::string::npos && name.rfind("trainkit", 0) == 0 &&
+            name.find(", ") == std::string::npos) {
+          goal(name + ": fraction of triad", fraction(name), ">=", 0.85);
+        }
+      }
+    }
   }
   json += "]}\n";
   fmt::print("\nGoals (ratios from this run)\n");

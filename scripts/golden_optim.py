@@ -4,6 +4,12 @@ Oracles: torch.optim.Adam / AdamW / SGD from the pinned wheel, and timm's own La
 The problem is small and fixed: four float64 parameters in two param groups, loss
 sum_k sum(w_k * (p_k - t_k)^2) + 0.3 * sum(sin(2 p_k)), with w_k = linspace(0.5, 2, n) and
 t_k = linspace(-1, 1, n) in each parameter's shape (the C++ test builds the same loss).
+
+Low-precision cases (optim_lowp.toml): bfloat16/float16 parameters with float32 optimizer state and float32
+arithmetic. Oracle: torch.optim.AdamW/Adam/SGD(fused=True) on a float32 master copy of each parameter that is
+rounded to the low-precision dtype after every step and read back from it, with the gradients of the
+low-precision parameters: exactly the semantics of trainkit's fused kernels for such parameters (PyTorch's
+own fused kernels keep the state in the parameter's dtype, so they are not the oracle here).
 """
 import os
 
@@ -97,6 +103,58 @@ def gen_optim(out_dir, header):
             for step, values in _run(make, steps):
                 f.write("[[case.record]]\nstep = {}\nparams = [{}]\n".format(step, ", ".join(
                     "[" + ", ".join(_fmt(x) for x in p) + "]" for p in values)))
+    print("wrote", path)
+    gen_optim_lowp(out_dir, header)
+
+
+LOWP_RECORD = [1, 2, 3, 10, 50, 100]
+LOWP_STEPS = 100
+
+
+def _lowp_cases():
+    return [
+        ("adamw", torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.01), dict(lr=5e-3, betas=(0.85, 0.995))),
+        ("adam", torch.optim.Adam, dict(lr=1e-2, weight_decay=0.1, amsgrad=True), dict(lr=5e-3)),
+        ("sgd", torch.optim.SGD, dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01), dict(lr=0.025)),
+    ]
+
+
+def _run_lowp(cls, kw, g1, dtype):
+    params = [p.to(dtype) for p in _initial()]
+    master = [torch.nn.Parameter(p.float()) for p in params]
+    opt = cls([dict(params=[master[i] for i in GROUPS[0]]), dict(params=[master[i] for i in GROUPS[1]], **g1)],
+              fused=True, **kw)
+    records = []
+    for step in range(1, LOWP_STEPS + 1):
+        lowp = [p.clone().requires_grad_() for p in params]
+        _loss(lowp).backward()
+        with torch.no_grad():
+            for m, q in zip(master, lowp):
+                m.copy_(q.detach().float())
+                m.grad = q.grad.float()
+        opt.step()
+        params = [m.detach().to(dtype) for m in master]
+        if step in LOWP_RECORD:
+            records.append((step, [p.float().flatten().tolist() for p in params]))
+    return records
+
+
+def gen_optim_lowp(out_dir, header):
+    path = os.path.join(out_dir, "optim_lowp.toml")
+    with open(path, "w") as f:
+        f.write(header)
+        f.write("# bfloat16/float16 parameters, float32 state and arithmetic: trajectories of torch.optim's fused\n"
+                "# optimizers on float32 master copies rounded to the parameter dtype after every step (see\n"
+                "# scripts/golden_optim.py); the problem, shapes, groups and initial values of optim.toml.\n")
+        for dtype, dname in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16")):
+            for name, cls, kw, g1 in _lowp_cases():
+                f.write("\n[[case]]\noptimizer = \"{}\"\ndtype = \"{}\"\nsteps = {}\n".format(name, dname, LOWP_STEPS))
+                for k, v in kw.items():
+                    f.write("{} = {}\n".format(k, _value(v)))
+                f.write("group1 = {{ {} }}\n".format(", ".join("{} = {}".format(k, _value(v)) for k, v in g1.items())))
+                for step, values in _run_lowp(cls, kw, g1, dtype):
+                    f.write("[[case.record]]\nstep = {}\nparams = [{}]\n".format(step, ", ".join(
+                        "[" + ", ".join(_fmt(x) for x in p) + "]" for p in values)))
     print("wrote", path)
 
 

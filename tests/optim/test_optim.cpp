@@ -70,7 +70,7 @@ trainkit::ArgValue arg_of(const toml::node& node) {
 void add_case_args(const toml::table& t, trainkit::ArgTable& table) {
   for (const auto& [key, node] : t) {
     const std::string k(key.str());
-    if (k == "optimizer" || k == "steps" || k == "record" || k == "group1") {
+    if (k == "optimizer" || k == "steps" || k == "record" || k == "group1" || k == "dtype") {
       continue;
     }
     if (k == "max_grad_norm" && node.is_string()) {
@@ -261,6 +261,185 @@ TEST_CASE("fused kernels equal the ATen reference path on many tensors and chunk
   }
 }
 
+TEST_CASE("bfloat16/float16 parameters with float32 state match torch.optim's fused optimizers on float32 masters",
+          "[optim][golden][lowp]") {
+  // The oracle (scripts/golden_optim.py) is PyTorch's own fused AdamW/Adam/SGD on float32 copies rounded to
+  // the parameter dtype after every step; its fused and single-tensor paths agree bit for bit there, and so
+  // must ours: every recorded value is compared exactly.
+  const auto base = trainkit::test::golden("optim.toml");
+  const auto g = trainkit::test::golden("optim_lowp.toml");
+  const auto& shapes = *base["shapes"].as_array();
+  const auto& initial = *base["initial"].as_array();
+  const auto& groups = *base["groups"].as_array();
+  int case_index = 0;
+  for (const auto& node : *g["case"].as_array()) {
+    const auto& c = *node.as_table();
+    const std::string dname = c["dtype"].value<std::string>().value();
+    const auto dtype = dname == "bfloat16" ? at::kBFloat16 : at::kHalf;
+    for (const bool fused : {true, false}) {
+      DYNAMIC_SECTION("case " << case_index << " (" << c["optimizer"].value<std::string>().value() << ", " << dname
+                              << ")" << (fused ? " fused" : " reference")) {
+        std::vector<at::Tensor> params;
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          params.push_back(torch::tensor(doubles_of(*initial.get(i)), torch::kFloat64)
+                               .view(shape_of(*shapes.get(i)))
+                               .to(dtype)
+                               .requires_grad_());
+        }
+        std::vector<at::Tensor> g0;
+        std::vector<at::Tensor> g1;
+        for (const auto& idx : *groups.get(0)->as_array()) {
+          g0.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
+        }
+        for (const auto& idx : *groups.get(1)->as_array()) {
+          g1.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
+        }
+        auto opt = make_case_optimizer(c, g0, g1, fused);
+        const auto& records = *c["record"].as_array();
+        size_t next = 0;
+        const int64_t steps = c["steps"].value<int64_t>().value();
+        for (int64_t step = 1; step <= steps; ++step) {
+          opt->zero_grad();
+          golden_loss(params).backward();
+          opt->step();
+          if (next < records.size() && (*records.get(next)->as_table())["step"].value<int64_t>().value() == step) {
+            const auto& rec = *records.get(next)->as_table();
+            INFO("step " << step);
+            const auto& want = *rec["params"].as_array();
+            for (size_t i = 0; i < params.size(); ++i) {
+              INFO("parameter " << i);
+              REQUIRE(params[i].scalar_type() == dtype);
+              require_close_values(params[i].to(torch::kFloat64), doubles_of(*want.get(i)), 0.0);
+            }
+            ++next;
+          }
+        }
+        REQUIRE(next == records.size());
+        // The state is float32.
+        for (const auto& p : params) {
+          auto* state = opt->state().at(p.unsafeGetTensorImpl()).get();
+          if (auto* adam = dynamic_cast<AdamParamState*>(state)) {
+            CHECK(adam->exp_avg().scalar_type() == at::kFloat);
+          } else if (auto* sgd = dynamic_cast<SgdParamState*>(state)) {
+            CHECK(sgd->momentum_buffer().scalar_type() == at::kFloat);
+          }
+        }
+      }
+    }
+    ++case_index;
+  }
+}
+
+TEST_CASE("fused kernels on bfloat16/float16 parameters equal the float32 reference path", "[optim][fused][lowp]") {
+  std::vector<std::vector<int64_t>> shapes(50, std::vector<int64_t>{7, 5});
+  shapes.push_back({1000, 130});
+  shapes.push_back({70001});
+  const std::vector<std::pair<std::string, Factory>> makers{factories()[0], factories()[1], factories()[2],
+                                                            factories()[3], factories()[4]};
+  for (const auto& [name, make] : makers) {
+    for (const auto dtype : {at::kBFloat16, at::kHalf}) {
+      DYNAMIC_SECTION(name << (dtype == at::kBFloat16 ? " bfloat16" : " float16")) {
+        auto a = random_params(shapes, at::kFloat, 3);
+        for (auto& p : a) {
+          p = p.detach().to(dtype).requires_grad_();
+        }
+        auto b = clones(a);
+        auto fused = make(a, true);
+        auto reference = make(b, false);
+        for (int step = 0; step < 6; ++step) {
+          set_grads(a, step);
+          set_grads(b, step);
+          fused->step();
+          reference->step();
+        }
+        // Both compute in float32 and round once per step; a float32 result one ulp apart can round to
+        // neighbouring low-precision values, so allow one ulp of the parameter dtype (2^-7 / 2^-10 relative).
+        const double ulp = dtype == at::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+        for (size_t i = 0; i < a.size(); ++i) {
+          const auto fa = a[i].detach().to(at::kFloat);
+          const auto fb = b[i].detach().to(at::kFloat);
+          INFO("parameter " << i);
+          CHECK(((fa - fb).abs() <= fb.abs() * ulp + 1e-30).all().item<bool>());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Adam state kept in the bfloat16/float16 parameters' dtype: fused equals the reference path",
+          "[optim][fused][lowp]") {
+  // As torch.optim keeps it (e.g. a state loaded from PyTorch): both paths compute in float32 and round p, m
+  // and v once per step.
+  const std::vector<std::vector<int64_t>> shapes{{40, 30}, {70001}, {3}};
+  const std::vector<std::pair<std::string, Factory>> makers{factories()[1], factories()[2]};
+  for (const auto& [name, make] : makers) {
+    for (const auto dtype : {at::kBFloat16, at::kHalf}) {
+      DYNAMIC_SECTION(name << (dtype == at::kBFloat16 ? " bfloat16" : " float16")) {
+        auto a = random_params(shapes, at::kFloat, 4);
+        for (auto& p : a) {
+          p = p.detach().to(dtype).requires_grad_();
+        }
+        auto b = clones(a);
+        auto fused = make(a, true);
+        auto reference = make(b, false);
+        for (const auto& pair : {std::make_pair(fused.get(), &a), std::make_pair(reference.get(), &b)}) {
+          for (const auto& p : *pair.second) {
+            auto s = std::make_unique<AdamParamState>();
+            s->exp_avg(torch::zeros_like(p));
+            s->exp_avg_sq(torch::zeros_like(p));
+            pair.first->state()[p.unsafeGetTensorImpl()] = std::move(s);
+          }
+        }
+        for (int step = 0; step < 6; ++step) {
+          set_grads(a, step);
+          set_grads(b, step);
+          fused->step();
+          reference->step();
+        }
+        const double ulp = dtype == at::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+        for (size_t i = 0; i < a.size(); ++i) {
+          const auto fa = a[i].detach().to(at::kFloat);
+          const auto fb = b[i].detach().to(at::kFloat);
+          INFO("parameter " << i);
+          CHECK(((fa - fb).abs() <= fb.abs() * ulp + 1e-30).all().item<bool>());
+          auto* state = dynamic_cast<AdamParamState*>(fused->state().at(a[i].unsafeGetTensorImpl()).get());
+          REQUIRE(state != nullptr);
+          CHECK(state->exp_avg().scalar_type() == dtype);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("fused results do not depend on the number of threads", "[optim][fused][threads]") {
+  // Shapes whose even split puts thread boundaries inside tensors and across them.
+  std::vector<std::vector<int64_t>> shapes{{3}, {100003}, {17, 5}, {70001}, {64}, {40000}};
+  const int before = at::get_num_threads();
+  for (const auto& [name, make] : factories()) {
+    DYNAMIC_SECTION(name) {
+      std::vector<std::vector<at::Tensor>> results;
+      for (const int threads : {1, 2, 3}) {
+        at::set_num_threads(threads);
+        auto a = random_params(shapes, at::kFloat, 11);
+        auto opt = make(a, true);
+        for (int step = 0; step < 3; ++step) {
+          set_grads(a, step);
+          opt->step();
+        }
+        results.push_back(a);
+      }
+      at::set_num_threads(before);
+      for (size_t r = 1; r < results.size(); ++r) {
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          INFO("run " << r << ", parameter " << i);
+          CHECK(torch::equal(results[0][i], results[r][i]));
+        }
+      }
+    }
+  }
+  at::set_num_threads(before);
+}
+
 TEST_CASE("save, load and keep stepping equals uninterrupted stepping", "[optim][serialize]") {
   const std::vector<std::vector<int64_t>> shapes{{6, 4}, {4}, {3, 3}};
   for (const auto& [name, make] : factories()) {
@@ -372,13 +551,19 @@ TEST_CASE("invalid hyperparameters and inputs are rejected with the name and val
                        WhatContains("param group 0 has options of another optimizer"));
 
   SECTION("fused=true on tensors the kernel cannot take") {
+    // LARS's trust-ratio kernel takes float32/float64 only (Adam, AdamW and Sgd also take bfloat16/float16).
     auto half = torch::zeros({4}, torch::TensorOptions().dtype(torch::kBFloat16).requires_grad(true));
     half.mutable_grad() = torch::ones({4}, torch::kBFloat16);
-    Adam opt({half}, AdamOptions().fused(true));
+    Lars opt({half}, LarsOptions(0.1).always_adapt(true).fused(true));
     CHECK_THROWS_WITH(opt.step(), Catch::Matchers::Contains("fused=true but param group 0") &&
                                       Catch::Matchers::Contains("BFloat16"));
-    Adam auto_path({half}, AdamOptions());
+    Lars auto_path({half}, LarsOptions(0.1).always_adapt(true));
     CHECK_NOTHROW(auto_path.step());  // unset: the reference path takes bfloat16
+    // Gradients of another dtype than their parameters are named.
+    auto bf = torch::zeros({4}, torch::TensorOptions().dtype(torch::kBFloat16).requires_grad(true));
+    bf.mutable_grad() = torch::ones({4}, torch::kFloat);
+    Adam mixed({bf}, AdamOptions().fused(true));
+    CHECK_THROWS_WITH(mixed.step(), Catch::Matchers::Contains("mix BFloat16 and Float"));
   }
   SECTION("sparse gradients") {
     auto q = torch::zeros({4}, torch::requires_grad());

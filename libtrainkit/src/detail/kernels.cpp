@@ -2,21 +2,112 @@
 // threading happens in the callers, which hand each task one contiguous chunk.
 //
 // Each loop is written so that GCC vectorizes it (checked with -fopt-info-vec): restrict pointers, no
-// calls but std::sqrt (which needs -fno-math-errno, set on the target) and std::max, branches on
-// loop-invariant flags only. Each is compiled for AVX-512, AVX2 and baseline x86-64 and the widest one the
-// CPU supports is picked at load time (GCC function multiversioning).
+// calls but std::sqrt (which needs -fno-math-errno, set on the target), std::fma and std::max, branches on
+// loop-invariant flags only. Each entry point is compiled twice, for AVX2+FMA+F16C and for baseline x86-64,
+// and picked at run time from the CPU's feature flags (kernels_use_avx2). GCC's target_clones did this
+// before, but its ifunc resolver picked the baseline clone on VMs that hide the OSXSAVE bit even though
+// AVX2 runs; and its "avx2" clone lacks FMA, so every std::fma became a call to fmaf and no loop vectorized.
 #include "detail/kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define TRAINKIT_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#include <immintrin.h>
+#define TRAINKIT_X86 1
+#define TRAINKIT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #else
-#define TRAINKIT_MULTIVERSION
+#define TRAINKIT_X86 0
+#define TRAINKIT_TARGET_AVX2
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+// The loops are inlined into each target's entry point, so that they are compiled for that target.
+#define TRAINKIT_INLINE __attribute__((always_inline)) inline
+#else
+#define TRAINKIT_INLINE inline
 #endif
 
 namespace trainkit::detail {
+
+namespace {
+std::atomic<bool> allow_avx2{true};
+std::atomic<SplitMode> split_choice{SplitMode::kContiguous};
+}  // namespace
+
+bool kernels_use_avx2() {
+#if TRAINKIT_X86
+  static const bool cpu = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  }();
+  return cpu && allow_avx2.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+void set_kernel_choices(bool avx2, SplitMode split) {
+  allow_avx2.store(avx2);
+  split_choice.store(split);
+}
+
+SplitMode split_mode() { return split_choice.load(std::memory_order_relaxed); }
+
+std::vector<std::vector<Chunk>> per_tensor_split(const std::vector<int64_t>& numels, int64_t parts, int64_t align) {
+  parts = std::max<int64_t>(parts, 1);
+  std::vector<std::vector<Chunk>> out(static_cast<size_t>(parts));
+  for (size_t t = 0; t < numels.size(); ++t) {
+    const int64_t n = numels[t];
+    int64_t lo = 0;
+    for (int64_t k = 0; k < parts; ++k) {
+      const int64_t even = n / parts * (k + 1) + n % parts * (k + 1) / parts;  // ⌊n·(k+1)/parts⌋
+      const int64_t hi = k + 1 == parts ? n : std::max(lo, even / align * align);
+      if (hi > lo) {
+        out[static_cast<size_t>(k)].push_back({static_cast<int64_t>(t), lo, hi - lo});
+      }
+      lo = hi;
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<Chunk>> even_split(const std::vector<int64_t>& numels, int64_t parts, int64_t align) {
+  parts = std::max<int64_t>(parts, 1);
+  std::vector<int64_t> prefix(numels.size() + 1, 0);
+  for (size_t t = 0; t < numels.size(); ++t) {
+    prefix[t + 1] = prefix[t] + numels[t];
+  }
+  const int64_t total = prefix.back();
+  // Boundaries in the concatenation: k·total/parts, moved down to a multiple of `align` inside its tensor.
+  std::vector<int64_t> bounds{0};
+  size_t t = 0;
+  for (int64_t k = 1; k < parts; ++k) {
+    const int64_t target = total / parts * k + total % parts * k / parts;  // ⌊total·k/parts⌋, no overflow
+    while (t + 1 < numels.size() && prefix[t + 1] <= target) {
+      ++t;
+    }
+    const int64_t local = (target - prefix[t]) / align * align;
+    bounds.push_back(std::max(bounds.back(), std::min(prefix[t] + local, total)));
+  }
+  bounds.push_back(total);
+  std::vector<std::vector<Chunk>> out(static_cast<size_t>(parts));
+  size_t tensor = 0;
+  for (int64_t k = 0; k < parts; ++k) {
+    int64_t at = bounds[static_cast<size_t>(k)];
+    const int64_t end = bounds[static_cast<size_t>(k) + 1];
+    while (at < end) {
+      while (prefix[tensor + 1] <= at) {
+        ++tensor;
+      }
+      const int64_t stop = std::min(end, prefix[tensor + 1]);
+      out[static_cast<size_t>(k)].push_back({static_cast<int64_t>(tensor), at - prefix[tensor], stop - at});
+      at = stop;
+    }
+  }
+  return out;
+}
 
 std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, int64_t grain) {
   return make_chunks(numels, 0, numels.size(), grain);
@@ -53,7 +144,7 @@ std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, size_t first,
 namespace {
 
 template <class T, bool Amsgrad>
-inline void adam_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, T* __restrict__ v,
+TRAINKIT_INLINE void adam_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, T* __restrict__ v,
                       T* __restrict__ vmax, int64_t n, const AdamCoef<T> c) {
   // The roundings follow PyTorch's single-tensor Adam op by op (add with alpha and lerp are fused
   // multiply-adds in ATen's CPU kernels, addcdiv divides last), so that float64 trajectories agree to the
@@ -76,7 +167,7 @@ inline void adam_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict_
 }
 
 template <class T>
-inline void sgd_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf, int64_t n, const SgdCoef<T> c,
+TRAINKIT_INLINE void sgd_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf, int64_t n, const SgdCoef<T> c,
                      MomentumMode mode) {
   // Rounds like PyTorch's SGD / timm's LARS op by op: add with alpha is a fused multiply-add in ATen.
   const T neg_lr = -c.lr;
@@ -113,7 +204,7 @@ inline void sgd_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__
 constexpr int kLanes = 8;
 
 template <class T>
-inline void sum_squares2_loop(const T* __restrict__ a, const T* __restrict__ b, int64_t n, double& sa, double& sb) {
+TRAINKIT_INLINE void sum_squares2_loop(const T* __restrict__ a, const T* __restrict__ b, int64_t n, double& sa, double& sb) {
   double acc_a[kLanes] = {};
   double acc_b[kLanes] = {};
   int64_t i = 0;
@@ -142,7 +233,7 @@ inline void sum_squares2_loop(const T* __restrict__ a, const T* __restrict__ b, 
 }
 
 template <class T>
-inline double sum_squares_loop(const T* __restrict__ a, int64_t n) {
+TRAINKIT_INLINE double sum_squares_loop(const T* __restrict__ a, int64_t n) {
   double acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
@@ -163,7 +254,7 @@ inline double sum_squares_loop(const T* __restrict__ a, int64_t n) {
 }
 
 template <class T>
-inline double nonfinite_probe_loop(const T* __restrict__ x, int64_t n) {
+TRAINKIT_INLINE double nonfinite_probe_loop(const T* __restrict__ x, int64_t n) {
   T acc[16] = {};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -182,17 +273,17 @@ inline double nonfinite_probe_loop(const T* __restrict__ x, int64_t n) {
 }
 
 template <class T>
-inline T lamb_first_moment(T m, T g, const LambCoef<T>& c) {
+TRAINKIT_INLINE T lamb_first_moment(T m, T g, const LambCoef<T>& c) {
   return c.lerp ? m + c.beta3 * (g - m) : c.beta1 * m + c.beta3 * g;
 }
 
 template <class T>
-inline T lamb_update(T m, T v, T p, const LambCoef<T>& c) {
+TRAINKIT_INLINE T lamb_update(T m, T v, T p, const LambCoef<T>& c) {
   return (m * c.inv_bc1) / (std::sqrt(v) * c.inv_bc2_sqrt + c.eps) + c.wd * p;
 }
 
 template <class T>
-inline void lamb_moments_loop(const T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m,
+TRAINKIT_INLINE void lamb_moments_loop(const T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m,
                               T* __restrict__ v, int64_t n, const LambCoef<T> c, double& sum_p2, double& sum_u2) {
   double acc_p[kLanes] = {};
   double acc_u[kLanes] = {};
@@ -226,7 +317,7 @@ inline void lamb_moments_loop(const T* __restrict__ p, const T* __restrict__ g, 
 }
 
 template <class T>
-inline void lamb_apply_loop(T* __restrict__ p, const T* __restrict__ m, const T* __restrict__ v, int64_t n,
+TRAINKIT_INLINE void lamb_apply_loop(T* __restrict__ p, const T* __restrict__ m, const T* __restrict__ v, int64_t n,
                             const LambCoef<T> c, T step) {
   for (int64_t i = 0; i < n; ++i) {
     const T pi = p[i];
@@ -235,7 +326,7 @@ inline void lamb_apply_loop(T* __restrict__ p, const T* __restrict__ m, const T*
 }
 
 template <class T>
-inline void lamb_moments_apply_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m,
+TRAINKIT_INLINE void lamb_moments_apply_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m,
                                     T* __restrict__ v, int64_t n, const LambCoef<T> c, T step) {
   for (int64_t i = 0; i < n; ++i) {
     const T gi = c.grad_mul * g[i];
@@ -248,124 +339,254 @@ inline void lamb_moments_apply_loop(T* __restrict__ p, const T* __restrict__ g, 
   }
 }
 
-// One multiversioned entry per loop and dtype (target_clones needs concrete functions, not templates).
-TRAINKIT_MULTIVERSION void adam_f32(float* p, const float* g, float* m, float* v, float* vmax, int64_t n,
-                                    const AdamCoef<float>& c) {
-  if (vmax != nullptr) {
-    adam_loop<float, true>(p, g, m, v, vmax, n, c);
-  } else {
-    adam_loop<float, false>(p, g, m, v, vmax, n, c);
+enum class Isa { kBase, kAvx2 };
+
+// bfloat16 <-> float32: the upper half of the bits; rounding to nearest even, NaN kept quiet (c10::BFloat16).
+TRAINKIT_INLINE float to_float(BFloat16Bits b) {
+  const uint32_t u = static_cast<uint32_t>(b.x) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+TRAINKIT_INLINE BFloat16Bits to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  return {static_cast<uint16_t>(f != f ? 0x7FC0u : rounded)};  // NOLINT(misc-redundant-expression): NaN test
+}
+
+// Reduced-precision kernels convert p and g of a block to float32 in L1-resident buffers, run the float32
+// loop on them and the float32 state, and convert p back: one float32 loop for every storage type.
+constexpr int64_t kConvertBlock = 512;
+
+template <Isa I>
+TRAINKIT_INLINE void to_float_n(const BFloat16Bits* __restrict__ in, float* __restrict__ out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = to_float(in[i]);
   }
 }
-TRAINKIT_MULTIVERSION void adam_f64(double* p, const double* g, double* m, double* v, double* vmax, int64_t n,
-                                    const AdamCoef<double>& c) {
-  if (vmax != nullptr) {
-    adam_loop<double, true>(p, g, m, v, vmax, n, c);
-  } else {
-    adam_loop<double, false>(p, g, m, v, vmax, n, c);
+template <Isa I>
+TRAINKIT_INLINE void from_float_n(const float* __restrict__ in, BFloat16Bits* __restrict__ out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = to_bf16(in[i]);
   }
 }
-TRAINKIT_MULTIVERSION void sgd_f32(float* p, const float* g, float* buf, int64_t n, const SgdCoef<float>& c,
-                                   MomentumMode mode) {
+// float16: F16C's conversions (round to nearest even, as c10::Half) on AVX2, the compiler's otherwise. The
+// F16C loops are functions of their own (called once per block): intrinsics only inline into their target.
+#if TRAINKIT_X86
+TRAINKIT_TARGET_AVX2 int64_t half_to_float_f16c(const HalfBits* __restrict__ in, float* __restrict__ out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  }
+  return i;
+}
+TRAINKIT_TARGET_AVX2 int64_t float_to_half_f16c(const float* __restrict__ in, HalfBits* __restrict__ out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  return i;
+}
+#endif
+template <Isa I>
+TRAINKIT_INLINE void to_float_n(const HalfBits* __restrict__ in, float* __restrict__ out, int64_t n) {
+  int64_t i = 0;
+#if TRAINKIT_X86
+  if constexpr (I == Isa::kAvx2) {
+    i = half_to_float_f16c(in, out, n);
+  }
+#endif
+  for (; i < n; ++i) {
+    _Float16 h;
+    std::memcpy(&h, &in[i].x, sizeof h);
+    out[i] = static_cast<float>(h);
+  }
+}
+template <Isa I>
+TRAINKIT_INLINE void from_float_n(const float* __restrict__ in, HalfBits* __restrict__ out, int64_t n) {
+  int64_t i = 0;
+#if TRAINKIT_X86
+  if constexpr (I == Isa::kAvx2) {
+    i = float_to_half_f16c(in, out, n);
+  }
+#endif
+  for (; i < n; ++i) {
+    const auto h = static_cast<_Float16>(in[i]);
+    std::memcpy(&out[i].x, &h, sizeof h);
+  }
+}
+
+/// Runs body(p32, g32, offset, len) block by block on float32 copies of p and g, then stores p back.
+template <Isa I, class P, class Body>
+TRAINKIT_INLINE void converted_blocks(P* p, const P* g, int64_t n, const Body& body) {
+  alignas(64) float pf[kConvertBlock];
+  alignas(64) float gf[kConvertBlock];
+  for (int64_t b = 0; b < n; b += kConvertBlock) {
+    const int64_t len = std::min(kConvertBlock, n - b);
+    to_float_n<I>(p + b, pf, len);
+    to_float_n<I>(g + b, gf, len);
+    body(pf, gf, b, len);
+    from_float_n<I>(pf, p + b, len);
+  }
+}
+
+template <Isa I, class T>
+TRAINKIT_INLINE void adam_impl(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamCoef<T>& c) {
+  if (vmax != nullptr) {
+    adam_loop<T, true>(p, g, m, v, vmax, n, c);
+  } else {
+    adam_loop<T, false>(p, g, m, v, vmax, n, c);
+  }
+}
+template <Isa I, class P>
+TRAINKIT_INLINE void adam_reduced_impl(P* p, const P* g, float* m, float* v, float* vmax, int64_t n,
+                                       const AdamCoef<float>& c) {
+  converted_blocks<I>(p, g, n, [&](float* pf, const float* gf, int64_t b, int64_t len) {
+    adam_impl<I, float>(pf, gf, m + b, v + b, vmax == nullptr ? nullptr : vmax + b, len, c);
+  });
+}
+template <Isa I, class P>
+TRAINKIT_INLINE void adam_lowp_state_impl(P* p, const P* g, P* m, P* v, P* vmax, int64_t n, const AdamCoef<float>& c) {
+  alignas(64) float mf[kConvertBlock];
+  alignas(64) float vf[kConvertBlock];
+  alignas(64) float xf[kConvertBlock];
+  converted_blocks<I>(p, g, n, [&](float* pf, const float* gf, int64_t b, int64_t len) {
+    to_float_n<I>(m + b, mf, len);
+    to_float_n<I>(v + b, vf, len);
+    if (vmax != nullptr) {
+      to_float_n<I>(vmax + b, xf, len);
+    }
+    adam_impl<I, float>(pf, gf, mf, vf, vmax == nullptr ? nullptr : xf, len, c);
+    from_float_n<I>(mf, m + b, len);
+    from_float_n<I>(vf, v + b, len);
+    if (vmax != nullptr) {
+      from_float_n<I>(xf, vmax + b, len);
+    }
+  });
+}
+template <Isa I, class T>
+TRAINKIT_INLINE void sgd_impl(T* p, const T* g, T* buf, int64_t n, const SgdCoef<T>& c, MomentumMode mode) {
   sgd_loop(p, g, buf, n, c, mode);
 }
-TRAINKIT_MULTIVERSION void sgd_f64(double* p, const double* g, double* buf, int64_t n, const SgdCoef<double>& c,
-                                   MomentumMode mode) {
-  sgd_loop(p, g, buf, n, c, mode);
+template <Isa I, class P>
+TRAINKIT_INLINE void sgd_reduced_impl(P* p, const P* g, float* buf, int64_t n, const SgdCoef<float>& c,
+                                      MomentumMode mode) {
+  converted_blocks<I>(p, g, n, [&](float* pf, const float* gf, int64_t b, int64_t len) {
+    sgd_loop<float>(pf, gf, buf == nullptr ? nullptr : buf + b, len, c, mode);
+  });
 }
-TRAINKIT_MULTIVERSION void sum_squares2_f32(const float* a, const float* b, int64_t n, double& sa, double& sb) {
+template <Isa I, class T>
+TRAINKIT_INLINE void sum_squares2_impl(const T* a, const T* b, int64_t n, double& sa, double& sb) {
   sum_squares2_loop(a, b, n, sa, sb);
 }
-TRAINKIT_MULTIVERSION void sum_squares2_f64(const double* a, const double* b, int64_t n, double& sa, double& sb) {
-  sum_squares2_loop(a, b, n, sa, sb);
-}
-TRAINKIT_MULTIVERSION void scale_f32(float* __restrict__ x, int64_t n, float c) {
+template <Isa I, class T>
+TRAINKIT_INLINE void scale_impl(T* __restrict__ x, int64_t n, T c) {
   for (int64_t i = 0; i < n; ++i) {
     x[i] *= c;
   }
 }
-TRAINKIT_MULTIVERSION void scale_f64(double* __restrict__ x, int64_t n, double c) {
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] *= c;
-  }
+template <Isa I, class T>
+TRAINKIT_INLINE double sum_squares_impl(const T* a, int64_t n) {
+  return sum_squares_loop(a, n);
 }
-TRAINKIT_MULTIVERSION double sum_squares_f32(const float* a, int64_t n) { return sum_squares_loop(a, n); }
-TRAINKIT_MULTIVERSION double sum_squares_f64(const double* a, int64_t n) { return sum_squares_loop(a, n); }
-TRAINKIT_MULTIVERSION double nonfinite_probe_f32(const float* x, int64_t n) { return nonfinite_probe_loop(x, n); }
-TRAINKIT_MULTIVERSION double nonfinite_probe_f64(const double* x, int64_t n) { return nonfinite_probe_loop(x, n); }
-TRAINKIT_MULTIVERSION void lamb_moments_f32(const float* p, const float* g, float* m, float* v, int64_t n,
-                                            const LambCoef<float>& c, double& sp, double& su) {
+template <Isa I, class T>
+TRAINKIT_INLINE double nonfinite_probe_impl(const T* x, int64_t n) {
+  return nonfinite_probe_loop(x, n);
+}
+template <Isa I, class T>
+TRAINKIT_INLINE void lamb_moments_impl(const T* p, const T* g, T* m, T* v, int64_t n, const LambCoef<T>& c,
+                                       double& sp, double& su) {
   lamb_moments_loop(p, g, m, v, n, c, sp, su);
 }
-TRAINKIT_MULTIVERSION void lamb_moments_f64(const double* p, const double* g, double* m, double* v, int64_t n,
-                                            const LambCoef<double>& c, double& sp, double& su) {
-  lamb_moments_loop(p, g, m, v, n, c, sp, su);
-}
-TRAINKIT_MULTIVERSION void lamb_apply_f32(float* p, const float* m, const float* v, int64_t n,
-                                          const LambCoef<float>& c, float step) {
+template <Isa I, class T>
+TRAINKIT_INLINE void lamb_apply_impl(T* p, const T* m, const T* v, int64_t n, const LambCoef<T>& c, T step) {
   lamb_apply_loop(p, m, v, n, c, step);
 }
-TRAINKIT_MULTIVERSION void lamb_apply_f64(double* p, const double* m, const double* v, int64_t n,
-                                          const LambCoef<double>& c, double step) {
-  lamb_apply_loop(p, m, v, n, c, step);
-}
-TRAINKIT_MULTIVERSION void lamb_moments_apply_f32(float* p, const float* g, float* m, float* v, int64_t n,
-                                                  const LambCoef<float>& c, float step) {
-  lamb_moments_apply_loop(p, g, m, v, n, c, step);
-}
-TRAINKIT_MULTIVERSION void lamb_moments_apply_f64(double* p, const double* g, double* m, double* v, int64_t n,
-                                                  const LambCoef<double>& c, double step) {
+template <Isa I, class T>
+TRAINKIT_INLINE void lamb_moments_apply_impl(T* p, const T* g, T* m, T* v, int64_t n, const LambCoef<T>& c,
+                                             T step) {
   lamb_moments_apply_loop(p, g, m, v, n, c, step);
 }
 
 }  // namespace
 
-void adam_kernel(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, const AdamCoef<float>& c) {
-  adam_f32(p, g, m, v, vmax, n, c);
-}
-void adam_kernel(double* p, const double* g, double* m, double* v, double* vmax, int64_t n,
-                 const AdamCoef<double>& c) {
-  adam_f64(p, g, m, v, vmax, n, c);
-}
-void sgd_kernel(float* p, const float* g, float* buf, int64_t n, const SgdCoef<float>& c, MomentumMode mode) {
-  sgd_f32(p, g, buf, n, c, mode);
-}
-void sgd_kernel(double* p, const double* g, double* buf, int64_t n, const SgdCoef<double>& c, MomentumMode mode) {
-  sgd_f64(p, g, buf, n, c, mode);
-}
-void sum_squares2(const float* a, const float* b, int64_t n, double& sa, double& sb) {
-  sum_squares2_f32(a, b, n, sa, sb);
-}
-void sum_squares2(const double* a, const double* b, int64_t n, double& sa, double& sb) {
-  sum_squares2_f64(a, b, n, sa, sb);
-}
-void scale(float* x, int64_t n, float c) { scale_f32(x, n, c); }
-void scale(double* x, int64_t n, double c) { scale_f64(x, n, c); }
-double sum_squares(const float* a, int64_t n) { return sum_squares_f32(a, n); }
-double sum_squares(const double* a, int64_t n) { return sum_squares_f64(a, n); }
-double nonfinite_probe(const float* x, int64_t n) { return nonfinite_probe_f32(x, n); }
-double nonfinite_probe(const double* x, int64_t n) { return nonfinite_probe_f64(x, n); }
-void lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n, const LambCoef<float>& c,
-                  double& sum_p2, double& sum_u2) {
-  lamb_moments_f32(p, g, m, v, n, c, sum_p2, sum_u2);
-}
-void lamb_moments(const double* p, const double* g, double* m, double* v, int64_t n, const LambCoef<double>& c,
-                  double& sum_p2, double& sum_u2) {
-  lamb_moments_f64(p, g, m, v, n, c, sum_p2, sum_u2);
-}
-void lamb_apply(float* p, const float* m, const float* v, int64_t n, const LambCoef<float>& c, float step) {
-  lamb_apply_f32(p, m, v, n, c, step);
-}
-void lamb_apply(double* p, const double* m, const double* v, int64_t n, const LambCoef<double>& c, double step) {
-  lamb_apply_f64(p, m, v, n, c, step);
-}
-void lamb_moments_apply(float* p, const float* g, float* m, float* v, int64_t n, const LambCoef<float>& c,
-                        float step) {
-  lamb_moments_apply_f32(p, g, m, v, n, c, step);
-}
-void lamb_moments_apply(double* p, const double* g, double* m, double* v, int64_t n, const LambCoef<double>& c,
-                        double step) {
-  lamb_moments_apply_f64(p, g, m, v, n, c, step);
-}
+// Each public entry: the same impl compiled for AVX2+FMA+F16C and for the baseline, picked at run time.
+#define TRAINKIT_KERNEL(ret, name, impl, params, args)                                          \
+  namespace {                                                                                  \
+  TRAINKIT_TARGET_AVX2 ret name##_avx2 params { return impl<Isa::kAvx2> args; }               \
+  ret name##_base params { return impl<Isa::kBase> args; }                                     \
+  }                                                                                            \
+  ret name params { return kernels_use_avx2() ? name##_avx2 args : name##_base args; }
+
+TRAINKIT_KERNEL(void, adam_kernel, adam_impl,
+                (float* p, const float* g, float* m, float* v, float* vmax, int64_t n, const AdamCoef<float>& c),
+                (p, g, m, v, vmax, n, c))
+TRAINKIT_KERNEL(void, adam_kernel, adam_impl,
+                (double* p, const double* g, double* m, double* v, double* vmax, int64_t n,
+                 const AdamCoef<double>& c),
+                (p, g, m, v, vmax, n, c))
+TRAINKIT_KERNEL(void, adam_kernel, adam_reduced_impl,
+                (BFloat16Bits* p, const BFloat16Bits* g, float* m, float* v, float* vmax, int64_t n,
+                 const AdamCoef<float>& c),
+                (p, g, m, v, vmax, n, c))
+TRAINKIT_KERNEL(void, adam_kernel, adam_reduced_impl,
+                (HalfBits* p, const HalfBits* g, float* m, float* v, float* vmax, int64_t n, const AdamCoef<float>& c),
+                (p, g, m, v, vmax, n, c))
+TRAINKIT_KERNEL(void, adam_kernel, adam_lowp_state_impl,
+                (BFloat16Bits* p, const BFloat16Bits* g, BFloat16Bits* m, BFloat16Bits* v, BFloat16Bits* vmax,
+                 int64_t n, const AdamCoef<float>& c),
+                (p, g, m, v, vmax, n, c))
+TRAINKIT_KERNEL(void, adam_kernel, adam_lowp_state_impl,
+                (HalfBits* p, const HalfBits* g, HalfBits* m, HalfBits* v, HalfBits* vmax, int64_t n,
+                 const AdamCoef<float>& c),
+                (p, g, m, v, vmax, n, c))
+TRAINKIT_KERNEL(void, sgd_kernel, sgd_impl,
+                (float* p, const float* g, float* buf, int64_t n, const SgdCoef<float>& c, MomentumMode mode),
+                (p, g, buf, n, c, mode))
+TRAINKIT_KERNEL(void, sgd_kernel, sgd_impl,
+                (double* p, const double* g, double* buf, int64_t n, const SgdCoef<double>& c, MomentumMode mode),
+                (p, g, buf, n, c, mode))
+TRAINKIT_KERNEL(void, sgd_kernel, sgd_reduced_impl,
+                (BFloat16Bits* p, const BFloat16Bits* g, float* buf, int64_t n, const SgdCoef<float>& c,
+                 MomentumMode mode),
+                (p, g, buf, n, c, mode))
+TRAINKIT_KERNEL(void, sgd_kernel, sgd_reduced_impl,
+                (HalfBits* p, const HalfBits* g, float* buf, int64_t n, const SgdCoef<float>& c, MomentumMode mode),
+                (p, g, buf, n, c, mode))
+TRAINKIT_KERNEL(void, sum_squares2, sum_squares2_impl,
+                (const float* a, const float* b, int64_t n, double& sa, double& sb), (a, b, n, sa, sb))
+TRAINKIT_KERNEL(void, sum_squares2, sum_squares2_impl,
+                (const double* a, const double* b, int64_t n, double& sa, double& sb), (a, b, n, sa, sb))
+TRAINKIT_KERNEL(void, scale, scale_impl, (float* x, int64_t n, float c), (x, n, c))
+TRAINKIT_KERNEL(void, scale, scale_impl, (double* x, int64_t n, double c), (x, n, c))
+TRAINKIT_KERNEL(double, sum_squares, sum_squares_impl, (const float* a, int64_t n), (a, n))
+TRAINKIT_KERNEL(double, sum_squares, sum_squares_impl, (const double* a, int64_t n), (a, n))
+TRAINKIT_KERNEL(double, nonfinite_probe, nonfinite_probe_impl, (const float* x, int64_t n), (x, n))
+TRAINKIT_KERNEL(double, nonfinite_probe, nonfinite_probe_impl, (const double* x, int64_t n), (x, n))
+TRAINKIT_KERNEL(void, lamb_moments, lamb_moments_impl,
+                (const float* p, const float* g, float* m, float* v, int64_t n, const LambCoef<float>& c,
+                 double& sum_p2, double& sum_u2),
+                (p, g, m, v, n, c, sum_p2, sum_u2))
+TRAINKIT_KERNEL(void, lamb_moments, lamb_moments_impl,
+                (const double* p, const double* g, double* m, double* v, int64_t n, const LambCoef<double>& c,
+                 double& sum_p2, double& sum_u2),
+                (p, g, m, v, n, c, sum_p2, sum_u2))
+TRAINKIT_KERNEL(void, lamb_apply, lamb_apply_impl,
+                (float* p, const float* m, const float* v, int64_t n, const LambCoef<float>& c, float step),
+                (p, m, v, n, c, step))
+TRAINKIT_KERNEL(void, lamb_apply, lamb_apply_impl,
+                (double* p, const double* m, const double* v, int64_t n, const LambCoef<double>& c, double step),
+                (p, m, v, n, c, step))
+TRAINKIT_KERNEL(void, lamb_moments_apply, lamb_moments_apply_impl,
+                (float* p, const float* g, float* m, float* v, int64_t n, const LambCoef<float>& c, float step),
+                (p, g, m, v, n, c, step))
+TRAINKIT_KERNEL(void, lamb_moments_apply, lamb_moments_apply_impl,
+                (double* p, const double* g, double* m, double* v, int64_t n, const LambCoef<double>& c,
+                 double step),
+                (p, g, m, v, n, c, step))
+
+#undef TRAINKIT_KERNEL
 
 }  // namespace trainkit::detail

@@ -6,6 +6,10 @@
 // Every kernel takes raw pointers of one contiguous slice and the hyperparameters folded into a few
 // per-tensor coefficients, so that variants (Adam vs AdamW, SGD vs LARS, maximize, L2 vs decoupled decay)
 // are the same loop with different coefficients instead of separate code.
+//
+// bfloat16 and float16 parameters (and gradients) are stored as raw 16-bit words here (BFloat16Bits,
+// HalfBits: the layout of c10::BFloat16 / c10::Half); their kernels keep float32 state, compute in float32
+// and round the new parameter to nearest even once per step.
 
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +17,33 @@
 #include <vector>
 
 namespace trainkit::detail {
+
+/// A bfloat16 value as its bits (c10::BFloat16's layout).
+struct BFloat16Bits {
+  uint16_t x;
+};
+/// An IEEE float16 value as its bits (c10::Half's layout).
+struct HalfBits {
+  uint16_t x;
+};
+
+/// Whether the kernels run their AVX2+FMA+F16C build on this CPU (else baseline x86-64). Checked once with
+/// the CPU's feature flags at first use; on non-x86 targets always false.
+bool kernels_use_avx2();
+
+/// How for_each_even splits a group's elements over the threads.
+enum class SplitMode {
+  kChunks,      ///< make_chunks's fixed kChunkGrain chunks, dealt out by at::parallel_for (before issue 18)
+  kContiguous,  ///< even_split: one contiguous range of the concatenated tensors per thread
+  kPerTensor,   ///< per_tensor_split: every tensor cut into one aligned slice per thread (ATen's pattern)
+};
+
+/// Benchmarking switches, so that bench_optim can time both sides of a change in one interleaved run (no
+/// library code calls them): `avx2` false forces the baseline x86-64 kernels; `split` picks the split of
+/// for_each_even (default kContiguous: robust to many small tensors, where a per-tensor cut leaves whole tensors to one thread).
+void set_kernel_choices(bool avx2, SplitMode split);
+/// The split for_each_even uses.
+SplitMode split_mode();
 
 /// Elements per work item: large enough to amortize scheduling, small enough to balance threads.
 constexpr int64_t kChunkGrain = 1 << 15;
@@ -29,6 +60,24 @@ std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, int64_t grain
 /// The same for tensors [first, last) only (Chunk::tensor stays the index into `numels`).
 std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, std::size_t first, std::size_t last,
                                int64_t grain = kChunkGrain);
+
+/// Boundaries of even_split() fall on multiples of this many elements inside a tensor: a 64-byte cache line
+/// or more for every dtype, and a multiple of every vector width, so no two threads write one cache line.
+constexpr int64_t kSplitAlign = 64;
+/// Below this many elements per thread a group runs on fewer threads (ATen's own grain size).
+constexpr int64_t kSplitMinPerThread = 1 << 15;
+
+/// The concatenation of tensors of the given sizes split into `parts` contiguous ranges of nearly equal
+/// size, each a list of chunks that may cross tensor boundaries; a boundary inside a tensor falls on a
+/// multiple of `align` elements. Every element is in exactly one chunk; some parts may be empty.
+std::vector<std::vector<Chunk>> even_split(const std::vector<int64_t>& numels, int64_t parts,
+                                           int64_t align = kSplitAlign);
+
+/// Every tensor cut into `parts` slices of nearly equal size (boundaries on multiples of `align`), slice k
+/// of every tensor in part k: each thread walks all tensors, as ATen's per-tensor parallel_for does, but in
+/// one parallel region. Every element is in exactly one chunk.
+std::vector<std::vector<Chunk>> per_tensor_split(const std::vector<int64_t>& numels, int64_t parts,
+                                                 int64_t align = kSplitAlign);
 
 /// Elements per block of the two-phase optimizers (LARS, LAMB; two_phase_blocks in parallel.h): a per-tensor
 /// norm must be complete before that tensor is updated, so they run phase 1 and phase 2 block by block; a
@@ -55,6 +104,16 @@ struct AdamCoef {
 void adam_kernel(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, const AdamCoef<float>& c);
 void adam_kernel(double* p, const double* g, double* m, double* v, double* vmax, int64_t n,
                  const AdamCoef<double>& c);
+/// bfloat16 / float16 p and g, float32 m, v, vmax: the float32 update of p, rounded to nearest even.
+void adam_kernel(BFloat16Bits* p, const BFloat16Bits* g, float* m, float* v, float* vmax, int64_t n,
+                 const AdamCoef<float>& c);
+void adam_kernel(HalfBits* p, const HalfBits* g, float* m, float* v, float* vmax, int64_t n, const AdamCoef<float>& c);
+/// bfloat16 / float16 p, g and state (as torch.optim keeps it for such parameters): float32 arithmetic, p, m, v
+/// and vmax each rounded to nearest even once.
+void adam_kernel(BFloat16Bits* p, const BFloat16Bits* g, BFloat16Bits* m, BFloat16Bits* v, BFloat16Bits* vmax,
+                 int64_t n, const AdamCoef<float>& c);
+void adam_kernel(HalfBits* p, const HalfBits* g, HalfBits* m, HalfBits* v, HalfBits* vmax, int64_t n,
+                 const AdamCoef<float>& c);
 
 /// How the SGD kernel treats the momentum buffer.
 enum class MomentumMode { kNone, kFirst, kRunning };
@@ -69,6 +128,10 @@ struct SgdCoef {
 };
 void sgd_kernel(float* p, const float* g, float* buf, int64_t n, const SgdCoef<float>& c, MomentumMode mode);
 void sgd_kernel(double* p, const double* g, double* buf, int64_t n, const SgdCoef<double>& c, MomentumMode mode);
+/// bfloat16 / float16 p and g, float32 momentum buffer (null when mode is kNone).
+void sgd_kernel(BFloat16Bits* p, const BFloat16Bits* g, float* buf, int64_t n, const SgdCoef<float>& c,
+                MomentumMode mode);
+void sgd_kernel(HalfBits* p, const HalfBits* g, float* buf, int64_t n, const SgdCoef<float>& c, MomentumMode mode);
 
 /// Σa² and Σb² in double (eight independent accumulators each).
 void sum_squares2(const float* a, const float* b, int64_t n, double& sa, double& sb);

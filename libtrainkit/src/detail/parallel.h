@@ -3,6 +3,7 @@
 // the GradScaler overflow check (amp): which tensors the CPU kernels can take, the threaded loop over
 // chunks, and the reductions whose results do not depend on the thread count.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <string>
@@ -72,6 +73,39 @@ void for_each_chunk(const std::vector<Chunk>& chunks, const Fn& fn) {
   });
 }
 
+/// Calls fn(chunk) for every chunk of even_split(numels, threads): each of ATen's intra-op threads gets one
+/// contiguous range of the group's elements (crossing tensor boundaries, boundaries on cache lines) of the
+/// same size, so that no thread waits for another at the end; a group of fewer than kSplitMinPerThread
+/// elements per thread runs on fewer threads. For element-wise kernels only: which thread updates an element
+/// never changes its value.
+template <class Fn>
+void for_each_even(const std::vector<int64_t>& numels, const Fn& fn) {
+  const SplitMode mode = split_mode();
+  if (mode == SplitMode::kChunks) {
+    for_each_chunk(make_chunks(numels), fn);
+    return;
+  }
+  int64_t total = 0;
+  for (const int64_t n : numels) {
+    total += n;
+  }
+  const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+  const int64_t parts = std::clamp<int64_t>(total / kSplitMinPerThread, 1, std::max<int64_t>(threads, 1));
+  const auto split = mode == SplitMode::kContiguous ? even_split(numels, parts) : per_tensor_split(numels, parts);
+  const auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      for (const Chunk& c : split[static_cast<size_t>(k)]) {
+        fn(c);
+      }
+    }
+  };
+  if (parts == 1) {
+    run(0, 1);
+  } else {
+    at::parallel_for(0, parts, 1, run);
+  }
+}
+
 /// K partial results per chunk: reduce(chunk, partial) fills `partial` (zero-initialized) for every chunk,
 /// in parallel. Combining the partials in chunk order makes a result independent of the thread count.
 template <std::size_t K, class Reduce>
@@ -86,7 +120,8 @@ std::vector<std::array<double, K>> reduce_chunks(const std::vector<Chunk>& chunk
 ///   1. reduce(chunk, partial) fills K sums per chunk, in parallel (e.g. Σp², Σg²);
 ///   2. they are added per tensor in chunk order (independent of the thread count), and
 ///      between(t, sums) runs once per tensor t of the block (e.g. the trust ratio);
-///   3. apply(chunk) updates every chunk of the block, in parallel, while the block is still in cache.
+///   3. apply(chunk) updates every chunk of the block, in parallel, while the block is still in cache
+///      (each thread in reverse order of step 1, starting with its most recently read chunk).
 template <std::size_t K, class Reduce, class Between, class Apply>
 void two_phase_blocks(const std::vector<int64_t>& numels, const Reduce& reduce, const Between& between,
                       const Apply& apply) {
@@ -103,7 +138,13 @@ void two_phase_blocks(const std::vector<int64_t>& numels, const Reduce& reduce, 
     for (size_t t = first; t < last; ++t) {
       between(t, sums[t - first]);
     }
-    for_each_chunk(chunks, apply);
+    // Each thread gets the same chunks as in step 1 (same range, same split) and walks them backwards, so
+    // that it starts with what it read last: what is still in cache when a block exceeds the cache.
+    at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = end - 1; c >= begin; --c) {
+        apply(chunks[static_cast<size_t>(c)]);
+      }
+    });
   }
 }
 

@@ -1,6 +1,7 @@
 #include "trainkit/optim/adam.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include <torch/optim/serialize.h>
 
@@ -102,8 +103,10 @@ struct AdamGroup {
   std::vector<int64_t> steps;
 };
 
-template <class T>
+/// The fused step of one group whose parameters have element type P (float, double, c10::BFloat16, c10::Half).
+template <class P>
 void fused_group(const AdamGroup& g, const AdamHyper& h, double grad_mul) {
+  using T = typename detail::KernelTypes<P>::math;
   std::vector<detail::AdamCoef<T>> coefs;
   coefs.reserve(g.params.size());
   for (const int64_t step : g.steps) {
@@ -123,20 +126,38 @@ void fused_group(const AdamGroup& g, const AdamHyper& h, double grad_mul) {
     c.neg_step_size = static_cast<T>(-h.lr / bc1);
     coefs.push_back(c);
   }
-  detail::for_each_chunk(detail::make_chunks(detail::numels_of(g.params)), [&](const detail::Chunk& c) {
+  if constexpr (!std::is_same_v<P, T>) {
+    if (g.exp_avgs.front().scalar_type() != at::kFloat) {  // state in the parameters' dtype, as torch.optim keeps it
+      detail::for_each_even(detail::numels_of(g.params), [&](const detail::Chunk& c) {
+        const auto t = static_cast<size_t>(c.tensor);
+        auto* vmax = h.amsgrad ? detail::kernel_data<P>(g.max_exp_avg_sqs[t], c.begin) : nullptr;
+        detail::adam_kernel(detail::kernel_data<P>(g.params[t], c.begin), detail::kernel_data<P>(g.grads[t], c.begin),
+                            detail::kernel_data<P>(g.exp_avgs[t], c.begin),
+                            detail::kernel_data<P>(g.exp_avg_sqs[t], c.begin), vmax, c.n, coefs[t]);
+      });
+      return;
+    }
+  }
+  detail::for_each_even(detail::numels_of(g.params), [&](const detail::Chunk& c) {
     const auto t = static_cast<size_t>(c.tensor);
     T* vmax = h.amsgrad ? g.max_exp_avg_sqs[t].data_ptr<T>() + c.begin : nullptr;
-    detail::adam_kernel(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin,
+    detail::adam_kernel(detail::kernel_data<P>(g.params[t], c.begin), detail::kernel_data<P>(g.grads[t], c.begin),
                         g.exp_avgs[t].data_ptr<T>() + c.begin, g.exp_avg_sqs[t].data_ptr<T>() + c.begin, vmax, c.n,
                         coefs[t]);
   });
 }
 
-/// PyTorch's single-tensor Adam, op for op; any device and floating dtype.
+/// PyTorch's single-tensor Adam, op for op; bfloat16/float16 parameters (and state, where it is kept in
+/// their dtype) computed in float32 and rounded once at the end, as the fused kernels do. Any device.
 void reference_group(const AdamGroup& g, const AdamHyper& h, const at::Tensor& inv_scale) {
   for (size_t i = 0; i < g.params.size(); ++i) {
-    at::Tensor p = g.params[i];
-    at::Tensor grad = inv_scale.defined() ? g.grads[i] * inv_scale.to(g.grads[i].device()) : g.grads[i];
+    at::Tensor param = g.params[i];
+    const auto work = internal::state_dtype(param.scalar_type());
+    at::Tensor p = detail::in_dtype(param, work);
+    at::Tensor grad = detail::in_dtype(g.grads[i], work);
+    if (inv_scale.defined()) {
+      grad = grad * inv_scale.to(grad.device());
+    }
     if (h.maximize) {
       grad = -grad;
     }
@@ -148,19 +169,26 @@ void reference_group(const AdamGroup& g, const AdamHyper& h, const at::Tensor& i
     }
     const double bc1 = 1 - std::pow(h.beta1, static_cast<double>(g.steps[i]));
     const double bc2_sqrt = std::sqrt(1 - std::pow(h.beta2, static_cast<double>(g.steps[i])));
-    at::Tensor m = g.exp_avgs[i];
-    at::Tensor v = g.exp_avg_sqs[i];
+    at::Tensor m_state = g.exp_avgs[i];
+    at::Tensor v_state = g.exp_avg_sqs[i];
+    at::Tensor m = detail::in_dtype(m_state, work);
+    at::Tensor v = detail::in_dtype(v_state, work);
     m.lerp_(grad, 1 - h.beta1);
     v.mul_(h.beta2).addcmul_(grad, grad, 1 - h.beta2);
     at::Tensor denom;
     if (h.amsgrad) {
-      at::Tensor vmax = g.max_exp_avg_sqs[i];
+      at::Tensor vmax_state = g.max_exp_avg_sqs[i];
+      at::Tensor vmax = detail::in_dtype(vmax_state, work);
       at::maximum_out(vmax, vmax, v);
       denom = (vmax.sqrt() / bc2_sqrt).add_(h.eps);
+      detail::write_back(vmax_state, vmax);
     } else {
       denom = (v.sqrt() / bc2_sqrt).add_(h.eps);
     }
     p.addcdiv_(m, denom, -h.lr / bc1);
+    detail::write_back(param, p);
+    detail::write_back(m_state, m);
+    detail::write_back(v_state, v);
   }
 }
 
@@ -179,12 +207,14 @@ void adam_update(Opt& opt, bool decoupled, const at::Tensor& inv_scale) {
         continue;
       }
       const at::Tensor& grad = internal::checked_grad(p, gi, i, Opt::kName);
+      // bfloat16/float16 parameters keep float32 state (internal::state_dtype).
+      const auto state_options = p.options().dtype(internal::state_dtype(p.scalar_type()));
       auto& state = internal::param_state<AdamParamState>(opt, p, [&](AdamParamState& s) {
-        s.exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-        s.exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+        s.exp_avg(at::zeros_like(p, state_options, at::MemoryFormat::Preserve));
+        s.exp_avg_sq(at::zeros_like(p, state_options, at::MemoryFormat::Preserve));
       });
       if (h.amsgrad && !state.max_exp_avg_sq().defined()) {
-        state.max_exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+        state.max_exp_avg_sq(at::zeros_like(state.exp_avg(), at::MemoryFormat::Preserve));
       }
       state.step(state.step() + 1);
       g.params.push_back(p);
@@ -199,18 +229,18 @@ void adam_update(Opt& opt, bool decoupled, const at::Tensor& inv_scale) {
     if (g.params.empty()) {
       continue;
     }
-    std::vector<at::Tensor> all = g.params;
-    all.insert(all.end(), g.grads.begin(), g.grads.end());
-    all.insert(all.end(), g.exp_avgs.begin(), g.exp_avgs.end());
-    all.insert(all.end(), g.exp_avg_sqs.begin(), g.exp_avg_sqs.end());
-    all.insert(all.end(), g.max_exp_avg_sqs.begin(), g.max_exp_avg_sqs.end());
+    std::vector<at::Tensor> values = g.params;
+    values.insert(values.end(), g.grads.begin(), g.grads.end());
+    std::vector<at::Tensor> state = g.exp_avgs;
+    state.insert(state.end(), g.exp_avg_sqs.begin(), g.exp_avg_sqs.end());
+    state.insert(state.end(), g.max_exp_avg_sqs.begin(), g.max_exp_avg_sqs.end());
     dispatch_fused(
-        h.fused, all, Opt::kName, gi,
+        h.fused, values, state, /*reduced_ok=*/true, Opt::kName, gi,
         [&](auto type) {
           const double grad_mul = (h.maximize ? -1.0 : 1.0) * detail::cpu_scalar(inv_scale, 1.0);
           fused_group<decltype(type)>(g, h, grad_mul);
         },
-        [&] { reference_group(g, h, inv_scale); });
+        [&] { reference_group(g, h, inv_scale); }, /*reduced_state_ok=*/true);
   }
 }
 

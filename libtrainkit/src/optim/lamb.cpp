@@ -72,7 +72,7 @@ void fused_group(const LambGroup& g, const LambOptions& o, const detail::LambCoe
   const auto numels = detail::numels_of(g.params);
   const T lr = static_cast<T>(o.lr());
   if (!adapt) {
-    detail::for_each_chunk(detail::make_chunks(numels), [&](const detail::Chunk& c) {
+    detail::for_each_even(numels, [&](const detail::Chunk& c) {
       const auto t = static_cast<size_t>(c.tensor);
       detail::lamb_moments_apply(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin,
                                  g.exp_avgs[t].data_ptr<T>() + c.begin, g.exp_avg_sqs[t].data_ptr<T>() + c.begin, c.n,

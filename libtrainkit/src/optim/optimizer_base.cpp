@@ -52,4 +52,67 @@ bool use_fused(const std::optional<bool>& fused, const std::vector<at::Tensor>& 
   return ok;
 }
 
+namespace {
+
+/// Why the fused kernels cannot take a group with bfloat16/float16 `values` and `state` ("" when they can).
+std::string why_not_reduced(const std::vector<at::Tensor>& values, const std::vector<at::Tensor>& state,
+                            bool reduced_state_ok) {
+  const auto dtype = values.front().scalar_type();
+  for (const auto& t : values) {
+    if (!t.device().is_cpu()) {
+      return fmt::format("a tensor is on {}", t.device().str());
+    }
+    if (t.scalar_type() != dtype) {
+      return fmt::format("the parameters and gradients mix {} and {}", c10::toString(dtype),
+                         c10::toString(t.scalar_type()));
+    }
+    if (!t.is_contiguous()) {
+      return "a tensor is not contiguous";
+    }
+  }
+  const auto state_dtype = state.empty() ? at::kFloat : state.front().scalar_type();
+  for (const auto& t : state) {
+    if (!t.device().is_cpu()) {
+      return fmt::format("optimizer state is on {}", t.device().str());
+    }
+    const bool allowed = state_dtype == at::kFloat || (reduced_state_ok && state_dtype == dtype);
+    if (t.scalar_type() != state_dtype || !allowed) {
+      return fmt::format("optimizer state of {} parameters has dtype {} (the fused kernel takes float32{})",
+                         c10::toString(dtype), c10::toString(t.scalar_type()),
+                         reduced_state_ok ? fmt::format(" or {}, one for the whole group", c10::toString(dtype)) : "");
+    }
+    if (!t.is_contiguous()) {
+      return "optimizer state is not contiguous";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+bool use_fused(const std::optional<bool>& fused, const std::vector<at::Tensor>& values,
+               const std::vector<at::Tensor>& state, bool reduced_ok, const char* optimizer, std::size_t group,
+               bool reduced_state_ok) {
+  if (fused.has_value() && !*fused) {
+    return false;
+  }
+  if (values.empty()) {
+    return use_fused(fused, state, optimizer, group);
+  }
+  const auto dtype = values.front().scalar_type();
+  if (!reduced_ok || (dtype != at::kBFloat16 && dtype != at::kHalf)) {
+    std::vector<at::Tensor> all = values;
+    all.insert(all.end(), state.begin(), state.end());
+    return use_fused(fused, all, optimizer, group);
+  }
+  const std::string why = why_not_reduced(values, state, reduced_state_ok);
+  TRAINKIT_CHECK_ARG(why.empty() || !fused.has_value(),
+                     "{}: fused=true but param group {} cannot use the fused CPU kernel: {}", optimizer, group, why);
+  return why.empty();
+}
+
+at::ScalarType state_dtype(at::ScalarType param) {
+  return param == at::kBFloat16 || param == at::kHalf ? at::kFloat : param;
+}
+
 }  // namespace trainkit::optim::internal

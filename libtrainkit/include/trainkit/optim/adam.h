@@ -35,7 +35,8 @@ struct AdamOptions : public torch::optim::OptimizerCloneableOptions<AdamOptions>
   /// Maximize the objective instead of minimizing it.
   TORCH_ARG(bool, maximize) = false;
   /// Kernel choice: unset = the fused CPU kernel where every tensor of the group allows it (contiguous
-  /// float32/float64 on the CPU, one dtype), else the ATen reference path; true = fused, or throw;
+  /// CPU tensors: float32/float64 of one dtype, or bfloat16/float16 parameters and gradients with float32
+  /// state or state of their own dtype), else the ATen reference path; true = fused, or throw;
   /// false = always the reference path.
   TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
 
@@ -80,7 +81,9 @@ struct AdamWOptions : public torch::optim::OptimizerCloneableOptions<AdamWOption
   void set_cycled_momentum(double momentum) override { std::get<0>(betas_) = momentum; }
 };
 
-/// Per-parameter state of Adam and AdamW (PyTorch's state_dict names).
+/// Per-parameter state of Adam and AdamW (PyTorch's state_dict names). Created in float32 for bfloat16/float16
+/// parameters (each step computes in float32 and rounds the parameter once); a state of the parameter's dtype
+/// (as torch.optim keeps it, e.g. loaded) is kept and rounded once per step too.
 struct AdamParamState : public torch::optim::OptimizerCloneableParamState<AdamParamState> {
   /// Steps taken for this parameter.
   TORCH_ARG(int64_t, step) = 0;

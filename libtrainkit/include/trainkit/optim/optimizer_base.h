@@ -49,6 +49,15 @@ State& param_state(torch::optim::Optimizer& optimizer, const at::Tensor& p, cons
 /// false → the ATen reference path.
 bool use_fused(const std::optional<bool>& fused, const std::vector<at::Tensor>& tensors, const char* optimizer,
                std::size_t group);
+/// The same for kernels that also take bfloat16/float16 parameters: `values` (parameters and gradients) are
+/// contiguous CPU tensors of one dtype, and `state` is of that dtype when it is float32/float64, or, when it
+/// is bfloat16/float16 (`reduced_ok`), all float32 or (`reduced_state_ok`) all of the parameters' dtype.
+bool use_fused(const std::optional<bool>& fused, const std::vector<at::Tensor>& values,
+               const std::vector<at::Tensor>& state, bool reduced_ok, const char* optimizer, std::size_t group,
+               bool reduced_state_ok = false);
+/// The dtype of optimizer state for a parameter of dtype `param`: float32 for bfloat16/float16 (the fused
+/// kernels compute in float32 and keep their state in it), else `param`.
+at::ScalarType state_dtype(at::ScalarType param);
 }  // namespace internal
 
 /// Runs `fused(float{})` or `fused(double{})` (the tensors' dtype) when internal::use_fused() picks the fused
@@ -64,6 +73,33 @@ void dispatch_fused(const std::optional<bool>& fused, const std::vector<at::Tens
     }
   } else {
     reference();
+  }
+}
+
+/// Runs `fused(P{})` with P the parameters' element type (float, double, c10::BFloat16 or c10::Half; state
+/// float32, or P where `reduced_state_ok`, for the last two) when internal::use_fused(...) picks the fused
+/// kernel for param group `group`, else `reference()`.
+template <class Fused, class Reference>
+void dispatch_fused(const std::optional<bool>& fused, const std::vector<at::Tensor>& values,
+                    const std::vector<at::Tensor>& state, bool reduced_ok, const char* optimizer, std::size_t group,
+                    const Fused& fused_fn, const Reference& reference, bool reduced_state_ok = false) {
+  if (!internal::use_fused(fused, values, state, reduced_ok, optimizer, group, reduced_state_ok)) {
+    reference();
+    return;
+  }
+  switch (values.front().scalar_type()) {
+    case at::kFloat:
+      fused_fn(float{});
+      break;
+    case at::kDouble:
+      fused_fn(double{});
+      break;
+    case at::kBFloat16:
+      fused_fn(c10::BFloat16{});
+      break;
+    default:
+      fused_fn(c10::Half{});
+      break;
   }
 }
 

@@ -31,7 +31,9 @@ struct SgdOptions : public torch::optim::OptimizerCloneableOptions<SgdOptions>, 
   TORCH_ARG(bool, nesterov) = false;
   /// Maximize the objective instead of minimizing it.
   TORCH_ARG(bool, maximize) = false;
-  /// Kernel choice: unset = fused where possible, true = fused or throw, false = ATen reference path.
+  /// Kernel choice: unset = fused where possible (contiguous CPU float32/float64, or bfloat16/float16
+  /// parameters with a float32 momentum buffer, the one Sgd creates for them), true = fused or throw,
+  /// false = ATen reference path.
   TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
 
  public:

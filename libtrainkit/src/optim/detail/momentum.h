@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "optim/detail/common.h"
@@ -35,8 +36,11 @@ struct MomentumGroup {
   std::vector<bool> first;  // momentum buffer created in this step
 };
 
-template <class T>
+/// The fused step of one group whose parameters have element type P (float, double, c10::BFloat16, c10::Half;
+/// the last two only without the LARS trust ratio).
+template <class P>
 void fused_momentum(const MomentumGroup& g, const MomentumHyper& h, double grad_mul) {
+  using T = typename KernelTypes<P>::math;
   const auto numels = numels_of(g.params);
   std::vector<SgdCoef<T>> coefs;
   std::vector<MomentumMode> modes;
@@ -56,31 +60,41 @@ void fused_momentum(const MomentumGroup& g, const MomentumHyper& h, double grad_
   const auto update = [&](const Chunk& c) {
     const auto t = static_cast<size_t>(c.tensor);
     T* buf = h.momentum == 0 ? nullptr : g.buffers[t].data_ptr<T>() + c.begin;
-    sgd_kernel(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin, buf, c.n, coefs[t], modes[t]);
+    sgd_kernel(kernel_data<P>(g.params[t], c.begin), kernel_data<P>(g.grads[t], c.begin), buf, c.n, coefs[t],
+               modes[t]);
   };
   if (!h.adapt) {
-    for_each_chunk(make_chunks(numels), update);
+    for_each_even(numels, update);
     return;
   }
-  // LARS: norms of w and g, then the update, block by block so that the update re-reads from cache.
-  two_phase_blocks<2>(
-      numels,
-      [&](const Chunk& c, std::array<double, 2>& sums) {
-        const auto t = static_cast<size_t>(c.tensor);
-        sum_squares2(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin, c.n, sums[0], sums[1]);
-      },
-      [&](size_t t, const std::array<double, 2>& sums) {
-        const double g_norm = std::abs(grad_mul) * std::sqrt(sums[1]);
-        coefs[t].trust = static_cast<T>(lars_trust_ratio(std::sqrt(sums[0]), g_norm, h));
-      },
-      update);
+  if constexpr (std::is_same_v<P, T>) {  // never reduced precision: dispatch rejects it for LARS
+    // LARS: norms of w and g, then the update, block by block so that the update re-reads from cache.
+    two_phase_blocks<2>(
+        numels,
+        [&](const Chunk& c, std::array<double, 2>& sums) {
+          const auto t = static_cast<size_t>(c.tensor);
+          sum_squares2(g.params[t].data_ptr<T>() + c.begin, g.grads[t].data_ptr<T>() + c.begin, c.n, sums[0],
+                       sums[1]);
+        },
+        [&](size_t t, const std::array<double, 2>& sums) {
+          const double g_norm = std::abs(grad_mul) * std::sqrt(sums[1]);
+          coefs[t].trust = static_cast<T>(lars_trust_ratio(std::sqrt(sums[0]), g_norm, h));
+        },
+        update);
+  }
 }
 
-/// timm's _single_tensor_lars / PyTorch's single-tensor SGD, op for op, with no host sync.
+/// timm's _single_tensor_lars / PyTorch's single-tensor SGD, op for op, with no host sync; bfloat16/float16
+/// parameters are computed in float32 and rounded once at the end, as in the fused kernel.
 inline void reference_momentum(MomentumGroup& g, const MomentumHyper& h, const at::Tensor& inv_scale) {
   for (size_t i = 0; i < g.params.size(); ++i) {
-    at::Tensor p = g.params[i];
-    at::Tensor d = inv_scale.defined() ? g.grads[i] * inv_scale.to(g.grads[i].device()) : g.grads[i];
+    at::Tensor param = g.params[i];
+    const auto work = internal::state_dtype(param.scalar_type());
+    at::Tensor p = in_dtype(param, work);
+    at::Tensor d = in_dtype(g.grads[i], work);
+    if (inv_scale.defined()) {
+      d = d * inv_scale.to(d.device());
+    }
     if (h.maximize) {
       d = -d;
     }
@@ -106,6 +120,7 @@ inline void reference_momentum(MomentumGroup& g, const MomentumHyper& h, const a
       d = h.nesterov ? d.add(g.buffers[i], h.momentum) : g.buffers[i];
     }
     p.add_(d, -h.lr);
+    write_back(param, p);
   }
 }
 
@@ -130,7 +145,9 @@ void momentum_update(Opt& opt, const HyperOf& hyper_of, const at::Tensor& inv_sc
         auto& state = internal::param_state<State>(opt, p, [](State&) {});
         const bool first = !state.momentum_buffer().defined();
         if (first) {
-          state.momentum_buffer(at::empty_like(p, at::MemoryFormat::Preserve));
+          // bfloat16/float16 parameters keep a float32 buffer (internal::state_dtype).
+          state.momentum_buffer(at::empty_like(p, p.options().dtype(internal::state_dtype(p.scalar_type())),
+                                               at::MemoryFormat::Preserve));
         }
         g.buffers.push_back(state.momentum_buffer());
         g.first.push_back(first);
@@ -141,11 +158,11 @@ void momentum_update(Opt& opt, const HyperOf& hyper_of, const at::Tensor& inv_sc
     if (g.params.empty()) {
       continue;
     }
-    std::vector<at::Tensor> all = g.params;
-    all.insert(all.end(), g.grads.begin(), g.grads.end());
-    all.insert(all.end(), g.buffers.begin(), g.buffers.end());
+    std::vector<at::Tensor> values = g.params;
+    values.insert(values.end(), g.grads.begin(), g.grads.end());
+    // The LARS trust ratio's norms take float32/float64 only.
     dispatch_fused(
-        h.fused, all, Opt::kName, gi,
+        h.fused, values, g.buffers, /*reduced_ok=*/!h.adapt, Opt::kName, gi,
         [&](auto type) {
           const double grad_mul = (h.maximize ? -1.0 : 1.0) * cpu_scalar(inv_scale, 1.0);
           fused_momentum<decltype(type)>(g, h, grad_mul);
