@@ -35,6 +35,7 @@ TRAINKIT_SANITIZE_BUILD_DIR="$build" "$root/scripts/sanitize.sh" --build-only "$
 
 # protect_shadow_gap=0: LibTorch's CUDA libraries map memory where ASan's shadow gap would be.
 export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:${ASAN_OPTIONS:-}"
+export LSAN_OPTIONS="suppressions=$root/scripts/sanitize/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 export OMP_NUM_THREADS=1
 

@@ -181,7 +181,13 @@ TEST_CASE("an IDX header declaring more data than the file can hold fails before
     const std::string path = tmp.str("overflow-idx4-ubyte");
     write_raw(path, idx_header({1u << 31, 1u << 31, 1u << 31, 1u << 31}) + "abcd");
     REQUIRE_THROWS_AS(read_idx(path), DataError);
-    REQUIRE_THROWS_WITH(read_idx(path), Contains(path) && Contains("truncated"));
+    REQUIRE_THROWS_WITH(read_idx(path), Contains(path) && Contains("exceeds 2^63"));
+  }
+  SECTION("an empty shape whose other sizes multiply past 2^63 (found by the fuzz targets idx and idx_gz)") {
+    const std::string path = tmp.str("empty-overflow-idx4-ubyte");
+    write_raw(path, idx_header({0, 0x08040000u, 0x00010000u, 0x04000002u}));
+    REQUIRE_THROWS_AS(read_idx(path), DataError);
+    REQUIRE_THROWS_WITH(read_idx(path), Contains(path) && Contains("exceeds 2^63"));
   }
   SECTION("a zero dimension makes the others irrelevant: an empty tensor") {
     const std::string path = tmp.str("empty-idx3-ubyte");

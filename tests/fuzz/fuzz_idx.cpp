@@ -14,7 +14,7 @@
 namespace {
 
 /// `bytes` as a gzip stream (deflateInit2 with windowBits 15 + 16).
-std::string gzip(const uint8_t* data, size_t size) {
+[[maybe_unused]] std::string gzip(const uint8_t* data, size_t size) {
   z_stream stream{};
   if (deflateInit2(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
     trainkit::fuzz::fail("deflateInit2 failed");

@@ -43,19 +43,27 @@ constexpr int kStudyVersion = 1;
 // ---- A small JSON reader for the study file, metrics.jsonl and summary.json (numbers may be nan/inf, as
 // trainkit's metrics writer prints them).
 struct Json {
+  struct Member;  // a key and its value; a pair<string, Json> here would need Json complete (clang)
   enum class Kind { Null, Bool, Number, String, Array, Object } kind = Kind::Null;
   double number = 0;
   bool boolean = false;
   std::string string;
   std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;
-  const Json* get(const std::string& key) const {
-    for (const auto& [k, v] : object) {
-      if (k == key) return &v;
-    }
-    return nullptr;
-  }
+  std::vector<Member> object;
+  const Json* get(const std::string& key) const;
 };
+
+struct Json::Member {
+  std::string key;
+  Json value;
+};
+
+const Json* Json::get(const std::string& key) const {
+  for (const auto& [k, v] : object) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
 
 class JsonParser {
  public:
@@ -105,7 +113,7 @@ class JsonParser {
       do {
         std::string k = str();
         if (!eat(':')) fail("expected ':'");
-        v.object.emplace_back(std::move(k), value());
+        v.object.push_back({std::move(k), value()});
       } while (eat(','));
       if (!eat('}')) fail("expected '}'");
     } else if (c == '[') {

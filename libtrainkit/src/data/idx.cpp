@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 namespace trainkit::data {
@@ -124,6 +125,14 @@ at::Tensor read_idx(const std::string& path) {
     }
     shape.push_back(size);
     empty = empty || size == 0;
+  }
+  // Even an empty tensor's sizes must multiply to an int64 (LibTorch checks the product of the others).
+  int64_t nonzero_product = 1;
+  for (const int64_t size : shape) {
+    if (size != 0 && __builtin_mul_overflow(nonzero_product, size, &nonzero_product)) {
+      throw DataError(fmt::format("{}: header declares sizes [{}] whose product exceeds 2^63", path,
+                                  fmt::join(shape, ", ")));
+    }
   }
   uint64_t count = empty ? 0 : 1;
   double declared = empty ? 0.0 : 1.0;  // for the message only: the product may not fit 64 bits

@@ -1,5 +1,5 @@
-// The fused optimizer kernels. This file includes no LibTorch header (it compiles in about a second);
-// threading happens in the callers, which hand each task one contiguous chunk.
+// The fused optimizer kernels. This file includes no LibTorch header but the header-only float16 conversions
+// (it compiles in seconds); threading happens in the callers, which hand each task one contiguous chunk.
 //
 // Each loop is written so that GCC vectorizes it (checked with -fopt-info-vec): restrict pointers, no
 // calls but std::sqrt (which needs -fno-math-errno, set on the target), std::fma and std::max, branches on
@@ -14,7 +14,10 @@
 #include <cmath>
 #include <cstring>
 
+#include <torch/headeronly/util/Half.h>
+
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define TRAINKIT_X86 1
 #define TRAINKIT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -40,7 +43,10 @@ bool kernels_use_avx2() {
 #if TRAINKIT_X86
   static const bool cpu = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    // F16C through CPUID (leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   }();
   return cpu && allow_avx2.load(std::memory_order_relaxed);
 #else
@@ -371,7 +377,8 @@ TRAINKIT_INLINE void from_float_n(const float* __restrict__ in, BFloat16Bits* __
     out[i] = to_bf16(in[i]);
   }
 }
-// float16: F16C's conversions (round to nearest even, as c10::Half) on AVX2, the compiler's otherwise. The
+// float16: F16C's conversions (round to nearest even, as c10::Half) on AVX2, c10::Half's own bit-exact
+// software conversions otherwise (not _Float16: clang before 15 lacks it on x86). The
 // F16C loops are functions of their own (called once per block): intrinsics only inline into their target.
 #if TRAINKIT_X86
 TRAINKIT_TARGET_AVX2 int64_t half_to_float_f16c(const HalfBits* __restrict__ in, float* __restrict__ out, int64_t n) {
@@ -399,9 +406,7 @@ TRAINKIT_INLINE void to_float_n(const HalfBits* __restrict__ in, float* __restri
   }
 #endif
   for (; i < n; ++i) {
-    _Float16 h;
-    std::memcpy(&h, &in[i].x, sizeof h);
-    out[i] = static_cast<float>(h);
+    out[i] = c10::detail::fp16_ieee_to_fp32_value(in[i].x);
   }
 }
 template <Isa I>
@@ -413,8 +418,7 @@ TRAINKIT_INLINE void from_float_n(const float* __restrict__ in, HalfBits* __rest
   }
 #endif
   for (; i < n; ++i) {
-    const auto h = static_cast<_Float16>(in[i]);
-    std::memcpy(&out[i].x, &h, sizeof h);
+    out[i].x = c10::detail::fp16_ieee_from_fp32_value(in[i]);
   }
 }
 

@@ -187,7 +187,7 @@ void LoggingCallback::on_train_end(Trainer& trainer) {
 CheckpointCallback::CheckpointCallback(std::shared_ptr<CheckpointManager> manager, int64_t every_steps)
     : manager_(std::move(manager)), every_steps_(every_steps) {}
 
-void CheckpointCallback::save(Trainer& trainer) {
+void CheckpointCallback::write_checkpoint(Trainer& trainer) {
   torch::serialize::OutputArchive archive;
   trainer.save(archive);
   const std::string path = manager_->save(trainer.state().step, archive);
@@ -200,19 +200,19 @@ void CheckpointCallback::on_train_begin(Trainer& trainer) { last_saved_step_ = t
 bool CheckpointCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
   // The last batch of an epoch is saved by on_epoch_end, after validation, pointing at the next epoch.
   if (every_steps_ > 0 && event.step % every_steps_ == 0 && !event.last_of_epoch) {
-    save(trainer);
+    write_checkpoint(trainer);
   }
   return false;
 }
 
 bool CheckpointCallback::on_epoch_end(Trainer& trainer, const EpochEvent&) {
-  save(trainer);
+  write_checkpoint(trainer);
   return false;
 }
 
 void CheckpointCallback::on_train_end(Trainer& trainer) {
   if (trainer.state().step != last_saved_step_) {
-    save(trainer);
+    write_checkpoint(trainer);
   }
 }
 

@@ -81,7 +81,7 @@ class CheckpointCallback : public Callback {
   void on_train_end(Trainer& trainer) override;
 
  private:
-  void save(Trainer& trainer);
+  void write_checkpoint(Trainer& trainer);  // (not `save`: that would hide Callback::save)
   std::shared_ptr<CheckpointManager> manager_;
   int64_t every_steps_;
   int64_t last_saved_step_ = -1;
