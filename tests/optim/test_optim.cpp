@@ -183,6 +183,51 @@ double max_rel_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tens
   return worst;
 }
 
+/// Runs golden case `c` of optim.toml's setup (shapes, initial values, two groups) with parameters of
+/// `dtype`, comparing every recorded step with the oracle's values within `tol` (relative). Returns the
+/// parameters and the optimizer for further checks.
+std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
+    const toml::table& c, const toml::array& shapes, const toml::array& initial, const toml::array& groups,
+    at::ScalarType dtype, bool fused, double tol) {
+  std::vector<at::Tensor> params;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    params.push_back(torch::tensor(doubles_of(*initial.get(i)), torch::kFloat64)
+                         .view(shape_of(*shapes.get(i)))
+                         .to(dtype)
+                         .requires_grad_());
+  }
+  std::vector<at::Tensor> g0;
+  std::vector<at::Tensor> g1;
+  for (const auto& idx : *groups.get(0)->as_array()) {
+    g0.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
+  }
+  for (const auto& idx : *groups.get(1)->as_array()) {
+    g1.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
+  }
+  auto opt = make_case_optimizer(c, g0, g1, fused);
+  const auto& records = *c["record"].as_array();
+  size_t next = 0;
+  const int64_t steps = c["steps"].value<int64_t>().value();
+  for (int64_t step = 1; step <= steps; ++step) {
+    opt->zero_grad();
+    golden_loss(params).backward();
+    opt->step();
+    if (next < records.size() && (*records.get(next)->as_table())["step"].value<int64_t>().value() == step) {
+      const auto& rec = *records.get(next)->as_table();
+      INFO("step " << step);
+      const auto& want = *rec["params"].as_array();
+      for (size_t i = 0; i < params.size(); ++i) {
+        INFO("parameter " << i);
+        REQUIRE(params[i].scalar_type() == dtype);
+        require_close_values(params[i].to(torch::kFloat64), doubles_of(*want.get(i)), tol);
+      }
+      ++next;
+    }
+  }
+  REQUIRE(next == records.size());
+  return {std::move(params), std::move(opt)};
+}
+
 }  // namespace
 
 TEST_CASE("optimizers match torch.optim and timm trajectories (float64, two param groups)",
@@ -197,39 +242,7 @@ TEST_CASE("optimizers match torch.optim and timm trajectories (float64, two para
     for (const bool fused : {true, false}) {
       DYNAMIC_SECTION("case " << case_index << " (" << c["optimizer"].value<std::string>().value() << ")"
                               << (fused ? " fused" : " reference")) {
-        std::vector<at::Tensor> params;
-        for (size_t i = 0; i < shapes.size(); ++i) {
-          params.push_back(
-              torch::tensor(doubles_of(*initial.get(i)), torch::kFloat64).view(shape_of(*shapes.get(i))).requires_grad_());
-        }
-        std::vector<at::Tensor> g0;
-        std::vector<at::Tensor> g1;
-        for (const auto& idx : *groups.get(0)->as_array()) {
-          g0.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
-        }
-        for (const auto& idx : *groups.get(1)->as_array()) {
-          g1.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
-        }
-        auto opt = make_case_optimizer(c, g0, g1, fused);
-        const auto& records = *c["record"].as_array();
-        size_t next = 0;
-        const int64_t steps = c["steps"].value<int64_t>().value();
-        for (int64_t step = 1; step <= steps; ++step) {
-          opt->zero_grad();
-          golden_loss(params).backward();
-          opt->step();
-          if (next < records.size() && (*records.get(next)->as_table())["step"].value<int64_t>().value() == step) {
-            const auto& rec = *records.get(next)->as_table();
-            INFO("step " << step);
-            const auto& want = *rec["params"].as_array();
-            for (size_t i = 0; i < params.size(); ++i) {
-              INFO("parameter " << i);
-              require_close_values(params[i], doubles_of(*want.get(i)), 1e-9);
-            }
-            ++next;
-          }
-        }
-        REQUIRE(next == records.size());
+        run_golden_case(c, shapes, initial, groups, at::kDouble, fused, 1e-9);
       }
     }
     ++case_index;
@@ -279,42 +292,7 @@ TEST_CASE("bfloat16/float16 parameters with float32 state match torch.optim's fu
     for (const bool fused : {true, false}) {
       DYNAMIC_SECTION("case " << case_index << " (" << c["optimizer"].value<std::string>().value() << ", " << dname
                               << ")" << (fused ? " fused" : " reference")) {
-        std::vector<at::Tensor> params;
-        for (size_t i = 0; i < shapes.size(); ++i) {
-          params.push_back(torch::tensor(doubles_of(*initial.get(i)), torch::kFloat64)
-                               .view(shape_of(*shapes.get(i)))
-                               .to(dtype)
-                               .requires_grad_());
-        }
-        std::vector<at::Tensor> g0;
-        std::vector<at::Tensor> g1;
-        for (const auto& idx : *groups.get(0)->as_array()) {
-          g0.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
-        }
-        for (const auto& idx : *groups.get(1)->as_array()) {
-          g1.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
-        }
-        auto opt = make_case_optimizer(c, g0, g1, fused);
-        const auto& records = *c["record"].as_array();
-        size_t next = 0;
-        const int64_t steps = c["steps"].value<int64_t>().value();
-        for (int64_t step = 1; step <= steps; ++step) {
-          opt->zero_grad();
-          golden_loss(params).backward();
-          opt->step();
-          if (next < records.size() && (*records.get(next)->as_table())["step"].value<int64_t>().value() == step) {
-            const auto& rec = *records.get(next)->as_table();
-            INFO("step " << step);
-            const auto& want = *rec["params"].as_array();
-            for (size_t i = 0; i < params.size(); ++i) {
-              INFO("parameter " << i);
-              REQUIRE(params[i].scalar_type() == dtype);
-              require_close_values(params[i].to(torch::kFloat64), doubles_of(*want.get(i)), 0.0);
-            }
-            ++next;
-          }
-        }
-        REQUIRE(next == records.size());
+        const auto [params, opt] = run_golden_case(c, shapes, initial, groups, dtype, fused, 0.0);
         // The state is float32.
         for (const auto& p : params) {
           auto* state = opt->state().at(p.unsafeGetTensorImpl()).get();
