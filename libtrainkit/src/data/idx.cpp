@@ -105,9 +105,26 @@ at::Tensor read_idx(const std::string& path) {
   if (file.read(dims_raw.data(), dims_raw.size(), "the dimensions") != dims_raw.size()) {
     throw DataError(fmt::format("{}: truncated header (dimension sizes missing)", path));
   }
-  // The header's element count is checked against what the file can hold before anything is allocated: a
-  // plain file holds exactly its bytes after the header, a gzip file at most kMaxInflateRatio times its size.
-  // The product is checked as it grows, so that no shape overflows it.
+  std::vector<int64_t> shape;
+  for (int d = 0; d < ndim; ++d) {
+    const int64_t size = big_endian_u32(dims_raw.data() + 4 * d);
+    if (size > (int64_t{1} << 31)) {
+      throw DataError(fmt::format("{}: dimension {} has implausible size {}", path, d, size));
+    }
+    shape.push_back(size);
+  }
+  // The sizes other than 0 must multiply to an int64 even when one is 0 (LibTorch checks that product).
+  int64_t nonzero_product = 1;
+  bool empty = false;
+  for (const int64_t size : shape) {
+    empty = empty || size == 0;
+    if (size != 0 && __builtin_mul_overflow(nonzero_product, size, &nonzero_product)) {
+      throw DataError(fmt::format("{}: header declares sizes [{}] whose product exceeds 2^63", path,
+                                  fmt::join(shape, ", ")));
+    }
+  }
+  // The element count is checked against what the file can hold before anything is allocated: a plain file
+  // holds exactly its bytes after the header, a gzip file at most kMaxInflateRatio times its size.
   std::error_code size_error;
   const uint64_t file_size = fs::file_size(path, size_error);
   if (size_error) {
@@ -116,42 +133,15 @@ at::Tensor read_idx(const std::string& path) {
   const uint64_t header = dims_raw.size() + 4;
   const bool plain = file.plain();
   const uint64_t capacity = plain ? (file_size > header ? file_size - header : 0) : file_size * kMaxInflateRatio;
-  std::vector<int64_t> shape;
-  bool empty = false;
-  for (int d = 0; d < ndim; ++d) {
-    const int64_t size = big_endian_u32(dims_raw.data() + 4 * d);
-    if (size > (int64_t{1} << 31)) {
-      throw DataError(fmt::format("{}: dimension {} has implausible size {}", path, d, size));
-    }
-    shape.push_back(size);
-    empty = empty || size == 0;
-  }
-  // Even an empty tensor's sizes must multiply to an int64 (LibTorch checks the product of the others).
-  int64_t nonzero_product = 1;
-  for (const int64_t size : shape) {
-    if (size != 0 && __builtin_mul_overflow(nonzero_product, size, &nonzero_product)) {
-      throw DataError(fmt::format("{}: header declares sizes [{}] whose product exceeds 2^63", path,
-                                  fmt::join(shape, ", ")));
-    }
-  }
-  uint64_t count = empty ? 0 : 1;
-  double declared = empty ? 0.0 : 1.0;  // for the message only: the product may not fit 64 bits
-  bool too_large = false;
-  for (const int64_t size : shape) {
-    declared *= static_cast<double>(size);
-    if (!empty && !too_large) {
-      too_large = count > capacity / static_cast<uint64_t>(size);
-      count *= static_cast<uint64_t>(size);
-    }
-  }
-  if (too_large || count > capacity) {
+  const uint64_t count = empty ? 0 : static_cast<uint64_t>(nonzero_product);
+  if (count > capacity) {
     if (plain) {
-      throw DataError(fmt::format("{}: truncated: header promises {:.0f} bytes of data, file holds {}", path,
-                                  declared, capacity));
+      throw DataError(fmt::format("{}: truncated: header promises {} bytes of data, file holds {}", path, count,
+                                  capacity));
     }
-    throw DataError(fmt::format("{}: header promises {:.0f} bytes of data, more than a {}-byte gzip file can "
-                                "hold (deflate expands at most {}x): corrupt or truncated",
-                                path, declared, file_size, kMaxInflateRatio));
+    throw DataError(fmt::format("{}: header promises {} bytes of data, more than a {}-byte gzip file can hold "
+                                "(deflate expands at most {}x): corrupt or truncated",
+                                path, count, file_size, kMaxInflateRatio));
   }
   at::Tensor out = torch::empty(shape, torch::kUInt8);
   const size_t got = file.read(out.data_ptr<uint8_t>(), static_cast<size_t>(count), "the data");
