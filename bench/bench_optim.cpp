@@ -20,14 +20,10 @@
 
 #include "trainkit/amp/grad_scaler.h"
 #include "trainkit/optim.h"
+// The benchmarking switches of the kernels (set_kernel_choices: baseline x86-64 instead of AVX2, the old
+// 32K-element chunk split or a per-tensor one), so that the variants run interleaved in one process.
+#include "detail/kernels.h"
 
-// Benchmarking switches of libtrainkit's kernels (src/detail/kernels.h), declared here because the bench
-// sees only public headers: `avx2` false forces the baseline x86-64 kernels, `even` false the old 32K-element
-// chunk split, so that the variants of the change run interleaved in one process.
-namespace trainkit::detail {
-enum class SplitMode { kChunks, kContiguous, kPerTensor };
-void set_kernel_choices(bool avx2, SplitMode split);
-}  // namespace trainkit::detail
 
 namespace {
 
