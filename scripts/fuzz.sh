@@ -6,8 +6,8 @@
 #   code with ASan + UBSan and libFuzzer's coverage; LibTorch as shipped). Seeds: tests/fuzz/corpus/<target>/
 #   (read only); what the fuzzer adds goes to build-asan/corpus/<target>/, crashes, leaks, timeouts and
 #   out-of-memory inputs to build-asan/findings/<target>/. Prints a table of executions, corpus size and
-#   findings per target, and exits 1 when any target found something. A finding is fixed with its input committed under
-#   tests/fuzz/regressions/<target>/ (replayed by ctest's fuzz_replay in every build).
+#   findings per target, and exits 1 when any target found something. A finding is fixed with its input
+#   committed under tests/fuzz/regressions/<target>/ (replayed by ctest's fuzz_replay in every build).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build="${TRAINKIT_SANITIZE_BUILD_DIR:-$root/build-asan}"
@@ -33,10 +33,8 @@ fuzzers=()
 for t in "${targets[@]}"; do fuzzers+=("fuzz_$t"); done
 TRAINKIT_SANITIZE_BUILD_DIR="$build" "$root/scripts/sanitize.sh" --build-only "${fuzzers[@]}"
 
-# protect_shadow_gap=0: LibTorch's CUDA libraries map memory where ASan's shadow gap would be.
-export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:${ASAN_OPTIONS:-}"
-export LSAN_OPTIONS="suppressions=$root/scripts/sanitize/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+# shellcheck source=sanitize/env.sh
+source "$root/scripts/sanitize/env.sh"
 export OMP_NUM_THREADS=1
 
 declare -A max_len=([cifar]=8192 [checkpoint]=65536)

@@ -22,9 +22,7 @@ TRAINKIT_TARGETS="${build_only[*]}" TRAINKIT_BUILD_TYPE=RelWithDebInfo "$root/sc
 if ((${#build_only[@]})); then
   exit 0
 fi
-# protect_shadow_gap=0: LibTorch's CUDA libraries map memory where ASan's shadow gap would be.
-export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:halt_on_error=1:${ASAN_OPTIONS:-}"
-export LSAN_OPTIONS="suppressions=$root/scripts/sanitize/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+# shellcheck source=sanitize/env.sh
+source "$root/scripts/sanitize/env.sh"
 cd "$build"
 ctest --output-on-failure -j "${TRAINKIT_JOBS:-2}" "$@"
