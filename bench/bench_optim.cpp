@@ -123,15 +123,27 @@ struct AtenFused {
   }
 };
 
+/// Gives a trainkit Adam/AdamW the moment tensors m and v as its state before the first step.
+void set_adam_state(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& params,
+                    const std::vector<at::Tensor>& m, const std::vector<at::Tensor>& v) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto s = std::make_unique<trainkit::optim::AdamParamState>();
+    s->exp_avg(m[i]);
+    s->exp_avg_sq(v[i]);
+    opt.state()[params[i].unsafeGetTensorImpl()] = std::move(s);
+  }
+}
+
 /// Gives a trainkit Adam/AdamW its state in the parameters' dtype before the first step (as torch.optim keeps
 /// it for bfloat16 parameters; trainkit's default is float32).
 void state_in_param_dtype(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> m;
+  std::vector<at::Tensor> v;
   for (const auto& p : params) {
-    auto s = std::make_unique<trainkit::optim::AdamParamState>();
-    s->exp_avg(torch::zeros_like(p));
-    s->exp_avg_sq(torch::zeros_like(p));
-    opt.state()[p.unsafeGetTensorImpl()] = std::move(s);
+    m.push_back(torch::zeros_like(p));
+    v.push_back(torch::zeros_like(p));
   }
+  set_adam_state(opt, params, m, v);
 }
 
 double median(std::vector<double> v) {
@@ -251,6 +263,19 @@ int main(int argc, char** argv) {
     AdamW bf_adamw_lowp(bf_params, AdamWOptions(1e-3));
     state_in_param_dtype(bf_adamw_lowp, bf_params);
     AtenFused aten_bf{bf_m, bf_v, bf_steps, true};
+    // Placement controls: each kernel on the other's state tensors, to tell the kernel's speed from that of
+    // the memory its buffers happen to occupy.
+    Adam adam_on_aten_state(params, AdamOptions(1e-3));
+    set_adam_state(adam_on_aten_state, params, aten_adam.m, aten_adam.v);
+    std::vector<at::Tensor> own_m;
+    std::vector<at::Tensor> own_v;
+    for (const auto& p : params) {
+      own_m.push_back(torch::zeros_like(p));
+      own_v.push_back(torch::zeros_like(p));
+    }
+    Adam adam_on_own_state(params, AdamOptions(1e-3));
+    set_adam_state(adam_on_own_state, params, own_m, own_v);
+    AtenFused aten_on_own_state{own_m, own_v, steps_a, false};
     Adam scaled_adam(params, AdamOptions(1e-3));
     Adam chunk_adam(params, AdamOptions(1e-3));
     Adam before_adam(params, AdamOptions(1e-3));
@@ -290,6 +315,9 @@ int main(int argc, char** argv) {
     variants.emplace_back("trainkit SGD-mom. fused, per-tensor split",
                           [&] { with_choices(true, SplitMode::kPerTensor, per_tensor_sgd); });
     variants.emplace_back("trainkit Adam fused, as before", [&] { with_choices(false, SplitMode::kChunks, before_adam); });
+    variants.emplace_back("trainkit Adam fused, on ATen's m, v", [&] { adam_on_aten_state.step(); });
+    variants.emplace_back("trainkit Adam fused, on shared m, v", [&] { adam_on_own_state.step(); });
+    variants.emplace_back("at::_fused_adam_, on shared m, v", [&] { aten_on_own_state.step(params, grads); });
     variants.emplace_back("trainkit AdamW fused bf16", [&] { bf_adamw.step(); });
     variants.emplace_back("trainkit AdamW fused bf16, bf16 state", [&] { bf_adamw_lowp.step(); });
     variants.emplace_back("at::_fused_adamw_ bf16", [&] { aten_bf.step(bf_params, bf_grads); });

@@ -571,3 +571,30 @@ TEST_CASE("GradScaler hands unscaling to a fused trainkit optimizer (ScaledStep)
   CHECK(scale3 == scale4);
   CHECK(torch::allclose(w3, w4, 1e-6, 1e-7));
 }
+
+TEST_CASE("the fused overflow check finds an inf or NaN wherever it sits", "[amp][scaler][optim]") {
+  // The check reads each thread's range as four interleaved quarters plus a tail: place the bad value in
+  // every quarter, in the tail, and in a tensor shorter than one vector block.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const int64_t where : {0, 239, 240, 500, 719, 720, 959, 960, 999, 1000, 1006}) {
+    for (const float bad : {inf, -inf, nan}) {
+      CAPTURE(where, bad);
+      auto big = torch::randn({1000}).requires_grad_();
+      auto small = torch::randn({7}).requires_grad_();
+      trainkit::optim::Adam opt({big, small}, trainkit::optim::AdamOptions(1e-2));
+      trainkit::amp::GradScaler scaler(c10::kCPU, trainkit::amp::GradScalerOptions().init_scale(4.0));
+      scaler.scale(big.sum() + small.sum()).backward();
+      {
+        torch::NoGradGuard no_grad;
+        auto& grad = where < 1000 ? big.mutable_grad() : small.mutable_grad();
+        grad[where < 1000 ? where : where - 1000] = bad;
+      }
+      const auto before = big.detach().clone();
+      CHECK_FALSE(scaler.step(opt));
+      CHECK(torch::equal(big.detach(), before));
+      scaler.update();
+      CHECK(scaler.get_scale() == 2.0);
+    }
+  }
+}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <iterator>
 #include <stdexcept>
@@ -64,16 +65,19 @@ std::optional<std::vector<at::Tensor>> fused_checkable_grads(const torch::optim:
   return grads;
 }
 
-/// Whether any gradient holds an inf or NaN: one read-only pass, threaded over chunks.
+/// Whether any gradient holds an inf or NaN: one read-only pass, each thread over one contiguous range.
 bool any_nonfinite(const std::vector<at::Tensor>& grads) {
   const bool f32 = grads.front().scalar_type() == at::kFloat;
-  const auto probe = detail::reduce_chunks<1>(
-      detail::make_chunks(detail::numels_of(grads)), [&](const detail::Chunk& c, std::array<double, 1>& r) {
-        const auto t = static_cast<size_t>(c.tensor);
-        r[0] = f32 ? detail::nonfinite_probe(grads[t].data_ptr<float>() + c.begin, c.n)
-                   : detail::nonfinite_probe(grads[t].data_ptr<double>() + c.begin, c.n);
-      });
-  return std::any_of(probe.begin(), probe.end(), [](const std::array<double, 1>& v) { return v[0] != 0.0; });
+  std::atomic<bool> found{false};
+  detail::for_each_even(detail::numels_of(grads), [&](const detail::Chunk& c) {
+    const auto t = static_cast<size_t>(c.tensor);
+    const double probe = f32 ? detail::nonfinite_probe(grads[t].data_ptr<float>() + c.begin, c.n)
+                             : detail::nonfinite_probe(grads[t].data_ptr<double>() + c.begin, c.n);
+    if (probe != 0.0) {
+      found.store(true, std::memory_order_relaxed);
+    }
+  });
+  return found.load();
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include <torch/headeronly/util/Half.h>
 
@@ -149,26 +150,76 @@ std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, size_t first,
 
 namespace {
 
-template <class T, bool Amsgrad>
-TRAINKIT_INLINE void adam_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, T* __restrict__ v,
-                      T* __restrict__ vmax, int64_t n, const AdamCoef<T> c) {
+enum class Isa { kBase, kAvx2 };
+
+// How a storage type is read into and written from the arithmetic type inside a loop: identity for float
+// and double; bfloat16 through its raw bits (a load of the struct would not vectorize) with integer
+// operations that vectorize in place (float16 needs F16C's instructions, used by the block loops below).
+template <class S>
+struct Storage {
+  using raw = S;
+  static TRAINKIT_INLINE S load(S x) { return x; }
+  static TRAINKIT_INLINE S save(S x) { return x; }
+};
+// bfloat16 <-> float32: the upper half of the bits; rounding to nearest even, NaN kept quiet (c10::BFloat16).
+template <>
+struct Storage<BFloat16Bits> {
+  using raw = uint16_t;
+  static TRAINKIT_INLINE float load(uint16_t x) {
+    const uint32_t u = static_cast<uint32_t>(x) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+  static TRAINKIT_INLINE uint16_t save(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    return static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : rounded);  // NaN: integer test
+  }
+};
+TRAINKIT_INLINE float to_float(BFloat16Bits b) { return Storage<BFloat16Bits>::load(b.x); }
+TRAINKIT_INLINE BFloat16Bits to_bf16(float f) { return {Storage<BFloat16Bits>::save(f)}; }
+template <class S>
+TRAINKIT_INLINE typename Storage<S>::raw* raw_ptr(S* x) {
+  return reinterpret_cast<typename Storage<S>::raw*>(x);  // BFloat16Bits: its one uint16_t member
+}
+template <class S>
+TRAINKIT_INLINE const typename Storage<S>::raw* raw_ptr(const S* x) {
+  return reinterpret_cast<const typename Storage<S>::raw*>(x);
+}
+
+/// Adam in arithmetic type T over parameters/gradients stored as P and state stored as S (each T, or
+/// bfloat16 with T = float): every value is widened once when read and rounded once when stored.
+/// The loop-invariant choices are template parameters (a select on a runtime flag keeps GCC from vectorizing
+/// loops that mix 16- and 32-bit types).
+template <class T, bool Amsgrad, bool LerpFromM, class P, class S>
+TRAINKIT_INLINE void adam_loop(P* p_, const P* g_, S* m_, S* v_, S* vmax_, int64_t n, const AdamCoef<T> c) {
+  using LP = Storage<P>;
+  using LS = Storage<S>;
+  auto* __restrict__ p = raw_ptr(p_);
+  const auto* __restrict__ g = raw_ptr(g_);
+  auto* __restrict__ m = raw_ptr(m_);
+  auto* __restrict__ v = raw_ptr(v_);
+  auto* __restrict__ vmax = raw_ptr(vmax_);
   // The roundings follow PyTorch's single-tensor Adam op by op (add with alpha and lerp are fused
   // multiply-adds in ATen's CPU kernels, addcdiv divides last), so that float64 trajectories agree to the
   // last bits over hundreds of steps; this file is compiled with -ffp-contract=off for that reason.
   for (int64_t i = 0; i < n; ++i) {
-    const T pi = p[i];
-    const T gi = std::fma(c.l2, pi, c.grad_mul * g[i]);
-    const T mi = std::fma(c.lerp_weight, gi - m[i], c.lerp_from_m ? m[i] : gi);
-    const T vi = std::fma(c.one_minus_beta2 * gi, gi, c.beta2 * v[i]);
-    m[i] = mi;
-    v[i] = vi;
+    const T pi = LP::load(p[i]);
+    const T gi = std::fma(c.l2, pi, c.grad_mul * LP::load(g[i]));
+    const T m0 = LS::load(m[i]);
+    const T mi = std::fma(c.lerp_weight, gi - m0, LerpFromM ? m0 : gi);
+    const T vi = std::fma(c.one_minus_beta2 * gi, gi, c.beta2 * LS::load(v[i]));
+    m[i] = LS::save(mi);
+    v[i] = LS::save(vi);
     T vh = vi;
     if constexpr (Amsgrad) {
-      vh = std::max(vmax[i], vi);
-      vmax[i] = vh;
+      vh = std::max(LS::load(vmax[i]), vi);
+      vmax[i] = LS::save(vh);
     }
     const T denom = std::sqrt(vh) / c.bc2_sqrt + c.eps;
-    p[i] = c.decay * pi + (c.neg_step_size * mi) / denom;
+    p[i] = LP::save(c.decay * pi + (c.neg_step_size * mi) / denom);
   }
 }
 
@@ -261,15 +312,22 @@ TRAINKIT_INLINE double sum_squares_loop(const T* __restrict__ a, int64_t n) {
 
 template <class T>
 TRAINKIT_INLINE double nonfinite_probe_loop(const T* __restrict__ x, int64_t n) {
-  T acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int k = 0; k < 16; ++k) {
-      acc[k] += x[i + k] * T(0);
+  // Four quarters of the slice read side by side: a core with one read stream cannot keep enough cache-line
+  // misses in flight to reach the memory's bandwidth (a read-only pass is latency-bound, unlike the
+  // optimizers' four-stream loops). Each product is 0 or NaN, so the order of the sums does not matter.
+  constexpr int64_t kWidth = 16;
+  const int64_t quarter = n / 4 / kWidth * kWidth;
+  const T* __restrict__ x1 = x + quarter;
+  const T* __restrict__ x2 = x + 2 * quarter;
+  const T* __restrict__ x3 = x + 3 * quarter;
+  T acc[kWidth] = {};
+  for (int64_t i = 0; i < quarter; i += kWidth) {
+    for (int64_t k = 0; k < kWidth; ++k) {
+      acc[k] += (x[i + k] * T(0) + x1[i + k] * T(0)) + (x2[i + k] * T(0) + x3[i + k] * T(0));
     }
   }
   T s = 0;
-  for (; i < n; ++i) {
+  for (int64_t i = 4 * quarter; i < n; ++i) {
     s += x[i] * T(0);
   }
   for (T a : acc) {
@@ -345,24 +403,9 @@ TRAINKIT_INLINE void lamb_moments_apply_loop(T* __restrict__ p, const T* __restr
   }
 }
 
-enum class Isa { kBase, kAvx2 };
-
-// bfloat16 <-> float32: the upper half of the bits; rounding to nearest even, NaN kept quiet (c10::BFloat16).
-TRAINKIT_INLINE float to_float(BFloat16Bits b) {
-  const uint32_t u = static_cast<uint32_t>(b.x) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-TRAINKIT_INLINE BFloat16Bits to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  return {static_cast<uint16_t>(f != f ? 0x7FC0u : rounded)};  // NOLINT(misc-redundant-expression): NaN test
-}
-
-// Reduced-precision kernels convert p and g of a block to float32 in L1-resident buffers, run the float32
-// loop on them and the float32 state, and convert p back: one float32 loop for every storage type.
+// The float16 kernels (and SGD's bfloat16 ones) convert p and g of a block to float32 in L1-resident buffers,
+// run the float32 loop on them and the float32 state, and convert p back (bfloat16 Adam converts inside
+// adam_loop instead: Storage above).
 constexpr int64_t kConvertBlock = 512;
 
 template <Isa I>
@@ -436,23 +479,34 @@ TRAINKIT_INLINE void converted_blocks(P* p, const P* g, int64_t n, const Body& b
   }
 }
 
-template <Isa I, class T>
-TRAINKIT_INLINE void adam_impl(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamCoef<T>& c) {
+template <Isa I, class T, class P, class S>
+TRAINKIT_INLINE void adam_impl(P* p, const P* g, S* m, S* v, S* vmax, int64_t n, const AdamCoef<T>& c) {
   if (vmax != nullptr) {
-    adam_loop<T, true>(p, g, m, v, vmax, n, c);
+    c.lerp_from_m ? adam_loop<T, true, true>(p, g, m, v, vmax, n, c) : adam_loop<T, true, false>(p, g, m, v, vmax, n, c);
   } else {
-    adam_loop<T, false>(p, g, m, v, vmax, n, c);
+    c.lerp_from_m ? adam_loop<T, false, true>(p, g, m, v, vmax, n, c)
+                  : adam_loop<T, false, false>(p, g, m, v, vmax, n, c);
   }
 }
+// bfloat16 parameters (float32 or bfloat16 state): one loop that converts in registers. float16: float32
+// copies of a block (converted_blocks), as its conversions vectorize only as F16C loops of their own.
 template <Isa I, class P>
 TRAINKIT_INLINE void adam_reduced_impl(P* p, const P* g, float* m, float* v, float* vmax, int64_t n,
                                        const AdamCoef<float>& c) {
-  converted_blocks<I>(p, g, n, [&](float* pf, const float* gf, int64_t b, int64_t len) {
-    adam_impl<I, float>(pf, gf, m + b, v + b, vmax == nullptr ? nullptr : vmax + b, len, c);
-  });
+  if constexpr (std::is_same_v<P, BFloat16Bits>) {
+    adam_impl<I, float>(p, g, m, v, vmax, n, c);
+  } else {
+    converted_blocks<I>(p, g, n, [&](float* pf, const float* gf, int64_t b, int64_t len) {
+      adam_impl<I, float>(pf, gf, m + b, v + b, vmax == nullptr ? nullptr : vmax + b, len, c);
+    });
+  }
 }
 template <Isa I, class P>
 TRAINKIT_INLINE void adam_lowp_state_impl(P* p, const P* g, P* m, P* v, P* vmax, int64_t n, const AdamCoef<float>& c) {
+  if constexpr (std::is_same_v<P, BFloat16Bits>) {
+    adam_impl<I, float>(p, g, m, v, vmax, n, c);
+    return;
+  }
   alignas(64) float mf[kConvertBlock];
   alignas(64) float vf[kConvertBlock];
   alignas(64) float xf[kConvertBlock];
