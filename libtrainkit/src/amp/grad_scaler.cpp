@@ -1,7 +1,6 @@
 #include "trainkit/amp/grad_scaler.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cmath>
 #include <iterator>
