@@ -482,7 +482,8 @@ TRAINKIT_INLINE void converted_blocks(P* p, const P* g, int64_t n, const Body& b
 template <Isa I, class T, class P, class S>
 TRAINKIT_INLINE void adam_impl(P* p, const P* g, S* m, S* v, S* vmax, int64_t n, const AdamCoef<T>& c) {
   if (vmax != nullptr) {
-    c.lerp_from_m ? adam_loop<T, true, true>(p, g, m, v, vmax, n, c) : adam_loop<T, true, false>(p, g, m, v, vmax, n, c);
+    c.lerp_from_m ? adam_loop<T, true, true>(p, g, m, v, vmax, n, c)
+                  : adam_loop<T, true, false>(p, g, m, v, vmax, n, c);
   } else {
     c.lerp_from_m ? adam_loop<T, false, true>(p, g, m, v, vmax, n, c)
                   : adam_loop<T, false, false>(p, g, m, v, vmax, n, c);
@@ -505,24 +506,24 @@ template <Isa I, class P>
 TRAINKIT_INLINE void adam_lowp_state_impl(P* p, const P* g, P* m, P* v, P* vmax, int64_t n, const AdamCoef<float>& c) {
   if constexpr (std::is_same_v<P, BFloat16Bits>) {
     adam_impl<I, float>(p, g, m, v, vmax, n, c);
-    return;
+  } else {
+    alignas(64) float mf[kConvertBlock];
+    alignas(64) float vf[kConvertBlock];
+    alignas(64) float xf[kConvertBlock];
+    converted_blocks<I>(p, g, n, [&](float* pf, const float* gf, int64_t b, int64_t len) {
+      to_float_n<I>(m + b, mf, len);
+      to_float_n<I>(v + b, vf, len);
+      if (vmax != nullptr) {
+        to_float_n<I>(vmax + b, xf, len);
+      }
+      adam_impl<I, float>(pf, gf, mf, vf, vmax == nullptr ? nullptr : xf, len, c);
+      from_float_n<I>(mf, m + b, len);
+      from_float_n<I>(vf, v + b, len);
+      if (vmax != nullptr) {
+        from_float_n<I>(xf, vmax + b, len);
+      }
+    });
   }
-  alignas(64) float mf[kConvertBlock];
-  alignas(64) float vf[kConvertBlock];
-  alignas(64) float xf[kConvertBlock];
-  converted_blocks<I>(p, g, n, [&](float* pf, const float* gf, int64_t b, int64_t len) {
-    to_float_n<I>(m + b, mf, len);
-    to_float_n<I>(v + b, vf, len);
-    if (vmax != nullptr) {
-      to_float_n<I>(vmax + b, xf, len);
-    }
-    adam_impl<I, float>(pf, gf, mf, vf, vmax == nullptr ? nullptr : xf, len, c);
-    from_float_n<I>(mf, m + b, len);
-    from_float_n<I>(vf, v + b, len);
-    if (vmax != nullptr) {
-      from_float_n<I>(xf, vmax + b, len);
-    }
-  });
 }
 template <Isa I, class T>
 TRAINKIT_INLINE void sgd_impl(T* p, const T* g, T* buf, int64_t n, const SgdCoef<T>& c, MomentumMode mode) {
