@@ -153,7 +153,7 @@ namespace {
 enum class Isa { kBase, kAvx2 };
 
 // How a storage type is read into and written from the arithmetic type inside a loop: identity for float
-// and double; bfloat16 through its raw bits (a load of the struct would not vectorize) with integer
+// and double; bfloat16 through its raw bits, so that the loop sees plain 16-bit integers, with integer
 // operations that vectorize in place (float16 needs F16C's instructions, used by the block loops below).
 template <class S>
 struct Storage {
