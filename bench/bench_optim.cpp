@@ -23,6 +23,9 @@
 // The benchmarking switches of the kernels (set_kernel_choices: baseline x86-64 instead of AVX2, the old
 // 32K-element chunk split or a per-tensor one), so that the variants run interleaved in one process.
 #include "detail/kernels.h"
+// The library's door into ATen's thread pool: at::parallel_for in this file (compiled without OpenMP) would
+// run on one thread.
+#include "detail/parallel_range.h"
 
 
 namespace {
@@ -62,7 +65,7 @@ void floor_step(const std::vector<at::Tensor>& params, FloorState& s) {
       chunks.push_back({t, b, std::min(grain, params[t].numel() - b)});
     }
   }
-  at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
+  trainkit::detail::parallel_range(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       const Chunk& ch = chunks[static_cast<size_t>(c)];
       floor_kernel(params[ch.t].data_ptr<float>() + ch.begin, params[ch.t].grad().data_ptr<float>() + ch.begin,
@@ -89,7 +92,7 @@ struct Stream {
   template <class Fn>
   static void split(int64_t n, const Fn& fn) {
     const int64_t threads = at::get_num_threads();
-    at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+    trainkit::detail::parallel_range(0, threads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         const int64_t lo = n * t / threads / 16 * 16;
         const int64_t hi = t + 1 == threads ? n : n * (t + 1) / threads / 16 * 16;
@@ -178,8 +181,14 @@ int main(int argc, char** argv) {
     torch::set_num_threads(threads);
   }
   torch::NoGradGuard no_grad;
-  fmt::print("Optimizer step, float32 CPU, {} threads, median of {} interleaved rounds (1 warm-up), milliseconds\n",
-             torch::get_num_threads(), rounds);
+  // How many threads the kernels really run on (a kernel compiled without OpenMP's at::parallel_for ran on one).
+  std::vector<int> thread_seen(static_cast<size_t>(torch::get_num_threads()), 0);
+  trainkit::detail::parallel_range(0, torch::get_num_threads(), 1, [&](int64_t, int64_t) {
+    thread_seen[static_cast<size_t>(at::get_thread_num())] = 1;
+  });
+  fmt::print("Optimizer step, float32 CPU, {} threads ({} of them run the kernels), median of {} interleaved "
+             "rounds (1 warm-up), milliseconds\n",
+             torch::get_num_threads(), std::count(thread_seen.begin(), thread_seen.end(), 1), rounds);
 
   std::string json = fmt::format("{{\"threads\": {}, \"rounds\": {}, \"cases\": [", torch::get_num_threads(), rounds);
   std::vector<std::string> goal_lines;

@@ -5,6 +5,8 @@ if(Torch_VERSION VERSION_LESS 2.1)
   message(FATAL_ERROR "trainkit needs LibTorch >= 2.1, found ${Torch_VERSION}")
 endif()
 find_package(Threads REQUIRED)
+# OpenMP for the one source that enters ATen's intra-op thread pool (src/detail/parallel_range.cpp says why).
+find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(ZLIB REQUIRED)
 find_package(PNG REQUIRED)
 find_package(fmt REQUIRED)

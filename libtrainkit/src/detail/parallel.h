@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "detail/kernels.h"
+#include "detail/parallel_range.h"
 
 namespace trainkit::detail {
 
@@ -63,10 +64,11 @@ inline double cpu_scalar(const at::Tensor& t, double if_undefined) {
   return t.device().is_cpu() ? t.item<double>() : t.to(at::kCPU).item<double>();
 }
 
-/// Calls fn(chunk) for every chunk, spread over ATen's intra-op threads.
+/// Calls fn(chunk) for every chunk, spread over ATen's intra-op threads (through parallel_range: a plain
+/// at::parallel_for here would run serially in every translation unit compiled without OpenMP).
 template <class Fn>
 void for_each_chunk(const std::vector<Chunk>& chunks, const Fn& fn) {
-  at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
+  parallel_range(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       fn(chunks[static_cast<size_t>(c)]);
     }
@@ -102,7 +104,7 @@ void for_each_even(const std::vector<int64_t>& numels, const Fn& fn) {
   if (parts == 1) {
     run(0, 1);
   } else {
-    at::parallel_for(0, parts, 1, run);
+    parallel_range(0, parts, 1, run);
   }
 }
 
@@ -140,7 +142,7 @@ void two_phase_blocks(const std::vector<int64_t>& numels, const Reduce& reduce, 
     }
     // Each thread gets the same chunks as in step 1 (same range, same split) and walks them backwards, so
     // that it starts with what it read last: what is still in cache when a block exceeds the cache.
-    at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
+    parallel_range(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
       for (int64_t c = end - 1; c >= begin; --c) {
         apply(chunks[static_cast<size_t>(c)]);
       }
