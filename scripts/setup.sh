@@ -18,9 +18,10 @@ apt_packages=(build-essential cmake ninja-build ccache pkg-config
               libgloo-dev   # Gloo headers for c10d's ProcessGroupGloo.hpp (the wheel lacks them)
               fortunes)     # apps/text_classification's default data: one class per fortune file
 
-# scripts/fuzz.sh needs clang and its libFuzzer runtime; plain builds and CI do not.
+# scripts/fuzz.sh and scripts/sanitize.sh need clang, its libFuzzer runtime and its OpenMP (libomp: the one
+# source that enters ATen's thread pool is compiled with OpenMP); plain builds and CI do not.
 if [[ " $* " == *" --fuzz "* ]]; then
-  apt_packages+=(clang libclang-rt-14-dev)
+  apt_packages+=(clang libclang-rt-14-dev libomp-14-dev)
 fi
 
 missing=()
