@@ -260,30 +260,40 @@ TRAINKIT_INLINE void sgd_loop(T* __restrict__ p, const T* __restrict__ g, T* __r
 // width (a 2-D set of accumulators made it fall back to 16-byte vectors).
 constexpr int kLanes = 8;
 
+/// Σa² and Σb² in double. Each array is read as two halves side by side (four read streams in all, as
+/// sum_squares reads one array as four quarters), kLanes partial sums each, added in a fixed order.
 template <class T>
 TRAINKIT_INLINE void sum_squares2_loop(const T* __restrict__ a, const T* __restrict__ b, int64_t n, double& sa, double& sb) {
-  double acc_a[kLanes] = {};
-  double acc_b[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  const int64_t half = n / 2 / kLanes * kLanes;
+  const T* __restrict__ a1 = a + half;
+  const T* __restrict__ b1 = b + half;
+  double acc_a0[kLanes] = {};
+  double acc_a1[kLanes] = {};
+  double acc_b0[kLanes] = {};
+  double acc_b1[kLanes] = {};
+  for (int64_t i = 0; i < half; i += kLanes) {
     for (int k = 0; k < kLanes; ++k) {
-      const double x = static_cast<double>(a[i + k]);
-      const double y = static_cast<double>(b[i + k]);
-      acc_a[k] += x * x;
-      acc_b[k] += y * y;
+      const double x0 = static_cast<double>(a[i + k]);
+      const double x1 = static_cast<double>(a1[i + k]);
+      const double y0 = static_cast<double>(b[i + k]);
+      const double y1 = static_cast<double>(b1[i + k]);
+      acc_a0[k] += x0 * x0;
+      acc_a1[k] += x1 * x1;
+      acc_b0[k] += y0 * y0;
+      acc_b1[k] += y1 * y1;
     }
   }
   double ta = 0;
   double tb = 0;
-  for (; i < n; ++i) {
+  for (int64_t i = 2 * half; i < n; ++i) {
     const double x = static_cast<double>(a[i]);
     const double y = static_cast<double>(b[i]);
     ta += x * x;
     tb += y * y;
   }
   for (int k = 0; k < kLanes; ++k) {
-    ta += acc_a[k];
-    tb += acc_b[k];
+    ta += acc_a0[k] + acc_a1[k];
+    tb += acc_b0[k] + acc_b1[k];
   }
   sa += ta;
   sb += tb;
