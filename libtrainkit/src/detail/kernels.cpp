@@ -260,45 +260,6 @@ TRAINKIT_INLINE void sgd_loop(T* __restrict__ p, const T* __restrict__ g, T* __r
 // width (a 2-D set of accumulators made it fall back to 16-byte vectors).
 constexpr int kLanes = 8;
 
-/// Σa² and Σb² in double. Each array is read as two halves side by side (four read streams in all, as
-/// sum_squares reads one array as four quarters), kLanes partial sums each, added in a fixed order.
-template <class T>
-TRAINKIT_INLINE void sum_squares2_loop(const T* __restrict__ a, const T* __restrict__ b, int64_t n, double& sa, double& sb) {
-  const int64_t half = n / 2 / kLanes * kLanes;
-  const T* __restrict__ a1 = a + half;
-  const T* __restrict__ b1 = b + half;
-  double acc_a0[kLanes] = {};
-  double acc_a1[kLanes] = {};
-  double acc_b0[kLanes] = {};
-  double acc_b1[kLanes] = {};
-  for (int64_t i = 0; i < half; i += kLanes) {
-    for (int k = 0; k < kLanes; ++k) {
-      const double x0 = static_cast<double>(a[i + k]);
-      const double x1 = static_cast<double>(a1[i + k]);
-      const double y0 = static_cast<double>(b[i + k]);
-      const double y1 = static_cast<double>(b1[i + k]);
-      acc_a0[k] += x0 * x0;
-      acc_a1[k] += x1 * x1;
-      acc_b0[k] += y0 * y0;
-      acc_b1[k] += y1 * y1;
-    }
-  }
-  double ta = 0;
-  double tb = 0;
-  for (int64_t i = 2 * half; i < n; ++i) {
-    const double x = static_cast<double>(a[i]);
-    const double y = static_cast<double>(b[i]);
-    ta += x * x;
-    tb += y * y;
-  }
-  for (int k = 0; k < kLanes; ++k) {
-    ta += acc_a0[k] + acc_a1[k];
-    tb += acc_b0[k] + acc_b1[k];
-  }
-  sa += ta;
-  sb += tb;
-}
-
 /// Σx² in double. The slice is read as four quarters side by side, kLanes partial sums each (a core with one
 /// read stream cannot keep enough cache-line misses in flight to reach the memory's bandwidth; see
 /// nonfinite_probe_loop); the partial sums are added in a fixed order, so the result depends on n only.
@@ -333,6 +294,13 @@ TRAINKIT_INLINE double sum_squares_loop(const T* __restrict__ a, int64_t n) {
     s += (acc0[k] + acc1[k]) + (acc2[k] + acc3[k]);
   }
   return s;
+}
+
+/// Σa² and Σb² in double: sum_squares of each, one array after the other (each read as four streams).
+template <class T>
+TRAINKIT_INLINE void sum_squares2_loop(const T* __restrict__ a, const T* __restrict__ b, int64_t n, double& sa, double& sb) {
+  sa += sum_squares_loop(a, n);
+  sb += sum_squares_loop(b, n);
 }
 
 template <class T>
