@@ -333,6 +333,11 @@ template <class T>
 TRAINKIT_INLINE T lamb_first_moment(T m, T g, const LambCoef<T>& c) {
   return c.lerp ? m + c.beta3 * (g - m) : c.beta1 * m + c.beta3 * g;
 }
+/// The same with the choice made at compile time (lamb_moments_loop).
+template <bool Lerp, class T>
+TRAINKIT_INLINE T lamb_first_moment(T m, T g, const LambCoef<T>& c) {
+  return Lerp ? m + c.beta3 * (g - m) : c.beta1 * m + c.beta3 * g;
+}
 
 template <class T>
 TRAINKIT_INLINE T lamb_update(T m, T v, T p, const LambCoef<T>& c) {
@@ -354,7 +359,7 @@ TRAINKIT_INLINE void lamb_moments_loop(const T* __restrict__ p, const T* __restr
   for (; i + kLanes <= n; i += kLanes) {
     for (int k = 0; k < kLanes; ++k) {
       const T gj = c.grad_mul * g[i + k];
-      const T mj = Lerp ? m[i + k] + c.beta3 * (gj - m[i + k]) : c.beta1 * m[i + k] + c.beta3 * gj;
+      const T mj = lamb_first_moment<Lerp>(m[i + k], gj, c);
       const T vj = c.beta2 * v[i + k] + c.one_minus_beta2 * (gj * gj);
       m[i + k] = mj;
       v[i + k] = vj;
@@ -367,7 +372,7 @@ TRAINKIT_INLINE void lamb_moments_loop(const T* __restrict__ p, const T* __restr
   double tu = 0;
   for (; i < n; ++i) {
     const T gj = c.grad_mul * g[i];
-    const T mj = Lerp ? m[i] + c.beta3 * (gj - m[i]) : c.beta1 * m[i] + c.beta3 * gj;
+    const T mj = lamb_first_moment<Lerp>(m[i], gj, c);
     const T vj = c.beta2 * v[i] + c.one_minus_beta2 * (gj * gj);
     m[i] = mj;
     v[i] = vj;
