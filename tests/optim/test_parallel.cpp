@@ -1,7 +1,6 @@
 // The kernels' threading: work handed to detail/parallel.h's helpers really runs on ATen's intra-op threads.
 // LibTorch's at::parallel_for runs on one thread in a translation unit compiled without OpenMP — this one
 // is, like every test — so these tests fail if the helpers call it directly instead of parallel_range.
-#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <set>
