@@ -37,3 +37,31 @@ function(trainkit_executable name)
     trainkit_sources_setup(${name})
   endif()
 endfunction()
+
+# trainkit_unity_by_folder(target): with TRAINKIT_UNITY_BUILD, the sources of `target` that use the
+# precompiled header compile as one translation unit per folder (CMake's UNITY_BUILD, GROUP mode). Most of
+# a source's compile time is LibTorch's: loading the header, instantiating its templates and optimizing the
+# inline functions they bring, about the same for a 60-line file as for a 400-line one; a folder compiled
+# as one unit pays it once. Sources that skip the precompiled header (no LibTorch, or flags of their own)
+# stay on their own. Call it in the directory that added the sources, after their properties are set.
+function(trainkit_unity_by_folder target)
+  if(NOT TRAINKIT_UNITY_BUILD)
+    return()
+  endif()
+  get_target_property(sources ${target} SOURCES)
+  foreach(src IN LISTS sources)
+    if(NOT src MATCHES "\\.cpp$" OR src MATCHES "^\\$<")
+      continue()
+    endif()
+    get_source_file_property(skip_pch "${src}" SKIP_PRECOMPILE_HEADERS)
+    if(skip_pch)
+      continue()
+    endif()
+    get_filename_component(folder "${src}" DIRECTORY)
+    if(folder STREQUAL "")
+      set(folder ".")
+    endif()
+    set_source_files_properties("${src}" PROPERTIES UNITY_GROUP "${folder}")
+  endforeach()
+  set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE GROUP)
+endfunction()

@@ -6,11 +6,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -48,6 +50,23 @@ class TempDir {
 
 /// Path of a file in the source tree.
 inline std::string source_path(const std::string& rel) { return std::string(TRAINKIT_SOURCE_DIR) + "/" + rel; }
+
+/// The whole content of a file as bytes ("" when it cannot be read).
+inline std::string read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/// The TensorBoard event files (names containing "tfevents") directly in `dir`.
+inline std::vector<std::filesystem::path> event_files(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.is_regular_file() && entry.path().filename().string().find("tfevents") != std::string::npos) {
+      files.push_back(entry.path());
+    }
+  }
+  return files;
+}
 
 /// A golden TOML file from tests/golden/.
 inline toml::table golden(const std::string& name) { return toml::parse_file(source_path("tests/golden/" + name)); }

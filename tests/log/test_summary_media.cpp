@@ -17,6 +17,9 @@ using namespace trainkit;
 
 namespace {
 
+using trainkit::test::event_files;
+using trainkit::test::read_bytes;
+
 namespace fs = std::filesystem;
 
 std::string to_hex(const std::string& bytes) {
@@ -62,21 +65,6 @@ log::Image gradient_image(int64_t h, int64_t w, int64_t c) {
     img.pixels.push_back(static_cast<uint8_t>((i * 37 + 11) % 256));
   }
   return img;
-}
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::vector<fs::path> event_files(const fs::path& dir) {
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.is_regular_file() && entry.path().filename().string().find("tfevents") != std::string::npos) {
-      files.push_back(entry.path());
-    }
-  }
-  return files;
 }
 
 /// The serialized Events of a TFRecord file (CRCs are checked by test_summary_writer.cpp).

@@ -20,14 +20,12 @@
 
 namespace {
 
+using trainkit::test::event_files;
+using trainkit::test::read_bytes;
+
 namespace fs = std::filesystem;
 using trainkit::log::SummaryWriter;
 using trainkit::log::SummaryWriterOptions;
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 uint64_t get_le(const std::string& s, size_t pos, size_t n) {
   uint64_t v = 0;
@@ -160,16 +158,6 @@ DecodedValue decode_summary_event(const std::string& event) {
   REQUIRE(value != nullptr);
   out.value = parse_message(value->bytes);
   return out;
-}
-
-std::vector<fs::path> event_files(const fs::path& dir) {
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.is_regular_file() && entry.path().filename().string().find("tfevents") != std::string::npos) {
-      files.push_back(entry.path());
-    }
-  }
-  return files;
 }
 
 /// Copies `src` to `dst` without the last `cut` bytes.

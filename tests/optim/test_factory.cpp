@@ -94,7 +94,7 @@ std::vector<at::Tensor> params_of(uint64_t seed) {
   return {torch::randn({5, 4}, torch::kFloat64).requires_grad_(), torch::randn({4}, torch::kFloat64).requires_grad_()};
 }
 
-void set_grads(const std::vector<at::Tensor>& params, int step) {
+void set_cos_grads(const std::vector<at::Tensor>& params, int step) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
     params[i].mutable_grad() = torch::cos(params[i] * (1.0 + 0.2 * static_cast<double>(i)) + 0.1 * step);
@@ -105,8 +105,8 @@ void set_grads(const std::vector<at::Tensor>& params, int step) {
 void steps_equal(torch::optim::Optimizer& x, torch::optim::Optimizer& y, const std::vector<at::Tensor>& a,
                  const std::vector<at::Tensor>& b) {
   for (int step = 0; step < 5; ++step) {
-    set_grads(a, step);
-    set_grads(b, step);
+    set_cos_grads(a, step);
+    set_cos_grads(b, step);
     x.step();
     y.step();
   }

@@ -38,11 +38,11 @@ struct Problem {
   }
 };
 
-struct Setup {
+struct TaskSetup {
   torch::nn::Sequential model;
   std::unique_ptr<torch::optim::Adam> optimizer;
   std::unique_ptr<train::Trainer> trainer;
-  explicit Setup(train::TrainerOptions options) {
+  explicit TaskSetup(train::TrainerOptions options) {
     torch::manual_seed(1);
     model = nn::make_mlp(nn::MlpOptions().in_features(16).hidden({32}).dropout(0.2).num_classes(3));
     optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
@@ -112,7 +112,7 @@ TEST_CASE("metrics equal hand-computed values", "[train][metric]") {
 
 TEST_CASE("evaluate reduces loss and metrics through the reducer as ranks would", "[train][metric][trainer]") {
   const Problem p(60);
-  Setup s{train::TrainerOptions()};
+  TaskSetup s{train::TrainerOptions()};
   s.trainer->set_metrics({train::accuracy(), train::top_k_accuracy(2)});
   data::TensorLoader whole(p.x, p.y, data::TensorLoaderOptions().batch_size(16).shuffle(false));
   data::TensorLoader rank0(p.x, p.y, data::TensorLoaderOptions().batch_size(16).shuffle(false).num_replicas(2).rank(0));
@@ -192,14 +192,14 @@ TEST_CASE("a regression model trains with an MSE loss and metrics", "[train][tas
 
 TEST_CASE("ReduceLROnPlateau can monitor any validation metric", "[train][task]") {
   const Problem p;
-  Setup s(train::TrainerOptions().epochs(3));
+  TaskSetup s(train::TrainerOptions().epochs(3));
   data::TensorLoader loader(p.x, p.y, data::TensorLoaderOptions().batch_size(8).seed(0));
   data::TensorLoader val(p.x, p.y, data::TensorLoaderOptions().batch_size(48).shuffle(false));
   auto plateau = std::make_shared<sched::ReduceLROnPlateau>(*s.optimizer, sched::ReduceLROnPlateauOptions().mode("max"));
   s.trainer->set_scheduler(plateau, false, "val/top3_accuracy");
   CHECK_THROWS_MATCHES(s.trainer->fit(loader, &val), std::invalid_argument,
                        WhatContains("monitors \"val/top3_accuracy\", which epoch 0 did not measure"));
-  Setup t(train::TrainerOptions().epochs(3));
+  TaskSetup t(train::TrainerOptions().epochs(3));
   auto plateau2 = std::make_shared<sched::ReduceLROnPlateau>(*t.optimizer, sched::ReduceLROnPlateauOptions().mode("max"));
   t.trainer->set_scheduler(plateau2, false, "val/accuracy");
   t.trainer->fit(loader, &val);
@@ -208,7 +208,7 @@ TEST_CASE("ReduceLROnPlateau can monitor any validation metric", "[train][task]"
 
 TEST_CASE("training over a torch::data loader is bitwise the TensorLoader training", "[train][task][torch_data]") {
   const Problem p;
-  Setup reference(train::TrainerOptions().epochs(3));
+  TaskSetup reference(train::TrainerOptions().epochs(3));
   data::TensorLoader loader(p.x, p.y, data::TensorLoaderOptions().batch_size(8).seed(5));
   reference.trainer->fit(loader);
   for (const size_t workers : {size_t{0}, size_t{2}}) {
@@ -217,7 +217,7 @@ TEST_CASE("training over a torch::data loader is bitwise the TensorLoader traini
                                                         torch::data::samplers::RandomSampler(96),
                                                         torch::data::DataLoaderOptions().batch_size(8).workers(workers));
       auto source = data::from_torch_data(*torch_loader, data::TorchDataOptions().seed(5));  // length unknown
-      Setup other(train::TrainerOptions().epochs(3));
+      TaskSetup other(train::TrainerOptions().epochs(3));
       other.trainer->fit(source);
       CHECK(other.trainer->state().step == 36);
       trainkit::test::require_bitwise_equal_modules(*reference.model, *other.model);
@@ -230,7 +230,7 @@ TEST_CASE("training over a torch::data loader is bitwise the TensorLoader traini
 TEST_CASE("a source of unknown length: the epoch's last, shorter accumulation window still steps",
           "[train][task][accumulation]") {
   const Problem p(80);  // 10 batches of 8, windows of 4: 4 + 4 + 2
-  Setup s(train::TrainerOptions().epochs(2).accumulation_steps(4));
+  TaskSetup s(train::TrainerOptions().epochs(2).accumulation_steps(4));
   data::TensorLoader loader(p.x, p.y, data::TensorLoaderOptions().batch_size(8).seed(2));
   data::FunctionSource unknown([&loader](int64_t epoch, int64_t index) -> std::optional<data::Batch> {
     if (index == 0) {
@@ -282,17 +282,17 @@ TEST_CASE("stop and resume is bitwise for each kind of source", "[train][task][r
                                                                           {"device transform", &augmented}};
   for (const auto& [name, source] : kinds) {
     DYNAMIC_SECTION(name) {
-      Setup straight(train::TrainerOptions().epochs(2));
+      TaskSetup straight(train::TrainerOptions().epochs(2));
       straight.trainer->fit(*source);
       std::stringstream saved;
       {
-        Setup first(train::TrainerOptions().epochs(2).max_steps(17));
+        TaskSetup first(train::TrainerOptions().epochs(2).max_steps(17));
         first.trainer->fit(*source);
         torch::serialize::OutputArchive out;
         first.trainer->save(out);
         out.save_to(saved);
       }
-      Setup second(train::TrainerOptions().epochs(2));
+      TaskSetup second(train::TrainerOptions().epochs(2));
       torch::serialize::InputArchive in;
       in.load_from(saved);
       second.trainer->load(in);
@@ -306,7 +306,7 @@ TEST_CASE("stop and resume is bitwise for each kind of source", "[train][task][r
 }
 
 TEST_CASE("empty sources and bad metric sets give clear errors", "[train][task]") {
-  Setup s{train::TrainerOptions()};
+  TaskSetup s{train::TrainerOptions()};
   auto empty = data::from_batches({});
   CHECK_THROWS_MATCHES(s.trainer->fit(empty), std::invalid_argument,
                        WhatContains("the training source yielded no batch in epoch 0"));

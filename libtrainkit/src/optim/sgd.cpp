@@ -60,6 +60,8 @@ bool register_sgd_optimizer() {
 
 void Sgd::validate(const SgdOptions& options) { detail::validate_momentum(hyper_of(options), kName); }
 
-void Sgd::update(const at::Tensor& inv_scale) { detail::momentum_update(*this, hyper_of, inv_scale); }
+void Sgd::update(const at::Tensor& inv_scale) {
+  detail::momentum_update(*this, [](const SgdOptions& o) { return hyper_of(o); }, inv_scale);
+}
 
 }  // namespace trainkit::optim

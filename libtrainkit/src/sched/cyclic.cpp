@@ -12,8 +12,6 @@
 namespace trainkit::sched {
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
-
 /// One value per param group from one value or one per group (PyTorch's _format_param).
 std::vector<double> per_group(const std::vector<double>& v, size_t groups, const std::string& scheduler,
                               const char* name) {
@@ -244,7 +242,8 @@ std::vector<double> OneCycleLR::get_lr() {
   }
   const auto anneal = [this](double start, double end, double pct) {
     if (options_.anneal_strategy() == "cos") {
-      return end + (start - end) / 2.0 * (std::cos(kPi * pct) + 1);
+      constexpr double pi = 3.14159265358979323846;
+      return end + (start - end) / 2.0 * (std::cos(pi * pct) + 1);
     }
     return (end - start) * pct + start;
   };
