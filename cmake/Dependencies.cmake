@@ -11,6 +11,9 @@ find_package(ZLIB REQUIRED)
 find_package(PNG REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
+# nlohmann-json: every JSON file trainkit writes or reads (Debian: nlohmann-json3-dev). Header-only and
+# private to the sources, so the installed package does not ask for it.
+find_package(nlohmann_json 3 REQUIRED)
 # toml++ is used header-only inside one source file, so it adds no link dependency.
 find_path(TRAINKIT_TOMLPP_INCLUDE_DIR toml++/toml.h)
 if(NOT TRAINKIT_TOMLPP_INCLUDE_DIR)

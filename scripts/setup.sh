@@ -13,7 +13,8 @@ torch_version="2.15.0"
 python_oracles=(timm torch-lr-finder tensorboard scikit-learn optuna)
 
 apt_packages=(build-essential cmake ninja-build ccache pkg-config
-              libfmt-dev libspdlog-dev catch2 libcli11-dev libtomlplusplus-dev
+              libfmt-dev libspdlog-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
+              jq            # the tests check that jq reads the JSON files a run writes
               zlib1g-dev libpng-dev dataset-fashion-mnist python3-venv
               libgloo-dev   # Gloo headers for c10d's ProcessGroupGloo.hpp (the wheel lacks them)
               fortunes)     # apps/text_classification's default data: one class per fortune file

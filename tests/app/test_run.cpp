@@ -1,13 +1,22 @@
 // build_run's data pipeline: the samples stay on the host and each batch goes to the training device
 // through a DeviceSource; normalizing there gives the host-normalized batches, worker threads give the
 // batches of the in-thread loader, augmentation is reproducible per (seed, epoch, batch), and a bad
-// metric/monitor pair is a config error; data.dataset = "cifar10" reads CIFAR-10's binary batches.
+// metric/monitor pair is a config error; data.dataset = "cifar10" reads CIFAR-10's binary batches. A run
+// whose loss diverges to NaN still writes metrics.jsonl and summary.json as valid JSON (NaN as null), which
+// nlohmann-json, Python's json module and jq all read.
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "data/cifar_fixture.h"
 #include "data/read_batches.h"
 #include "support.h"
 #include "trainkit/app/config.h"
+#include "trainkit/app/jobs.h"
 #include "trainkit/app/run.h"
 #include "trainkit/data/cifar.h"
 #include "trainkit/data/idx.h"
@@ -25,6 +34,25 @@ app::Run small_run(const std::vector<std::string>& overrides) {
   return app::build_run(app::parse_config("", "test.toml", all), "test.toml");
 }
 
+// `trainkit train` on 300 images with plain SGD at lr = 1e38: the first step's update is ~1e36 per weight,
+// so the second step's activations overflow float32 and the loss is NaN from then on (PyTorch's SGD on the
+// same MLP: NaN from step 2 for every seed tried). The default Adam would not do: its step is bounded by the
+// LR, and at lr = 1e6 the loss stays huge but finite. Returns the run directory.
+std::string diverged_run(const trainkit::test::TempDir& tmp) {
+  const std::string config = tmp.str("diverge.toml");
+  std::ofstream(config) << "[data]\nval_size = 100\nlimit_train = 400\nlimit_test = 100\n"
+                           "[model]\nname = \"mlp\"\nhidden = 16\n"
+                           "[optimizer]\nname = \"sgd\"\nlr = 1e38\n"
+                           "[train]\nepochs = 1\nbatch_size = 50\n"
+                           "[log]\nevery_steps = 2\nprogress = \"lines\"\n";
+  app::TrainJobOptions options;
+  options.config_path = config;
+  options.out_dir = tmp.str("run");
+  const app::TrainJobResult result = app::run_train_job(options);
+  REQUIRE(result.steps == 6);
+  REQUIRE(std::isnan(result.test_loss));  // the run did diverge: what follows tests NaN, not a finite loss
+  return options.out_dir;
+}
 
 }  // namespace
 
@@ -128,4 +156,65 @@ TEST_CASE("build_run: data.dataset = \"cifar10\" trains on CIFAR-10's binary bat
     std::filesystem::remove(dir.path() / "data_batch_3.bin");
     CHECK_THROWS_MATCHES(cifar_run({}), data::DataError, WhatContains("data_batch_3.bin"));
   }
+}
+
+TEST_CASE("A diverged run writes metrics.jsonl and summary.json as valid JSON, NaN as null", "[app][run][json]") {
+  trainkit::test::TempDir tmp("run-diverged");
+  const std::string run = diverged_run(tmp);
+  std::ifstream jsonl(run + "/metrics.jsonl");
+  int64_t rows = 0;
+  int64_t null_losses = 0;
+  for (std::string line; std::getline(jsonl, line);) {
+    INFO(line);
+    nlohmann::json row;
+    REQUIRE_NOTHROW(row = nlohmann::json::parse(line));  // `nan` is not JSON
+    ++rows;
+    null_losses += row.contains("loss") && row["loss"].is_null() ? 1 : 0;
+  }
+  CHECK(rows >= 4);           // train rows every 2 steps, the epoch row, the test row
+  CHECK(null_losses >= 1);  // the epoch's mean loss is NaN
+  const std::string text = trainkit::test::read_text(run + "/summary.json");
+  INFO(text);
+  nlohmann::json summary;
+  REQUIRE_NOTHROW(summary = nlohmann::json::parse(text));
+  CHECK(summary["test_loss"].is_null());
+  CHECK(summary["steps"] == 6);
+  CHECK(summary["finished"] == true);
+  CHECK(summary["test_accuracy"].is_number());
+  CHECK(summary["step_times"]["steps"] == 6);
+  CHECK(summary["epoch_step_times"].size() == 1);
+}
+
+// Run by the ctest `json_files_read_by_python_and_jq`, which sets TRAINKIT_PYTHON to the project's venv.
+TEST_CASE("Python's json module and jq read a diverged run's metrics.jsonl and summary.json", "[.json-python-jq]") {
+  const char* python = std::getenv("TRAINKIT_PYTHON");
+  if (python == nullptr || *python == '\0' || !std::filesystem::exists(python)) {
+    const std::string got = python ? python : "nothing";
+    TRAINKIT_SKIP("TRAINKIT_PYTHON names no Python (got " << got << "); run ctest -R json_files_read_by_python_and_jq");
+  }
+  if (std::system("command -v jq > /dev/null 2>&1") != 0) {
+    TRAINKIT_SKIP("jq is not on PATH (Debian: jq)");
+  }
+  trainkit::test::TempDir tmp("run-diverged-readers");
+  const std::string run = diverged_run(tmp);
+  const std::string jsonl = run + "/metrics.jsonl";
+  const std::string summary = run + "/summary.json";
+  const std::string log = tmp.str("readers.log");
+  const auto succeeds = [&log](const std::string& command) {
+    const int code = std::system((command + " > \"" + log + "\" 2>&1").c_str());
+    INFO(command << "\n" << trainkit::test::read_text(log));
+    CHECK(code == 0);
+  };
+  // Strict JSON: parse_constant rejects the NaN and Infinity that Python's json module accepts by default.
+  const std::string script = tmp.str("read_json.py");
+  std::ofstream(script) << "import json, sys\n"
+                           "def reject(name):\n"
+                           "    raise ValueError('not JSON: ' + name)\n"
+                           "rows = [json.loads(l, parse_constant=reject) for l in open(sys.argv[1]) if l.strip()]\n"
+                           "summary = json.load(open(sys.argv[2]), parse_constant=reject)\n"
+                           "assert summary['test_loss'] is None, summary['test_loss']\n"
+                           "assert any('loss' in r and r['loss'] is None for r in rows), rows\n";
+  succeeds("\"" + std::string(python) + "\" \"" + script + "\" \"" + jsonl + "\" \"" + summary + "\"");
+  succeeds("jq -e '.test_loss == null and .steps == 6' \"" + summary + "\"");
+  succeeds("jq -e -s 'length >= 4 and any(.[]; has(\"loss\") and .loss == null)' \"" + jsonl + "\"");
 }

@@ -1,9 +1,13 @@
 // MetricsWriter: one val_<name> column per metric of the run, the same fields in JSONL, a resumed run
 // with other metrics is refused without touching the file, and the curves plot every metric column; monitor
-// columns (per-group LR and momentum, gradient norm) follow the metrics.
+// columns (per-group LR and momentum, gradient norm) follow the metrics. JSONL rows are valid JSON whatever
+// the names and values (escaped names, null for NaN and infinities).
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "support.h"
 #include "trainkit/log/metrics.h"
@@ -80,4 +84,43 @@ TEST_CASE("MetricsWriter writes monitor columns after the metrics, and every mon
   // A resumed run must declare the same monitor columns.
   CHECK_THROWS_MATCHES(tl::MetricsWriter(tmp.str(), true, {"accuracy"}), std::runtime_error,
                        WhatContains("metrics.csv: has columns"));
+}
+
+TEST_CASE("MetricsWriter writes JSON Lines: names escaped, non-finite values as null, full precision",
+          "[log][metrics][json]") {
+  TempDir tmp("metrics-json");
+  const std::string odd = "say \"hi\" \\ back\nslash";  // a quote, a backslash and a newline
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  {
+    tl::MetricsWriter w(tmp.str(), false, {"accuracy"});
+    tl::MetricRow row;
+    row.kind = "train";
+    row.step = 3;
+    row.loss = nan;
+    row.lr = 0.1 + 0.2;  // 0.30000000000000004: nine significant digits would print 0.3
+    row.samples_per_second = inf;
+    row.val_loss = -inf;
+    row.monitors = {{odd, 1.5}, {"grad_norm", nan}};
+    w.write(row);
+  }
+  const std::string text = read_text(tmp.str("metrics.jsonl"));
+  INFO(text);
+  REQUIRE(trainkit::test::count_occurrences(text, "\n") == 1);  // the newline in the name is escaped
+  CHECK_THAT(text, Catch::Matchers::Contains("\"loss\":null") && Catch::Matchers::Contains("\"grad_norm\":null"));
+  CHECK_THAT(text, Catch::Matchers::Contains(R"("say \"hi\" \\ back\nslash":1.5)"));
+  nlohmann::json row;
+  REQUIRE_NOTHROW(row = nlohmann::json::parse(text));
+  CHECK(row["kind"] == "train");
+  CHECK(row["step"] == 3);
+  CHECK(row["loss"].is_null());
+  CHECK(row["samples_per_second"].is_null());
+  CHECK(row["val_loss"].is_null());
+  CHECK(row["grad_norm"].is_null());
+  CHECK(row["lr"].get<double>() == 0.1 + 0.2);  // the exact double, read back
+  CHECK(row[odd].get<double>() == 1.5);
+  // The CSV keeps its plain text for non-finite values.
+  CHECK(read_text(tmp.str("metrics.csv")) ==
+        "kind,step,epoch,loss,lr,samples_per_second,val_loss,val_accuracy\n"
+        "train,3,0,nan,0.3,inf,-inf,\n");
 }

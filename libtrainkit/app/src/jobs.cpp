@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -26,6 +27,33 @@ std::string default_run_dir(const std::string& config_path) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
   return (fs::path("runs") / fmt::format("{}-{}", fs::path(config_path).stem().string(), stamp)).string();
+}
+
+/// summary.json: the job's result, the step-time profile in total and per epoch, and under the launcher
+/// what rank 0 sent. Non-finite numbers (a diverged run's losses) are written as null.
+std::string summary_json(const TrainJobResult& result, const train::StepTimes& step_times,
+                         const std::vector<train::StepTimes>& epoch_step_times, bool distributed) {
+  nlohmann::ordered_json json;
+  for (const auto& [name, value] : result.test_metrics.items()) {
+    json["test_" + name] = value;
+  }
+  json["test_loss"] = result.test_loss;
+  json["epochs"] = result.epochs;
+  json["steps"] = result.steps;
+  json["finished"] = result.finished;
+  json["wall_seconds"] = result.wall_seconds;
+  json["train_samples_per_second"] = result.train_samples_per_second;
+  json["step_times"] = nlohmann::ordered_json::parse(step_times.to_json());
+  json["epoch_step_times"] = nlohmann::ordered_json::array();
+  for (const train::StepTimes& t : epoch_step_times) {
+    json["epoch_step_times"].push_back(nlohmann::ordered_json::parse(t.to_json()));
+  }
+  if (distributed) {
+    json["all_reduces"] = result.all_reduces;
+    json["all_reduce_bytes"] = result.all_reduce_bytes;
+  }
+  json["torch_version"] = compat::torch_version();
+  return json.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 /// Where the run goes and which checkpoint it resumes from; checks everything before anything is written.
@@ -144,13 +172,10 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   result.steps = trainer.state().step;
   result.finished = trainer.state().epoch >= config.train.epochs;
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  std::string comm_json;
   if (run.group) {
     const dist::CommStats comm = run.group->stats();
     result.all_reduces = comm.all_reduces;
     result.all_reduce_bytes = comm.all_reduce_bytes;
-    comm_json = fmt::format("  \"all_reduces\": {},\n  \"all_reduce_bytes\": {},\n", comm.all_reduces,
-                            comm.all_reduce_bytes);
   }
   if (!run.main_rank()) {
     return result;  // rank 0 writes the run directory
@@ -176,15 +201,9 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     run.tensorboard->add_scalar("test/loss", result.test_loss, result.steps);
     run.tensorboard->close();
   }
-  std::string test_metrics_json;  // "test_<name>": value, one line each
   std::string test_metrics_text;
   for (const auto& [name, value] : result.test_metrics.items()) {
-    test_metrics_json += fmt::format("  \"test_{}\": {:.6f},\n", name, value);
     test_metrics_text += fmt::format(", test {} {:.4f}", name, value);
-  }
-  std::string epoch_times_json;
-  for (const train::StepTimes& t : logging.epoch_step_times()) {
-    epoch_times_json += fmt::format("{}\n    {}", epoch_times_json.empty() ? "" : ",", t.to_json());
   }
   const train::StepTimes step_times = logging.step_times();
   if (step_times.steps > 0) {
@@ -192,15 +211,8 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   }
   log::write_curves_svg((fs::path(plan.dir) / "metrics.csv").string(), (fs::path(plan.dir) / "curves.svg").string(),
                         fs::path(options.config_path).stem().string());
-  train::write_file_atomic(
-      (fs::path(plan.dir) / "summary.json").string(),
-      fmt::format("{{\n{}  \"test_loss\": {:.6f},\n  \"epochs\": {},\n"
-                  "  \"steps\": {},\n  \"finished\": {},\n  \"wall_seconds\": {:.3f},\n"
-                  "  \"train_samples_per_second\": {:.1f},\n  \"step_times\": {},\n  \"epoch_step_times\": [{}\n  ],\n"
-                  "{}  \"torch_version\": \"{}\"\n}}\n",
-                  test_metrics_json, result.test_loss, result.epochs, result.steps,
-                  result.finished ? "true" : "false", result.wall_seconds, result.train_samples_per_second,
-                  step_times.to_json(), epoch_times_json, comm_json, compat::torch_version()));
+  train::write_file_atomic((fs::path(plan.dir) / "summary.json").string(),
+                           summary_json(result, step_times, logging.epoch_step_times(), run.group != nullptr));
   spdlog::info("test loss {:.4f}{} after {} epochs ({} steps) in {:.1f} s; {}", result.test_loss, test_metrics_text,
                result.epochs, result.steps, result.wall_seconds, plan.dir);
   return result;

@@ -13,6 +13,7 @@
 #include "trainkit/nn.h"
 #include "trainkit/optim.h"
 #include "trainkit/sched.h"
+#include "trainkit/subprocess.h"
 #include "trainkit/train.h"
 #include "trainkit/tune.h"
 #include "trainkit/version.h"

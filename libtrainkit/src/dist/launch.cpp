@@ -1,12 +1,10 @@
 #include "trainkit/dist/launch.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +14,8 @@
 #include <cstring>
 #include <stdexcept>
 #include <thread>
+
+#include "trainkit/subprocess.h"
 
 namespace trainkit::dist {
 
@@ -32,9 +32,7 @@ struct Stream {
 };
 
 struct Rank {
-  pid_t pid = -1;
-  bool running = false;
-  int status = 0;
+  Subprocess process;
   Stream out, err;
 };
 
@@ -51,16 +49,6 @@ void emit(Stream& s, const std::string& prefix, const char* data, size_t n, bool
   }
   std::fflush(s.sink);
 }
-
-std::string describe(int status) {
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
-  }
-  return "exited with code " + std::to_string(WEXITSTATUS(status));
-}
-
-bool failed(int status) { return WIFSIGNALED(status) || WEXITSTATUS(status) != 0; }
 
 }  // namespace
 
@@ -119,59 +107,38 @@ int launch(const LaunchOptions& options) {
   g_signal = 0;
 
   std::vector<Rank> ranks(n);
-  std::vector<char*> argv;
-  for (const auto& a : options.command()) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
+  const std::string world = std::to_string(n);
+  Environment defaults;
+  if (options.omp_num_threads() > 0) {
+    defaults.emplace_back("OMP_NUM_THREADS", std::to_string(options.omp_num_threads()));  // torchrun's default
+  }
   for (size_t r = 0; r < n; ++r) {
-    int out_pipe[2], err_pipe[2];
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
-      throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
-    }
-    const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error(std::string("launch: fork: ") + std::strerror(errno));
-    if (pid == 0) {
-      for (int k = 0; k < 3; ++k) sigaction(forwarded[k], &previous[k], nullptr);
-      ::dup2(out_pipe[1], STDOUT_FILENO);
-      ::dup2(err_pipe[1], STDERR_FILENO);
-      const std::string rank = std::to_string(r), world = std::to_string(n);
-      ::setenv("RANK", rank.c_str(), 1);
-      ::setenv("LOCAL_RANK", rank.c_str(), 1);
-      ::setenv("ROLE_RANK", rank.c_str(), 1);
-      ::setenv("WORLD_SIZE", world.c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
-      ::setenv("ROLE_WORLD_SIZE", world.c_str(), 1);
-      ::setenv("GROUP_RANK", "0", 1);
-      ::setenv("MASTER_ADDR", options.master_addr().c_str(), 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      ::setenv("TORCHELASTIC_RESTART_COUNT", "0", 1);
-      if (options.omp_num_threads() > 0) {
-        ::setenv("OMP_NUM_THREADS", std::to_string(options.omp_num_threads()).c_str(), 0);
-      }
-      ::execvp(argv[0], argv.data());
-      std::fprintf(stderr, "launch: cannot run '%s': %s\n", argv[0], std::strerror(errno));
-      ::_exit(127);
-    }
-    ::close(out_pipe[1]);
-    ::close(err_pipe[1]);
-    ranks[r].pid = pid;
-    ranks[r].running = true;
-    ranks[r].out = {out_pipe[0], stdout, {}};
-    ranks[r].err = {err_pipe[0], stderr, {}};
+    const std::string rank = std::to_string(r);
+    ranks[r].process = Subprocess(
+        SubprocessOptions()
+            .argv(options.command())
+            .pipe_output(true)
+            .env({{"RANK", rank}, {"LOCAL_RANK", rank}, {"ROLE_RANK", rank}, {"WORLD_SIZE", world},
+                  {"LOCAL_WORLD_SIZE", world}, {"ROLE_WORLD_SIZE", world}, {"GROUP_RANK", "0"},
+                  {"MASTER_ADDR", options.master_addr()}, {"MASTER_PORT", std::to_string(port)},
+                  {"TORCHELASTIC_RESTART_COUNT", "0"}})
+            .env_defaults(defaults)
+            .before_exec([&previous, &forwarded] {
+              for (int k = 0; k < 3; ++k) sigaction(forwarded[k], &previous[k], nullptr);
+            }));
+    ranks[r].out = {ranks[r].process.take_stdout(), stdout, {}};
+    ranks[r].err = {ranks[r].process.take_stderr(), stderr, {}};
   }
 
   using clock = std::chrono::steady_clock;
   int failed_rank = -1;
-  int failed_status = 0;
+  ExitStatus failed_status;
   int interrupted = 0;
   bool stopping = false;
   clock::time_point kill_at{};
   clock::time_point all_exited_at{};
   auto signal_all = [&](int sig) {
-    for (auto& rk : ranks) {
-      if (rk.running) ::kill(rk.pid, sig);
-    }
+    for (auto& rk : ranks) rk.process.kill(sig);
   };
 
   for (;;) {
@@ -186,7 +153,7 @@ int launch(const LaunchOptions& options) {
       }
     }
     bool any_running = false;
-    for (auto& rk : ranks) any_running = any_running || rk.running;
+    for (auto& rk : ranks) any_running = any_running || rk.process.running();
     if (fds.empty() && !any_running) break;
     if (!any_running && all_exited_at == clock::time_point{}) all_exited_at = clock::now();
     if (!any_running && clock::now() - all_exited_at > std::chrono::seconds(1)) {
@@ -224,22 +191,18 @@ int launch(const LaunchOptions& options) {
       }
     }
     for (size_t r = 0; r < n; ++r) {
-      auto& rk = ranks[r];
-      if (!rk.running) continue;
-      int status = 0;
-      if (::waitpid(rk.pid, &status, WNOHANG) == rk.pid) {
-        rk.running = false;
-        rk.status = status;
-        if (failed(status) && failed_rank < 0 && !stopping) {
-          failed_rank = static_cast<int>(r);
-          failed_status = status;
-          std::fprintf(stderr, "launch: rank %zu (pid %d) %s; stopping the other ranks\n", r, static_cast<int>(rk.pid),
-                       describe(status).c_str());
-          std::fflush(stderr);
-          stopping = true;
-          signal_all(SIGTERM);
-          kill_at = clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds() * 1000));
-        }
+      Subprocess& rk = ranks[r].process;
+      if (!rk.running()) continue;
+      const std::optional<ExitStatus> status = rk.poll();
+      if (status && !status->ok() && failed_rank < 0 && !stopping) {
+        failed_rank = static_cast<int>(r);
+        failed_status = *status;
+        std::fprintf(stderr, "launch: rank %zu (pid %lld) %s; stopping the other ranks\n", r,
+                     static_cast<long long>(rk.pid()), status->to_string().c_str());
+        std::fflush(stderr);
+        stopping = true;
+        signal_all(SIGTERM);
+        kill_at = clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds() * 1000));
       }
     }
     if (g_signal != 0 && interrupted == 0) {
@@ -259,7 +222,7 @@ int launch(const LaunchOptions& options) {
 
   if (failed_rank >= 0) {
     std::fprintf(stderr, "launch: failed: rank %d %s (of %zu ranks, MASTER_PORT %lld)\n", failed_rank,
-                 describe(failed_status).c_str(), n, static_cast<long long>(port));
+                 failed_status.to_string().c_str(), n, static_cast<long long>(port));
     return 1;
   }
   if (interrupted != 0) {

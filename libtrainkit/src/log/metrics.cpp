@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "trainkit/log/svg_plot.h"
 
@@ -17,9 +18,11 @@ constexpr const char* kColumns = "kind,step,epoch,loss,lr,samples_per_second,val
 
 std::string csv_field(const std::optional<double>& v) { return v ? fmt::format("{:.9g}", *v) : ""; }
 
-void json_field(std::string& out, const char* name, const std::optional<double>& v) {
+// JSON Lines: a non-finite value is written as null (JSON has no NaN or Infinity), a finite one in its
+// shortest round-trip form; names are escaped.
+void json_field(nlohmann::ordered_json& row, const std::string& name, const std::optional<double>& v) {
   if (v) {
-    out += fmt::format(",\"{}\":{:.9g}", name, *v);
+    row[name] = *v;
   }
 }
 
@@ -94,18 +97,18 @@ void MetricsWriter::write(const MetricRow& row) {
   }
   csv_ << line << '\n';
   csv_.flush();
-  std::string json = fmt::format("{{\"kind\":\"{}\",\"step\":{},\"epoch\":{}", row.kind, row.step, row.epoch);
+  nlohmann::ordered_json json = {{"kind", row.kind}, {"step", row.step}, {"epoch", row.epoch}};
   json_field(json, "loss", row.loss);
   json_field(json, "lr", row.lr);
   json_field(json, "samples_per_second", row.samples_per_second);
   json_field(json, "val_loss", row.val_loss);
   for (size_t i = 0; i < values.size(); ++i) {
-    json_field(json, ("val_" + val_metrics_[i]).c_str(), values[i]);
+    json_field(json, "val_" + val_metrics_[i], values[i]);
   }
   for (const auto& [name, value] : row.monitors) {
-    json_field(json, name.c_str(), value);
+    json_field(json, name, value);
   }
-  jsonl_ << json << "}\n";
+  jsonl_ << json.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   jsonl_.flush();
 }
 

@@ -1,6 +1,7 @@
 #include "trainkit/train/step_times.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace trainkit::train {
 
@@ -28,11 +29,17 @@ std::string StepTimes::to_string() const {
 }
 
 std::string StepTimes::to_json() const {
-  return fmt::format(
-      "{{\"steps\": {}, \"micro_batches\": {}, \"total_s\": {:.6f}, \"data_s\": {:.6f}, \"forward_s\": {:.6f}, "
-      "\"backward_s\": {:.6f}, \"optimizer_s\": {:.6f}, \"callbacks_s\": {:.6f}, \"other_s\": {:.6f}, "
-      "\"validation_s\": {:.6f}}}",
-      steps, micro_batches, total, data, forward, backward, optimizer, callbacks, other(), validation);
+  const nlohmann::ordered_json json = {{"steps", steps},
+                                       {"micro_batches", micro_batches},
+                                       {"total_s", total},
+                                       {"data_s", data},
+                                       {"forward_s", forward},
+                                       {"backward_s", backward},
+                                       {"optimizer_s", optimizer},
+                                       {"callbacks_s", callbacks},
+                                       {"other_s", other()},
+                                       {"validation_s", validation}};
+  return json.dump();
 }
 
 }  // namespace trainkit::train

@@ -11,7 +11,8 @@
 
 namespace trainkit::log {
 
-/// One row of training metrics. Optional fields are empty in CSV and absent in JSONL.
+/// One row of training metrics. Optional fields are empty in CSV and absent in JSONL. A non-finite value
+/// (a diverged loss) is `nan`/`inf` in CSV and `null` in JSONL, which stays valid JSON.
 struct MetricRow {
   std::string kind;                          ///< "train" (every N steps), "epoch" (end of an epoch) or "test"
   int64_t step = 0;                          ///< optimizer steps taken so far

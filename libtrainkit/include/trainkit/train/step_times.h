@@ -29,7 +29,8 @@ struct StepTimes {
   StepTimes& operator+=(const StepTimes& o);
   /// One line for a log: "41.2 s in 430 steps (95.8 ms/step): data 2.1%, forward 30.5%, ...; validation 3.1 s".
   std::string to_string() const;
-  /// A JSON object: {"steps": N, "micro_batches": M, "total_s": ..., "data_s": ..., ..., "validation_s": ...}.
+  /// A JSON object on one line: {"steps":N,"micro_batches":M,"total_s":...,"data_s":...,...,"validation_s":...}
+  /// (seconds in their shortest round-trip form; a non-finite one is null).
   std::string to_json() const;
 };
 

@@ -27,7 +27,8 @@ struct TrainJobOptions {
   std::string resume;                  ///< "" (fresh run), "auto" (newest good checkpoint in out_dir) or a path
 };
 
-/// What the job measured (also written to summary.json).
+/// What the job measured (also written to summary.json, a JSON object whose non-finite numbers, such as a
+/// diverged run's test loss, are null).
 struct TrainJobResult {
   std::string run_dir;
   double test_loss = 0;

@@ -8,31 +8,18 @@
 /// and flushed as each finishes: a re-run with the same --out continues the study), `trials.csv`,
 /// `best.toml` (the best trial's effective config), `best_so_far.svg` and `trials/`.
 ///
-/// Search-space file (TOML): one table per tuned key, named by the config key:
-/// ```
-/// [optimizer.lr]
-/// type = "float"        # float, int or categorical
-/// low = 1e-4
-/// high = 1e-2
-/// log = true            # optional, default false
-/// [optimizer.name]
-/// type = "categorical"
-/// choices = ["adam", "adamw"]
-/// ```
+/// The search-space file and its checks against the base config: trainkit/app/search_space_file.h.
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "trainkit/app/search_space_file.h"
 #include "trainkit/tune/search_space.h"
 #include "trainkit/tune/study.h"
 
 namespace trainkit::app {
-
-/// Reads a search-space file. Throws ConfigError naming the file, the parameter and the problem (unknown
-/// field, missing bound, empty range, log range with low <= 0, unknown type).
-tune::SearchSpace load_search_space(const std::string& path);
 
 /// What `trainkit tune` was asked to do.
 struct TuneJobOptions {

@@ -1,0 +1,103 @@
+#pragma once
+/// @file
+/// Child processes (POSIX): start a program with its arguments, its standard output and error inherited,
+/// sent to a log file or to pipes, and variables added to its environment; then poll, wait for or signal it.
+/// The one fork/exec of trainkit: the launcher (`trainkit launch`) and `trainkit tune` both start their
+/// children through it.
+///
+/// ```
+/// Subprocess child(SubprocessOptions().argv({"/bin/echo", "hi"}).log_file("echo.log"));
+/// const ExitStatus status = child.wait();  // status.ok()
+/// ```
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/arg.h>
+
+namespace trainkit {
+
+/// Environment variables as (name, value) pairs, in the order they are applied.
+using Environment = std::vector<std::pair<std::string, std::string>>;
+
+/// How a child process ended.
+struct ExitStatus {
+  int code = 0;    ///< the exit code (0..255) when it exited; 0 when a signal ended it
+  int signal = 0;  ///< the signal that ended it; 0 when it exited
+  /// Exited with code 0.
+  bool ok() const { return signal == 0 && code == 0; }
+  /// The shell's number for it: the exit code, or 128 + the signal.
+  int shell_code() const { return signal != 0 ? 128 + signal : code; }
+  /// "exited with code 3" or "was killed by signal 9 (Killed)".
+  std::string to_string() const;
+};
+
+/// Options of Subprocess: `SubprocessOptions().argv({exe, "train"}).log_file("train.log")`.
+struct SubprocessOptions {
+  /// The program and its arguments; argv[0] is looked up in PATH when it contains no '/'.
+  TORCH_ARG(std::vector<std::string>, argv) = {};
+  /// Standard output and error both go to this file, created or truncated; empty: both are inherited.
+  TORCH_ARG(std::string, log_file) = "";
+  /// Standard output and error go to two pipes whose read ends the parent takes with
+  /// Subprocess::take_stdout() and take_stderr(). Not together with log_file.
+  TORCH_ARG(bool, pipe_output) = false;
+  /// Variables set in the child's environment, replacing inherited ones of the same name.
+  TORCH_ARG(Environment, env) = {};
+  /// Variables set in the child's environment only where it does not inherit them (defaults).
+  TORCH_ARG(Environment, env_defaults) = {};
+  /// Signal the child receives when the thread that started it ends (Linux PR_SET_PDEATHSIG, so that a
+  /// killed parent takes its children along); 0: none. A child whose parent is already gone exits with 127.
+  TORCH_ARG(int, parent_death_signal) = 0;
+  /// Runs in the child between fork and exec, e.g. to restore signal dispositions the parent changed.
+  /// Only async-signal-safe calls belong there (no allocation, no locks, no logging).
+  TORCH_ARG(std::function<void()>, before_exec) = {};
+};
+
+/// A started child process. Move-only; a default-constructed one holds no process. When the program
+/// cannot be executed the child writes `cannot run 'PROGRAM': REASON` to its standard error and exits
+/// with 127. Destroying a Subprocess whose child is still running kills it (SIGKILL) and reaps it.
+class Subprocess {
+ public:
+  Subprocess() = default;
+  /// Starts the child. Throws std::invalid_argument for an empty argv or log_file together with
+  /// pipe_output; std::runtime_error naming the program (and the log file) when the log file cannot be
+  /// opened or a pipe or the fork fails.
+  explicit Subprocess(const SubprocessOptions& options);
+  Subprocess(Subprocess&& other) noexcept;
+  Subprocess& operator=(Subprocess&& other) noexcept;
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+  ~Subprocess();
+
+  /// The child's process id; -1 when none was started.
+  int64_t pid() const { return pid_; }
+  /// Started and not yet reaped by poll() or wait().
+  bool running() const { return pid_ > 0 && !status_; }
+  /// How it ended once poll() or wait() has seen it end.
+  const std::optional<ExitStatus>& status() const { return status_; }
+  /// Without blocking: how the child ended, or nothing while it runs. Throws std::runtime_error when
+  /// waitpid fails for another reason than an interruption.
+  std::optional<ExitStatus> poll();
+  /// Blocks until the child ends; returns how it ended (at once when it already has).
+  ExitStatus wait();
+  /// Sends `signal` to the child while it runs; does nothing once it has been reaped.
+  void kill(int signal) const;
+  /// The read end of the child's standard output pipe (pipe_output); the caller owns it from then on
+  /// and closes it. -1 without pipe_output or when already taken.
+  int take_stdout();
+  /// The read end of the child's standard error pipe, as take_stdout().
+  int take_stderr();
+
+ private:
+  void release() noexcept;
+  int64_t pid_ = -1;
+  std::optional<ExitStatus> status_;
+  int stdout_fd_ = -1;
+  int stderr_fd_ = -1;
+};
+
+}  // namespace trainkit

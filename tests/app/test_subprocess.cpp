@@ -1,0 +1,109 @@
+// Subprocess, the one fork/exec of trainkit (the launcher and `trainkit tune` start their children with it):
+// output to a log file or to pipes, environment additions and defaults, exit codes and signals, a program
+// that cannot be run, and a running child killed when its Subprocess is destroyed.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "support.h"
+#include "trainkit/subprocess.h"
+
+using trainkit::ExitStatus;
+using trainkit::Subprocess;
+using trainkit::SubprocessOptions;
+using trainkit::test::TempDir;
+using Catch::Matchers::Contains;
+
+namespace {
+
+/// Everything left to read from `fd`, which is then closed.
+std::string read_all(int fd) {
+  std::string out;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Subprocess sends output to a log file and reports the exit code", "[subprocess]") {
+  TempDir tmp("subprocess-log");
+  const std::string log = tmp.str("child.log");
+  Subprocess child(SubprocessOptions().argv({"/bin/sh", "-c", "echo out; echo err >&2; exit 3"}).log_file(log));
+  CHECK(child.pid() > 0);
+  const ExitStatus status = child.wait();
+  CHECK(status.code == 3);
+  CHECK(status.signal == 0);
+  CHECK_FALSE(status.ok());
+  CHECK(status.shell_code() == 3);
+  CHECK(status.to_string() == "exited with code 3");
+  CHECK_FALSE(child.running());
+  CHECK(trainkit::test::read_text(log) == "out\nerr\n");
+}
+
+TEST_CASE("Subprocess adds variables to the environment, defaults only where not inherited", "[subprocess]") {
+  const char* path = std::getenv("PATH");
+  REQUIRE(path != nullptr);
+  ::setenv("TRAINKIT_TEST_REPLACED", "parent", 1);
+  Subprocess child(SubprocessOptions()
+                       .argv({"/bin/sh", "-c", "echo \"$TRAINKIT_TEST_REPLACED|$TRAINKIT_TEST_DEFAULT|$PATH\""})
+                       .pipe_output(true)
+                       .env({{"TRAINKIT_TEST_REPLACED", "child"}})
+                       .env_defaults({{"TRAINKIT_TEST_DEFAULT", "2"}, {"PATH", "/nowhere"}}));
+  const std::string out = read_all(child.take_stdout());
+  ::unsetenv("TRAINKIT_TEST_REPLACED");
+  CHECK(child.take_stdout() == -1);  // taken once
+  CHECK(child.wait().ok());
+  CHECK(out == std::string("child|2|") + path + "\n");
+}
+
+TEST_CASE("Subprocess polls, signals and names a program it cannot run", "[subprocess]") {
+  SECTION("a signal") {
+    Subprocess child(SubprocessOptions().argv({"sleep", "30"}));  // found in PATH
+    CHECK_FALSE(child.poll().has_value());
+    CHECK(child.running());
+    child.kill(SIGTERM);
+    const ExitStatus status = child.wait();
+    CHECK(status.signal == SIGTERM);
+    CHECK(status.shell_code() == 128 + SIGTERM);
+    CHECK_THAT(status.to_string(), Contains("was killed by signal 15"));
+    REQUIRE(child.poll().has_value());  // poll() after the end returns how it ended
+    CHECK(child.poll()->signal == SIGTERM);
+  }
+  SECTION("a program that cannot be run: its error on the child's stderr, exit code 127") {
+    Subprocess child(SubprocessOptions().argv({"./no-such-program", "x"}).pipe_output(true));
+    const std::string err = read_all(child.take_stderr());
+    CHECK_THAT(err, Contains("cannot run './no-such-program': "));
+    CHECK(child.wait().code == 127);
+  }
+  SECTION("bad options") {
+    CHECK_THROWS_AS(Subprocess(SubprocessOptions()), std::invalid_argument);
+    CHECK_THROWS_AS(Subprocess(SubprocessOptions().argv({"/bin/true"}).log_file("x.log").pipe_output(true)),
+                    std::invalid_argument);
+    TempDir tmp("subprocess-bad-log");
+    CHECK_THROWS_WITH(Subprocess(SubprocessOptions().argv({"/bin/true"}).log_file(tmp.str("no/such/dir/x.log"))),
+                      Contains("cannot open its log file") && Contains("no/such/dir/x.log"));
+  }
+}
+
+TEST_CASE("Destroying a Subprocess kills and reaps a child that still runs", "[subprocess]") {
+  int64_t pid = -1;
+  {
+    Subprocess child(SubprocessOptions().argv({"sleep", "30"}));
+    pid = child.pid();
+    Subprocess moved = std::move(child);  // the process goes with the move
+    CHECK_FALSE(child.running());
+    CHECK(moved.running());
+  }
+  errno = 0;
+  CHECK(::kill(static_cast<pid_t>(pid), 0) == -1);
+  CHECK(errno == ESRCH);  // gone and reaped (a zombie would still accept signal 0)
+}
