@@ -89,4 +89,5 @@ void save_tensors(torch::serialize::OutputArchive& archive, const std::vector<at
 /// Copies what save_tensors() wrote into `values` in place; throws std::invalid_argument naming `who`
 /// when count or shapes differ.
 void load_tensors(torch::serialize::InputArchive& archive, std::vector<at::Tensor>& values, const std::string& who);
+
 }  // namespace trainkit::train
