@@ -24,7 +24,7 @@
 #include "trainkit/nn/models.h"
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/summary_writer.h"
-#include "trainkit/train/callbacks.h"
+#include "trainkit/train/callbacks/metrics_logger.h"
 #include "trainkit/train/trainer.h"
 
 namespace {
@@ -80,7 +80,7 @@ double trainer_loop_monitored(trainkit::data::TensorLoader& loader, int64_t step
                                    trainkit::train::TrainerOptions().max_steps(steps).epochs(1000).profile(true));
   auto metrics = std::make_shared<trainkit::log::MetricsWriter>(dir, false);
   auto tensorboard = std::make_shared<trainkit::log::SummaryWriter>(dir);
-  trainer.add_callback(std::make_shared<trainkit::train::LoggingCallback>(metrics, monitor_every, false, tensorboard));
+  trainer.add_callback(std::make_shared<trainkit::train::MetricsLogger>(metrics, monitor_every, false, tensorboard));
   const auto start = Clock::now();
   trainer.fit(loader);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "trainkit/nn/checkpoint.h"
+#include "trainkit/nn/activation_checkpoint.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "trainkit/app/run.h"
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/summary_writer.h"
-#include "trainkit/train/callbacks.h"
+#include "trainkit/train/callbacks/metrics_logger.h"
 #include "trainkit/train/trainer.h"
 
 namespace {

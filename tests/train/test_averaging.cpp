@@ -10,10 +10,13 @@
 #include "toy_problem.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/nn/models.h"
-#include "trainkit/train/early_stopping.h"
+#include "trainkit/train/callbacks/early_stopping.h"
+#include "trainkit/train/callbacks/ema_weight_averaging.h"
+#include "trainkit/train/callbacks/model_checkpoint.h"
+#include "trainkit/train/callbacks/stochastic_weight_averaging.h"
 #include "trainkit/train/ema.h"
-#include "trainkit/train/model_checkpoint.h"
 #include "trainkit/train/swa.h"
+#include "trainkit/train/trainer.h"
 
 using namespace trainkit;
 
@@ -193,8 +196,8 @@ struct AvgSetup {
   torch::nn::Sequential model;
   std::unique_ptr<torch::optim::Adam> optimizer;
   std::unique_ptr<train::Trainer> trainer;
-  std::shared_ptr<train::EmaCallback> ema;
-  std::shared_ptr<train::SwaCallback> swa;
+  std::shared_ptr<train::EMAWeightAveraging> ema;
+  std::shared_ptr<train::StochasticWeightAveraging> swa;
   std::shared_ptr<train::EarlyStopping> stopping;
   std::shared_ptr<train::ModelCheckpoint> best;
   std::vector<train::EpochEvent> epochs;
@@ -213,9 +216,9 @@ struct AvgSetup {
     model = nn::make_mlp(nn::MlpOptions().in_features(16).hidden({32}).dropout(0.2).num_classes(3));
     optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
     trainer = std::make_unique<train::Trainer>(model, *optimizer, options);
-    ema = std::make_shared<train::EmaCallback>(*model, train::ModelEmaOptions(0.9).use_warmup(true));
-    swa = std::make_shared<train::SwaCallback>(*model, *optimizer,
-                                               train::SwaOptions(2e-3).swa_start(1).anneal_epochs(1));
+    ema = std::make_shared<train::EMAWeightAveraging>(*model, train::ModelEmaOptions(0.9).use_warmup(true));
+    swa = std::make_shared<train::StochasticWeightAveraging>(
+        *model, *optimizer, train::StochasticWeightAveragingOptions(2e-3).swa_start(1).anneal_epochs(1));
     stopping = std::make_shared<train::EarlyStopping>(train::EarlyStoppingOptions("val_ema/loss").patience(10));
     best = std::make_shared<train::ModelCheckpoint>(
         train::ModelCheckpointOptions(dir).monitor("val_ema/accuracy").mode("max").save_top_k(2));

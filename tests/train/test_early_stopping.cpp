@@ -12,9 +12,10 @@
 
 #include "support.h"
 #include "trainkit/nn/models.h"
-#include "trainkit/train/early_stopping.h"
-#include "trainkit/train/model_checkpoint.h"
+#include "trainkit/train/callbacks/early_stopping.h"
+#include "trainkit/train/callbacks/model_checkpoint.h"
 #include "trainkit/train/summary.h"
+#include "trainkit/train/trainer.h"
 
 using namespace trainkit;
 

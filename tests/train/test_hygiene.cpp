@@ -14,10 +14,11 @@
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/summary_writer.h"
 #include "trainkit/nn/models.h"
-#include "trainkit/train/callbacks.h"
+#include "trainkit/train/callbacks/metrics_logger.h"
+#include "trainkit/train/callbacks/norm_monitor.h"
+#include "trainkit/train/callbacks/profiler_trace.h"
+#include "trainkit/train/callbacks/trainer_checkpoint.h"
 #include "trainkit/train/checkpoint.h"
-#include "trainkit/train/layer_norms.h"
-#include "trainkit/train/profiler_trace.h"
 #include "trainkit/train/trainer.h"
 
 using namespace trainkit;
@@ -53,11 +54,11 @@ void run(const test::TempDir& dir, int64_t fail_at) {
   const std::string out = dir.str("run");
   std::filesystem::create_directories(out);
   auto tensorboard = std::make_shared<log::SummaryWriter>(out);
-  trainer.add_callback(std::make_shared<train::LoggingCallback>(std::make_shared<log::MetricsWriter>(out, false), 2,
+  trainer.add_callback(std::make_shared<train::MetricsLogger>(std::make_shared<log::MetricsWriter>(out, false), 2,
                                                                 false, tensorboard));
-  trainer.add_callback(std::make_shared<train::LayerNorms>(
-      *model, train::LayerNormsOptions().every_steps(2).csv_path(out + "/norms.csv"), tensorboard));
-  trainer.add_callback(std::make_shared<train::CheckpointCallback>(
+  trainer.add_callback(std::make_shared<train::NormMonitor>(
+      *model, train::NormMonitorOptions().every_steps(2).csv_path(out + "/norms.csv"), tensorboard));
+  trainer.add_callback(std::make_shared<train::TrainerCheckpoint>(
       std::make_shared<train::CheckpointManager>(out + "/checkpoints", 2), 3));
   trainer.add_callback(
       std::make_shared<train::ProfilerTrace>(train::ProfilerTraceOptions(out + "/trace.json").wait(20).active(50)));

@@ -1,7 +1,7 @@
 // Step-time profile and profiler traces: each phase is charged the time spent in it (a data source and a
 // hook that sleep known amounts), the counts follow steps and micro-batches, the phases add up to no more
 // than the step time, profile(false) measures nothing, and ProfilerTrace writes a Chrome trace holding
-// exactly the recorded steps' phases. LayerNorms' per-parameter norms equal norms of the gradients and
+// exactly the recorded steps' phases. NormMonitor's per-parameter norms equal norms of the gradients and
 // weights copied at the same moment (unscaled under a GradScaler).
 #include <chrono>
 #include <cmath>
@@ -15,9 +15,9 @@
 #include "trainkit/data/batch_source.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/amp/grad_scaler.h"
-#include "trainkit/train/callbacks.h"
-#include "trainkit/train/layer_norms.h"
-#include "trainkit/train/profiler_trace.h"
+#include "trainkit/train/callbacks/metrics_logger.h"
+#include "trainkit/train/callbacks/norm_monitor.h"
+#include "trainkit/train/callbacks/profiler_trace.h"
 #include "trainkit/train/trainer.h"
 
 using namespace trainkit;
@@ -125,7 +125,7 @@ TEST_CASE("profile(false) reads no clock; a run stopped mid-epoch keeps its part
   }
   SECTION("stopped by max_steps") {
     train::Trainer trainer(m.net, *m.optimizer, train::TrainerOptions().epochs(3).max_steps(17));
-    auto logging = std::make_shared<train::LoggingCallback>(nullptr, 100, false);
+    auto logging = std::make_shared<train::MetricsLogger>(nullptr, 100, false);
     trainer.add_callback(logging);
     trainer.fit(loader);
     REQUIRE(logging->epoch_step_times().size() == 2);  // epoch 1 whole, epoch 2's first 5 steps
@@ -174,7 +174,7 @@ TEST_CASE("ProfilerTrace writes a Chrome trace of the recorded steps", "[train][
 
 namespace {
 
-/// Copies every gradient and parameter when the optimizer is about to step (added before LayerNorms).
+/// Copies every gradient and parameter when the optimizer is about to step (added before NormMonitor).
 class GradRecorder : public train::Callback {
  public:
   explicit GradRecorder(const torch::nn::Module& m) : module(m) {}
@@ -192,7 +192,7 @@ double norm2(const at::Tensor& t) { return std::sqrt(t.pow(2).sum().item<double>
 
 }  // namespace
 
-TEST_CASE("LayerNorms measures each parameter's gradient and weight norm every N steps", "[train][monitors]") {
+TEST_CASE("NormMonitor measures each parameter's gradient and weight norm every N steps", "[train][monitors]") {
   test::TempDir dir("layer-norms");
   auto loader = test::toy_loader(3);
   Model m;
@@ -203,8 +203,8 @@ TEST_CASE("LayerNorms measures each parameter's gradient and weight norm every N
         torch::kCPU, amp::GradScalerOptions().init_scale(1024.0).growth_interval(1000)));
   }
   auto recorder = std::make_shared<GradRecorder>(*m.net);
-  auto norms = std::make_shared<train::LayerNorms>(
-      *m.net, train::LayerNormsOptions().every_steps(5).csv_path(dir.str("norms.csv")));
+  auto norms = std::make_shared<train::NormMonitor>(
+      *m.net, train::NormMonitorOptions().every_steps(5).csv_path(dir.str("norms.csv")));
   trainer.add_callback(recorder);
   trainer.add_callback(norms);
   trainer.fit(loader);  // 12 steps: measured at 5 and 10
@@ -223,6 +223,6 @@ TEST_CASE("LayerNorms measures each parameter's gradient and weight norm every N
   CHECK(csv.rfind("step,name,grad_norm,param_norm\n5,1.weight,", 0) == 0);
   CHECK(test::count_occurrences(csv, "\n5,") == static_cast<int64_t>(expected.size()));
   CHECK(test::count_occurrences(csv, "\n10,") == static_cast<int64_t>(expected.size()));
-  CHECK_THROWS_WITH(train::LayerNorms(*m.net, train::LayerNormsOptions().every_steps(0)),
+  CHECK_THROWS_WITH(train::NormMonitor(*m.net, train::NormMonitorOptions().every_steps(0)),
                     Catch::Contains("invalid every_steps: 0"));
 }

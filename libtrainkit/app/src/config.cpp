@@ -18,12 +18,13 @@
 #include "trainkit/nn/init.h"
 #include "trainkit/nn/models.h"
 
-#include "trainkit/train/early_stopping.h"
+#include "trainkit/train/callbacks/early_stopping.h"
+#include "trainkit/train/callbacks/model_checkpoint.h"
+#include "trainkit/train/callbacks/profiler_trace.h"
+#include "trainkit/train/callbacks/stochastic_weight_averaging.h"
 #include "trainkit/train/ema.h"
-#include "trainkit/train/profiler_trace.h"
 #include "trainkit/train/metric.h"
-#include "trainkit/train/model_checkpoint.h"
-#include "trainkit/train/swa.h"
+#include "trainkit/train/trainer.h"
 
 namespace trainkit::app {
 namespace {
@@ -517,7 +518,7 @@ Config::Config() {
   profile.trace_wait = trace_options.wait();
   profile.record_shapes = trace_options.record_shapes();
   profile.sync = train::TrainerOptions().profile_sync();
-  const train::SwaOptions swa_options;
+  const train::StochasticWeightAveragingOptions swa_options;
   swa.swa_start = swa_options.swa_start();
   swa.swa_lr = swa_options.swa_lr();
   swa.anneal_epochs = swa_options.anneal_epochs();

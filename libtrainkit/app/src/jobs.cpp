@@ -12,7 +12,7 @@
 #include "trainkit/compat.h"
 #include "trainkit/data/transforms.h"
 #include "trainkit/log/metrics.h"
-#include "trainkit/train/model_checkpoint.h"
+#include "trainkit/train/checkpoint.h"
 #include "trainkit/train/summary.h"
 
 namespace trainkit::app {

@@ -16,14 +16,15 @@
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/data/transforms.h"
 #include "trainkit/log/progress.h"
-#include "trainkit/nn/checkpoint.h"
+#include "trainkit/nn/activation_checkpoint.h"
 #include "trainkit/nn/init.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/nn/resnet.h"
-#include "trainkit/train/early_stopping.h"
-#include "trainkit/train/layer_norms.h"
-#include "trainkit/train/model_checkpoint.h"
-#include "trainkit/train/profiler_trace.h"
+#include "trainkit/train/callbacks/early_stopping.h"
+#include "trainkit/train/callbacks/model_checkpoint.h"
+#include "trainkit/train/callbacks/norm_monitor.h"
+#include "trainkit/train/callbacks/profiler_trace.h"
+#include "trainkit/train/callbacks/trainer_checkpoint.h"
 
 namespace trainkit::app {
 namespace {
@@ -229,7 +230,7 @@ void attach_precision(Run& run, const Config& config, const std::string& source)
   }
 }
 
-/// The hooks whose state is in checkpoints: added before CheckpointCallback, so that a checkpoint holds
+/// The hooks whose state is in checkpoints: added before TrainerCheckpoint, so that a checkpoint holds
 /// their update of the same step or epoch.
 void attach_hooks(Run& run, const Config& config, const RunOptions& options, const std::string& source) {
   const auto check_monitor = [&](const std::string& key, const std::string& monitor) {
@@ -242,21 +243,23 @@ void attach_hooks(Run& run, const Config& config, const RunOptions& options, con
     }
   };
   if (config.ema.enabled) {
-    run.ema = std::make_shared<train::EmaCallback>(*run.model, train::ModelEmaOptions(config.ema.decay)
-                                                                   .min_decay(config.ema.min_decay)
-                                                                   .update_after_step(config.ema.update_after_step)
-                                                                   .use_warmup(config.ema.use_warmup)
-                                                                   .warmup_gamma(config.ema.warmup_gamma)
-                                                                   .warmup_power(config.ema.warmup_power)
-                                                                   .exclude_buffers(config.ema.exclude_buffers));
+    run.ema = std::make_shared<train::EMAWeightAveraging>(
+        *run.model, train::ModelEmaOptions(config.ema.decay)
+                        .min_decay(config.ema.min_decay)
+                        .update_after_step(config.ema.update_after_step)
+                        .use_warmup(config.ema.use_warmup)
+                        .warmup_gamma(config.ema.warmup_gamma)
+                        .warmup_power(config.ema.warmup_power)
+                        .exclude_buffers(config.ema.exclude_buffers));
     run.trainer->add_callback(run.ema);
   }
   if (config.swa.enabled) {
-    run.swa = std::make_shared<train::SwaCallback>(*run.model, *run.optimizer,
-                                                   train::SwaOptions(config.swa.swa_lr)
-                                                       .swa_start(config.swa.swa_start)
-                                                       .anneal_epochs(config.swa.anneal_epochs)
-                                                       .anneal_strategy(config.swa.anneal_strategy));
+    run.swa = std::make_shared<train::StochasticWeightAveraging>(
+        *run.model, *run.optimizer,
+        train::StochasticWeightAveragingOptions(config.swa.swa_lr)
+            .swa_start(config.swa.swa_start)
+            .anneal_epochs(config.swa.anneal_epochs)
+            .anneal_strategy(config.swa.anneal_strategy));
     run.trainer->add_callback(run.swa);
   }
   if (config.early_stopping.enabled) {
@@ -291,24 +294,25 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
   std::filesystem::create_directories(options.dir());
   run.metrics = std::make_shared<log::MetricsWriter>(
       options.dir(), options.append_metrics(), config.train.metrics,
-      train::LoggingCallback::monitor_columns(*run.optimizer, config.grad.clip_norm > 0));
+      train::MetricsLogger::monitor_columns(*run.optimizer, config.grad.clip_norm > 0));
   const std::string progress = options.progress() == "config" ? config.log.progress : options.progress();
   const bool bar = progress == "bar" || (progress == "auto" && log::is_terminal(stderr));
   if (config.log.tensorboard || options.tensorboard()) {
     run.tensorboard = std::make_shared<log::SummaryWriter>(options.dir());
   }
-  run.logging = std::make_shared<train::LoggingCallback>(run.metrics, config.log.every_steps, bar, run.tensorboard);
+  run.logging = std::make_shared<train::MetricsLogger>(run.metrics, config.log.every_steps, bar, run.tensorboard);
   run.trainer->add_callback(run.logging);
   if (config.log.layer_norms) {
-    run.trainer->add_callback(std::make_shared<train::LayerNorms>(
+    run.trainer->add_callback(std::make_shared<train::NormMonitor>(
         *run.model,
-        train::LayerNormsOptions()
+        train::NormMonitorOptions()
             .every_steps(config.log.every_steps)
             .csv_path((std::filesystem::path(options.dir()) / "layer_norms.csv").string())
             .append(options.append_metrics()),
         run.tensorboard));
   }
-  run.trainer->add_callback(std::make_shared<train::CheckpointCallback>(run.checkpoints, config.checkpoint.every_steps));
+  run.trainer->add_callback(
+      std::make_shared<train::TrainerCheckpoint>(run.checkpoints, config.checkpoint.every_steps));
   if (config.profile.trace_steps > 0) {
     run.trainer->add_callback(std::make_shared<train::ProfilerTrace>(
         train::ProfilerTraceOptions((std::filesystem::path(options.dir()) / "trace.json").string())

@@ -32,14 +32,6 @@ void LarsOptions::serialize(torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, fused);
 }
 
-void LarsParamState::serialize(torch::serialize::OutputArchive& archive) const {
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(momentum_buffer);
-}
-
-void LarsParamState::serialize(torch::serialize::InputArchive& archive) {
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(at::Tensor, momentum_buffer);
-}
-
 namespace {
 
 detail::MomentumHyper hyper_of(const LarsOptions& o) {

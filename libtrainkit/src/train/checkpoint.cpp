@@ -163,6 +163,14 @@ void load_checkpoint(const std::string& path, torch::serialize::InputArchive& ar
   }
 }
 
+void save_weights(const torch::nn::Module& module, const std::string& path) {
+  torch::serialize::OutputArchive archive;
+  module.save(archive);
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  write_file_atomic(path, bytes.str());
+}
+
 namespace {
 
 struct Fnv1a {

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "detail/check.h"
@@ -60,13 +59,6 @@ void load_tensors(torch::serialize::InputArchive& archive, std::vector<at::Tenso
     TRAINKIT_CHECK_ARG(t.sizes() == values[i].sizes(), "{}: averaged tensor {} has shape {} in the checkpoint, {} in "
                        "the model", who, i, c10::str(t.sizes()), c10::str(values[i].sizes()));
     values[i].copy_(t);
-  }
-}
-
-void add_eval_metrics(EpochEvent& event, const std::string& prefix, const EvalResult& result) {
-  event.metrics.set(prefix + "loss", result.loss);
-  for (const auto& [name, value] : result.metrics.items()) {
-    event.metrics.set(prefix + name, value);
   }
 }
 
@@ -128,30 +120,5 @@ void ModelEma::set(const torch::nn::Module& model) {
 void ModelEma::save(torch::serialize::OutputArchive& archive) const { save_tensors(archive, values_); }
 
 void ModelEma::load(torch::serialize::InputArchive& archive) { load_tensors(archive, values_, "ModelEma::load"); }
-
-EmaCallback::EmaCallback(const torch::nn::Module& model, ModelEmaOptions options) : ema_(model, options) {}
-
-bool EmaCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
-  ema_.update(trainer.module(), event.step);
-  return false;
-}
-
-EvalResult EmaCallback::evaluate(Trainer& trainer, data::BatchSource& source) {
-  ScopedWeights scope(trainer.module(), ema_.values());
-  return trainer.evaluate(source);
-}
-
-void EmaCallback::on_validation_end(Trainer& trainer, data::BatchSource* val, EpochEvent& event) {
-  if (val == nullptr) {
-    return;
-  }
-  const EvalResult r = evaluate(trainer, *val);
-  add_eval_metrics(event, "val_ema/", r);
-  std::string values;
-  for (const auto& [name, value] : r.metrics.items()) {
-    values += fmt::format(", {} {:.4f}", name, value);
-  }
-  spdlog::info("epoch {} EMA weights: val loss {:.4f}{}", event.epoch + 1, r.loss, values);
-}
 
 }  // namespace trainkit::train

@@ -37,7 +37,7 @@ class MetricsWriter {
  public:
   /// Opens (appending, when `append`) both files in `dir`; writes the CSV header to a new file.
   /// `val_metrics` names the metric columns, `monitor_columns` the monitor columns (e.g. from
-  /// train::LoggingCallback::monitor_columns). Appending to a CSV whose header differs throws
+  /// train::MetricsLogger::monitor_columns). Appending to a CSV whose header differs throws
   /// std::runtime_error naming the file (the file is left as it was).
   MetricsWriter(const std::string& dir, bool append, std::vector<std::string> val_metrics = {"accuracy"},
                 std::vector<std::string> monitor_columns = {});

@@ -11,6 +11,7 @@
 
 #include "trainkit/optim/cyclable_momentum.h"
 #include "trainkit/optim/optimizer_base.h"
+#include "trainkit/optim/sgd.h"
 
 namespace trainkit::optim {
 
@@ -49,15 +50,9 @@ struct LarsOptions : public torch::optim::OptimizerCloneableOptions<LarsOptions>
   void set_cycled_momentum(double momentum) override { momentum_ = momentum; }
 };
 
-/// Per-parameter state of Lars.
-struct LarsParamState : public torch::optim::OptimizerCloneableParamState<LarsParamState> {
-  /// The momentum buffer (created on the first step with momentum).
-  TORCH_ARG(at::Tensor, momentum_buffer);
-
- public:
-  void serialize(torch::serialize::InputArchive& archive) override;
-  void serialize(torch::serialize::OutputArchive& archive) const override;
-};
+/// Lars keeps the same state as Sgd (the momentum buffer; both run detail::momentum_update), saved under
+/// the same key ("momentum_buffer").
+using LarsParamState = SgdParamState;
 
 /// LARS: where weight_decay ≠ 0 (or always_adapt), d = ratio·(g + wd·p) with the trust ratio above (1 where
 /// ‖w‖ or ‖g‖ is 0); then SGD momentum on d and p ← p - lr·d. Use weight_decay_param_groups() to keep

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <torch/nn/module.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
@@ -40,6 +41,10 @@ void save_checkpoint(const std::string& path, torch::serialize::OutputArchive& a
 
 /// Reads and verifies the checkpoint at `path` into `archive`; throws CheckpointError naming the file.
 void load_checkpoint(const std::string& path, torch::serialize::InputArchive& archive);
+
+/// Writes the parameters and buffers of `module` to `path` as `torch::save(module, path)` does (a LibTorch
+/// OutputArchive, read back by `torch::load(module, path)`), atomically (see write_file_atomic).
+void save_weights(const torch::nn::Module& module, const std::string& path);
 
 /// What a checkpoint of Trainer::save holds, reduced to numbers that compare runs with each other.
 struct CheckpointDigest {

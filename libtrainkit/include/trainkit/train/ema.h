@@ -1,7 +1,8 @@
 #pragma once
 /// @file
-/// An exponential moving average of a model's weights with timm's `ModelEmaV3` semantics, and a Trainer
-/// hook that updates it after every optimizer step and evaluates it beside the raw weights.
+/// An exponential moving average of a model's weights with timm's `ModelEmaV3` semantics, and the helpers
+/// every weight average shares (the tensors averaged, swapping them into a module, saving them). Usable in
+/// a hand-written loop; the Trainer hook over it is callbacks/ema_weight_averaging.h.
 
 #include <cstdint>
 #include <optional>
@@ -11,8 +12,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 #include <torch/nn/module.h>
-
-#include "trainkit/train/trainer.h"
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
 namespace trainkit::train {
 
@@ -83,35 +84,10 @@ class ModelEma {
   size_t num_params_ = 0;
 };
 
-/// Updates a ModelEma after every optimizer step (with the step count) and, after each validation,
-/// evaluates the averaged weights on the validation source with the Trainer's forward, loss and metrics,
-/// adding "val_ema/loss" and "val_ema/<metric>" to the epoch's metrics (so EarlyStopping, ModelCheckpoint
-/// and ReduceLROnPlateau can monitor them). Its state is saved under "ema" in the Trainer's checkpoints.
-/// Add it before a CheckpointCallback, so that a checkpoint taken at a step holds that step's update.
-class EmaCallback : public Callback {
- public:
-  /// Averages `model` (the Trainer's module).
-  EmaCallback(const torch::nn::Module& model, ModelEmaOptions options = {});
-  bool on_step_end(Trainer& trainer, const StepEvent& event) override;
-  void on_validation_end(Trainer& trainer, data::BatchSource* val, EpochEvent& event) override;
-  /// Evaluates the averaged weights on `source` (the module's own weights are restored afterwards).
-  EvalResult evaluate(Trainer& trainer, data::BatchSource& source);
-  ModelEma& ema() { return ema_; }
-
-  std::string state_key() const override { return "ema"; }
-  void save(torch::serialize::OutputArchive& archive) const override { ema_.save(archive); }
-  void load(torch::serialize::InputArchive& archive) override { ema_.load(archive); }
-
- private:
-  ModelEma ema_;
-};
-
 /// Saves `values` under "count" and "tensor/<i>"; shared by the averaging components.
 void save_tensors(torch::serialize::OutputArchive& archive, const std::vector<at::Tensor>& values);
 /// Copies what save_tensors() wrote into `values` in place; throws std::invalid_argument naming `who`
 /// when count or shapes differ.
 void load_tensors(torch::serialize::InputArchive& archive, std::vector<at::Tensor>& values, const std::string& who);
-/// Adds `prefix` + "loss" and `prefix` + each metric of `result` to `event.metrics`.
-void add_eval_metrics(EpochEvent& event, const std::string& prefix, const EvalResult& result);
 
 }  // namespace trainkit::train

@@ -1,7 +1,8 @@
 #pragma once
 /// @file
 /// Stochastic Weight Averaging (Izmailov et al. 2018, arXiv 1803.05407) with the semantics of
-/// `torch.optim.swa_utils`: AveragedModel, SWALR and update_bn, and a Trainer hook that runs them.
+/// `torch.optim.swa_utils`: AveragedModel, SWALR and update_bn. Usable in a hand-written loop; the Trainer
+/// hook that runs them is callbacks/stochastic_weight_averaging.h.
 
 #include <cstdint>
 #include <functional>
@@ -12,11 +13,12 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 #include <torch/nn/module.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
 #include "trainkit/data/batch_source.h"
 #include "trainkit/sched/scheduler.h"
 #include "trainkit/train/task.h"
-#include "trainkit/train/trainer.h"
 
 namespace trainkit::train {
 
@@ -90,49 +92,5 @@ class SWALR : public sched::LRScheduler {
 /// `forward` in train mode without gradients over epoch 0 of `source` with momentum None (a cumulative
 /// average), and restores the momenta and the training mode. Does nothing without BatchNorm.
 void update_bn(torch::nn::Module& module, const ForwardFn& forward, data::BatchSource& source);
-
-/// Options of SwaCallback.
-struct SwaOptions {
-  SwaOptions() = default;
-  explicit SwaOptions(double swa_lr) : swa_lr_(swa_lr) {}
-  /// First epoch (0-based) whose end is averaged in.
-  TORCH_ARG(int64_t, swa_start) = 0;
-  /// SWALR's target LR (every param group); 0 = leave the LR to the Trainer's scheduler.
-  TORCH_ARG(double, swa_lr) = 0.0;
-  /// SWALR's anneal_epochs.
-  TORCH_ARG(int64_t, anneal_epochs) = 10;
-  /// SWALR's anneal_strategy.
-  TORCH_ARG(std::string, anneal_strategy) = "cos";
-};
-
-/// SWA as a Trainer hook. After the validation of every epoch e >= swa_start the model is averaged in
-/// (AveragedModel, equal weights) and, when swa_lr > 0, SWALR steps (created at the first such epoch on the
-/// groups' LRs then): from then on SWALR owns the LR — the hook writes SWALR's LR back after every
-/// optimizer step and epoch end, overriding the Trainer's scheduler, as PyTorch's recipe steps
-/// `swa_scheduler` instead of `scheduler`. The averaged weights are not evaluated per epoch (BatchNorm
-/// statistics would need update_bn each time); use ScopedWeights + update_bn + Trainer::evaluate at the end.
-/// State (average, count, SWALR) is saved under "swa" in the Trainer's checkpoints.
-class SwaCallback : public Callback {
- public:
-  /// Averages `model` (the Trainer's module); SWALR drives `optimizer`.
-  SwaCallback(const torch::nn::Module& model, torch::optim::Optimizer& optimizer, SwaOptions options = {});
-  bool on_step_end(Trainer& trainer, const StepEvent& event) override;
-  void on_validation_end(Trainer& trainer, data::BatchSource* val, EpochEvent& event) override;
-  bool on_epoch_end(Trainer& trainer, const EpochEvent& event) override;
-  AveragedModel& averaged() { return averaged_; }
-  /// The SWALR, once SWA has begun with swa_lr > 0 (else null).
-  SWALR* scheduler() { return swalr_.get(); }
-
-  std::string state_key() const override { return "swa"; }
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
-
- private:
-  void apply_swa_lr();
-  torch::optim::Optimizer& optimizer_;
-  SwaOptions options_;
-  AveragedModel averaged_;
-  std::unique_ptr<SWALR> swalr_;
-};
 
 }  // namespace trainkit::train

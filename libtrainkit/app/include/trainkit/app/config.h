@@ -100,7 +100,7 @@ struct EarlyStoppingConfig {
   bool check_finite = true;
 };
 
-/// `[ema]`: train::EmaCallback; defaults from train::ModelEmaOptions (Config's constructor).
+/// `[ema]`: train::EMAWeightAveraging; defaults from train::ModelEmaOptions (Config's constructor).
 struct EmaConfig {
   bool enabled = false;
   double decay = 0;
@@ -112,7 +112,8 @@ struct EmaConfig {
   bool exclude_buffers = false;
 };
 
-/// `[swa]`: train::SwaCallback; defaults from train::SwaOptions (Config's constructor).
+/// `[swa]`: train::StochasticWeightAveraging; defaults from train::StochasticWeightAveragingOptions (Config's
+/// constructor).
 struct SwaConfig {
   bool enabled = false;
   int64_t swa_start = 0;

@@ -20,10 +20,10 @@
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/summary_writer.h"
 #include "trainkit/sched/factory.h"
-#include "trainkit/train/callbacks.h"
+#include "trainkit/train/callbacks/ema_weight_averaging.h"
+#include "trainkit/train/callbacks/metrics_logger.h"
+#include "trainkit/train/callbacks/stochastic_weight_averaging.h"
 #include "trainkit/train/checkpoint.h"
-#include "trainkit/train/ema.h"
-#include "trainkit/train/swa.h"
 #include "trainkit/train/trainer.h"
 #if TRAINKIT_WITH_DISTRIBUTED
 #include "trainkit/dist/ddp.h"
@@ -77,9 +77,9 @@ struct Run {
   std::shared_ptr<train::CheckpointManager> checkpoints;  ///< null without a run directory
   std::shared_ptr<log::MetricsWriter> metrics;            ///< main rank with a run directory
   std::shared_ptr<log::SummaryWriter> tensorboard;        ///< when TensorBoard is on
-  std::shared_ptr<train::LoggingCallback> logging;        ///< main rank with a run directory
-  std::shared_ptr<train::EmaCallback> ema;                ///< when ema.enabled
-  std::shared_ptr<train::SwaCallback> swa;                ///< when swa.enabled
+  std::shared_ptr<train::MetricsLogger> logging;          ///< main rank with a run directory
+  std::shared_ptr<train::EMAWeightAveraging> ema;         ///< when ema.enabled
+  std::shared_ptr<train::StochasticWeightAveraging> swa;  ///< when swa.enabled
 #if TRAINKIT_WITH_DISTRIBUTED
   std::shared_ptr<dist::ProcessGroup> group;               ///< set when distributed
   std::unique_ptr<dist::DistributedDataParallel> ddp;     ///< set when distributed

@@ -1,4 +1,4 @@
-#include "trainkit/train/profiler_trace.h"
+#include "trainkit/train/callbacks/profiler_trace.h"
 
 #include <filesystem>
 #include <set>

@@ -1,4 +1,4 @@
-#include "trainkit/train/model_checkpoint.h"
+#include "trainkit/train/callbacks/model_checkpoint.h"
 
 #include <cmath>
 #include <filesystem>
@@ -9,18 +9,10 @@
 #include <torch/torch.h>
 
 #include "trainkit/train/checkpoint.h"
-#include "trainkit/train/early_stopping.h"
+#include "trainkit/train/trainer.h"
 #include "detail/check.h"
 
 namespace trainkit::train {
-
-void save_weights(const torch::nn::Module& module, const std::string& path) {
-  torch::serialize::OutputArchive archive;
-  module.save(archive);
-  std::ostringstream bytes;
-  archive.save_to(bytes);
-  write_file_atomic(path, bytes.str());
-}
 
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) {
   TRAINKIT_CHECK_ARG(options_.mode() == "min" || options_.mode() == "max",

@@ -8,7 +8,7 @@
 
 #include <torch/arg.h>
 
-#include "trainkit/train/trainer.h"
+#include "trainkit/train/callback.h"
 
 namespace trainkit::train {
 
@@ -72,9 +72,5 @@ class EarlyStopping : public Callback {
   int64_t stopped_epoch_ = -1;
   std::string reason_;
 };
-
-/// The value of `monitor` in `event.metrics`; throws std::invalid_argument naming `who`, the epoch and the
-/// metrics there are when it is missing.
-double monitored_value(const EpochEvent& event, const std::string& monitor, const std::string& who);
 
 }  // namespace trainkit::train

@@ -1,6 +1,7 @@
 #pragma once
 /// @file
-/// Ready-made Trainer hooks: metrics files + console output, and periodic checkpoints.
+/// A Trainer hook that writes training metrics to metrics files, the console (or a progress bar) and
+/// TensorBoard.
 
 #include <chrono>
 #include <cstdint>
@@ -9,12 +10,13 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
 
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/progress.h"
 #include "trainkit/log/summary_writer.h"
-#include "trainkit/train/checkpoint.h"
-#include "trainkit/train/trainer.h"
+#include "trainkit/train/callback.h"
+#include "trainkit/train/step_times.h"
 
 namespace trainkit::train {
 
@@ -27,14 +29,14 @@ namespace trainkit::train {
 /// gradient norm that clipping computed (train/grad_norm, when grad-norm clipping is on) and what hooks add to
 /// the epoch's metrics (val_ema/loss, ...).
 /// Reads the loss from the device only at those points.
-class LoggingCallback : public Callback {
+class MetricsLogger : public Callback {
  public:
   /// The monitor columns that the train rows fill for `optimizer`, for MetricsWriter: `lr_group_<i>` for
   /// every param group, `momentum_group_<i>` (momentum or beta1) for those that have one, and `grad_norm`
   /// when `grad_norm` (the Trainer clips by norm).
   static std::vector<std::string> monitor_columns(const torch::optim::Optimizer& optimizer, bool grad_norm);
   /// `metrics` and `tensorboard` may be null.
-  LoggingCallback(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar,
+  MetricsLogger(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar,
                   std::shared_ptr<log::SummaryWriter> tensorboard = nullptr);
   void on_train_begin(Trainer& trainer) override;
   bool on_step_end(Trainer& trainer, const StepEvent& event) override;
@@ -68,23 +70,6 @@ class LoggingCallback : public Callback {
   double last_rate_ = 0;
   Clock::time_point last_;
   std::vector<StepTimes> epoch_times_;
-};
-
-/// Saves the Trainer through a CheckpointManager every `every_steps` steps (0 = never mid-epoch), at each
-/// epoch end, and when training ends (unless that step is already saved).
-class CheckpointCallback : public Callback {
- public:
-  CheckpointCallback(std::shared_ptr<CheckpointManager> manager, int64_t every_steps);
-  void on_train_begin(Trainer& trainer) override;
-  bool on_step_end(Trainer& trainer, const StepEvent& event) override;
-  bool on_epoch_end(Trainer& trainer, const EpochEvent& event) override;
-  void on_train_end(Trainer& trainer) override;
-
- private:
-  void write_checkpoint(Trainer& trainer);  // (not `save`: that would hide Callback::save)
-  std::shared_ptr<CheckpointManager> manager_;
-  int64_t every_steps_;
-  int64_t last_saved_step_ = -1;
 };
 
 }  // namespace trainkit::train

@@ -1,8 +1,7 @@
-#include "trainkit/train/early_stopping.h"
+#include "trainkit/train/callbacks/early_stopping.h"
 
 #include <cmath>
 #include <limits>
-#include <stdexcept>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -11,18 +10,6 @@
 #include "detail/check.h"
 
 namespace trainkit::train {
-
-double monitored_value(const EpochEvent& event, const std::string& monitor, const std::string& who) {
-  if (const auto v = event.metrics.find(monitor)) {
-    return *v;
-  }
-  std::string names;
-  for (const auto& [name, value] : event.metrics.items()) {
-    names += (names.empty() ? "" : ", ") + name;
-  }
-  throw std::invalid_argument(fmt::format("{}: monitored metric \"{}\" was not measured in epoch {} (there are: {})",
-                                          who, monitor, event.epoch, names));
-}
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(options)) {
   TRAINKIT_CHECK_ARG(options_.mode() == "min" || options_.mode() == "max",

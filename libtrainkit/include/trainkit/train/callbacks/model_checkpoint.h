@@ -1,8 +1,9 @@
 #pragma once
 /// @file
 /// Keeps the best K models by a monitored metric (PyTorch Lightning's `ModelCheckpoint` rules) as
-/// weights-only files that plain LibTorch loads with `torch::load(model, path)`. The resumable checkpoints
-/// (model, optimizer, schedulers, hooks) stay CheckpointManager's, which keeps the last K by step.
+/// weights-only files (save_weights, train/checkpoint.h) that plain LibTorch loads with
+/// `torch::load(model, path)`. The resumable checkpoints (model, optimizer, schedulers, hooks) are
+/// TrainerCheckpoint's, through a CheckpointManager that keeps the last K by step.
 
 #include <cstdint>
 #include <string>
@@ -10,15 +11,10 @@
 #include <vector>
 
 #include <torch/arg.h>
-#include <torch/nn/module.h>
 
-#include "trainkit/train/trainer.h"
+#include "trainkit/train/callback.h"
 
 namespace trainkit::train {
-
-/// Writes the parameters and buffers of `module` to `path` as `torch::save(module, path)` does (a LibTorch
-/// OutputArchive, read back by `torch::load(module, path)`), atomically (see write_file_atomic).
-void save_weights(const torch::nn::Module& module, const std::string& path);
 
 /// Options of ModelCheckpoint; names and defaults are Lightning's where it has them.
 struct ModelCheckpointOptions {

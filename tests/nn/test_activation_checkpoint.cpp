@@ -6,7 +6,7 @@
 
 #include "support.h"
 #include "trainkit/compat.h"
-#include "trainkit/nn/checkpoint.h"
+#include "trainkit/nn/activation_checkpoint.h"
 
 using trainkit::nn::checkpoint;
 using trainkit::nn::checkpoint_options_for;

@@ -1,10 +1,11 @@
-#include "trainkit/train/callbacks.h"
+#include "trainkit/train/callbacks/metrics_logger.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "trainkit/sched/cyclic.h"
+#include "trainkit/train/trainer.h"
 #include "detail/check.h"
 
 namespace trainkit::train {
@@ -39,7 +40,7 @@ std::vector<std::pair<std::string, double>> monitor_values(Trainer& trainer) {
 
 }  // namespace
 
-std::vector<std::string> LoggingCallback::monitor_columns(const torch::optim::Optimizer& optimizer, bool grad_norm) {
+std::vector<std::string> MetricsLogger::monitor_columns(const torch::optim::Optimizer& optimizer, bool grad_norm) {
   std::vector<std::string> out;
   for (const auto& [name, value] : group_monitors(optimizer)) {
     out.push_back(name);
@@ -50,13 +51,13 @@ std::vector<std::string> LoggingCallback::monitor_columns(const torch::optim::Op
   return out;
 }
 
-LoggingCallback::LoggingCallback(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar,
+MetricsLogger::MetricsLogger(std::shared_ptr<log::MetricsWriter> metrics, int64_t every_steps, bool bar,
                                  std::shared_ptr<log::SummaryWriter> tensorboard)
     : metrics_(std::move(metrics)), tensorboard_(std::move(tensorboard)), every_steps_(every_steps), bar_(bar) {
-  TRAINKIT_CHECK_ARG(every_steps_ >= 1, "LoggingCallback: invalid every_steps: {}", every_steps_);
+  TRAINKIT_CHECK_ARG(every_steps_ >= 1, "MetricsLogger: invalid every_steps: {}", every_steps_);
 }
 
-void LoggingCallback::on_train_begin(Trainer&) {
+void MetricsLogger::on_train_begin(Trainer&) {
   epoch_times_.clear();
   interval_loss_ = torch::zeros({}, torch::kFloat64);
   interval_steps_ = interval_samples_ = 0;
@@ -64,7 +65,7 @@ void LoggingCallback::on_train_begin(Trainer&) {
   last_ = Clock::now();
 }
 
-bool LoggingCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
+bool MetricsLogger::on_step_end(Trainer& trainer, const StepEvent& event) {
   const auto now = Clock::now();
   const double dt = std::chrono::duration<double>(now - last_).count();
   interval_seconds_ += dt;
@@ -121,7 +122,7 @@ bool LoggingCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
   return false;
 }
 
-bool LoggingCallback::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
+bool MetricsLogger::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
   progress_.finish();
   log::MetricRow row;
   row.kind = "epoch";
@@ -166,7 +167,7 @@ bool LoggingCallback::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
   return false;
 }
 
-StepTimes LoggingCallback::step_times() const {
+StepTimes MetricsLogger::step_times() const {
   StepTimes sum;
   for (const StepTimes& t : epoch_times_) {
     sum += t;
@@ -174,45 +175,13 @@ StepTimes LoggingCallback::step_times() const {
   return sum;
 }
 
-void LoggingCallback::on_train_end(Trainer& trainer) {
+void MetricsLogger::on_train_end(Trainer& trainer) {
   if (trainer.state().batch > 0 && trainer.epoch_times().steps > 0) {  // stopped mid-epoch
     epoch_times_.push_back(trainer.epoch_times());
   }
   progress_.finish();
   if (tensorboard_) {
     tensorboard_->flush();
-  }
-}
-
-CheckpointCallback::CheckpointCallback(std::shared_ptr<CheckpointManager> manager, int64_t every_steps)
-    : manager_(std::move(manager)), every_steps_(every_steps) {}
-
-void CheckpointCallback::write_checkpoint(Trainer& trainer) {
-  torch::serialize::OutputArchive archive;
-  trainer.save(archive);
-  const std::string path = manager_->save(trainer.state().step, archive);
-  last_saved_step_ = trainer.state().step;
-  spdlog::debug("saved checkpoint {}", path);
-}
-
-void CheckpointCallback::on_train_begin(Trainer& trainer) { last_saved_step_ = trainer.state().step; }
-
-bool CheckpointCallback::on_step_end(Trainer& trainer, const StepEvent& event) {
-  // The last batch of an epoch is saved by on_epoch_end, after validation, pointing at the next epoch.
-  if (every_steps_ > 0 && event.step % every_steps_ == 0 && !event.last_of_epoch) {
-    write_checkpoint(trainer);
-  }
-  return false;
-}
-
-bool CheckpointCallback::on_epoch_end(Trainer& trainer, const EpochEvent&) {
-  write_checkpoint(trainer);
-  return false;
-}
-
-void CheckpointCallback::on_train_end(Trainer& trainer) {
-  if (trainer.state().step != last_saved_step_) {
-    write_checkpoint(trainer);
   }
 }
 

@@ -1,4 +1,4 @@
-#include "trainkit/train/layer_norms.h"
+#include "trainkit/train/callbacks/norm_monitor.h"
 
 #include <cmath>
 #include <filesystem>
@@ -8,18 +8,19 @@
 #include <torch/torch.h>
 
 #include "trainkit/amp/grad_scaler.h"
+#include "trainkit/train/trainer.h"
 #include "detail/check.h"
 
 namespace trainkit::train {
 
-LayerNorms::LayerNorms(const torch::nn::Module& module, LayerNormsOptions options,
+NormMonitor::NormMonitor(const torch::nn::Module& module, NormMonitorOptions options,
                        std::shared_ptr<log::SummaryWriter> tensorboard)
     : options_(std::move(options)), tensorboard_(std::move(tensorboard)) {
-  TRAINKIT_CHECK_ARG(options_.every_steps() >= 1, "LayerNorms: invalid every_steps: {}", options_.every_steps());
+  TRAINKIT_CHECK_ARG(options_.every_steps() >= 1, "NormMonitor: invalid every_steps: {}", options_.every_steps());
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     params_.emplace_back(item.key(), item.value());
   }
-  TRAINKIT_CHECK_ARG(!params_.empty(), "LayerNorms: the module has no parameters");
+  TRAINKIT_CHECK_ARG(!params_.empty(), "NormMonitor: the module has no parameters");
   if (!options_.csv_path().empty()) {
     const std::filesystem::path path(options_.csv_path());
     const bool fresh = !options_.append() || !std::filesystem::exists(path) || std::filesystem::file_size(path) == 0;
@@ -33,7 +34,7 @@ LayerNorms::LayerNorms(const torch::nn::Module& module, LayerNormsOptions option
   }
 }
 
-void LayerNorms::on_before_optimizer_step(Trainer& trainer) {
+void NormMonitor::on_before_optimizer_step(Trainer& trainer) {
   const int64_t step = trainer.state().step + 1;  // the step about to be taken
   if (step % options_.every_steps() != 0) {
     return;
@@ -59,18 +60,18 @@ void LayerNorms::on_before_optimizer_step(Trainer& trainer) {
   const auto values = all.accessor<double, 1>();
   last_.clear();
   for (size_t i = 0; i < params_.size(); ++i) {
-    last_.push_back(LayerNorm{params_[i].first, values[static_cast<int64_t>(2 * i)] * grad_factor,
+    last_.push_back(ParameterNorms{params_[i].first, values[static_cast<int64_t>(2 * i)] * grad_factor,
                               values[static_cast<int64_t>(2 * i + 1)]});
   }
   last_step_ = step;
   if (csv_.is_open()) {
-    for (const LayerNorm& n : last_) {
+    for (const ParameterNorms& n : last_) {
       csv_ << fmt::format("{},{},{:.9g},{:.9g}\n", step, n.name, n.grad_norm, n.param_norm);
     }
     csv_.flush();
   }
   if (tensorboard_) {
-    for (const LayerNorm& n : last_) {
+    for (const ParameterNorms& n : last_) {
       if (!std::isnan(n.grad_norm)) {
         tensorboard_->add_scalar("norms/grad/" + n.name, n.grad_norm, step);
       }

@@ -11,7 +11,7 @@
 
 #include <torch/arg.h>
 
-#include "trainkit/train/trainer.h"
+#include "trainkit/train/callback.h"
 
 namespace trainkit::train {
 

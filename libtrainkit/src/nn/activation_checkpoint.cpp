@@ -1,4 +1,4 @@
-#include "trainkit/nn/checkpoint.h"
+#include "trainkit/nn/activation_checkpoint.h"
 
 #include <algorithm>
 #include <mutex>
