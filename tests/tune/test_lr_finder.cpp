@@ -116,6 +116,41 @@ TEST_CASE("steepest suggestion equals torch-lr-finder's on the same loss series"
   }
 }
 
+// fastai's `valley` (fastai/callback/schedule.py, the default suggestion of Learner.lr_find), applied by
+// hand to fixed traces. With lds[i] the length of the longest decreasing subsequence ending at i, fastai
+// moves max_end to i whenever lds[i] exceeds lds[max_end] (checked inside the inner loop) and sets
+// max_start = max_end - lds[max_end], one before the valley's first point; then
+// idx = max_start + int(s) + int(s / 2) with s = (max_end - max_start) / 3. trainkit applies it to the whole
+// smoothed curve (fastai's lr_find first drops the first num_it/10 and the last 5 points; the caller's
+// start_lr and end_lr play that part here). No Python oracle: fastai is not a test dependency (it pulls
+// torchvision and spaCy); the expected indices below are derived by hand, step by step in each comment.
+TEST_CASE("valley suggestion follows fastai's algorithm on fixed traces", "[tune][lr_finder]") {
+  const auto suggest = [](const std::vector<double>& losses) {
+    tune::LRFinderResult r;
+    for (size_t i = 0; i < losses.size(); ++i) {
+      r.lrs.push_back(1e-5 * std::pow(10.0, static_cast<double>(i) / 2));
+    }
+    r.smoothed_losses = losses;
+    r.losses = losses;
+    const auto s = tune::suggest_valley(r);
+    REQUIRE(s.has_value());
+    CHECK(s->method == "valley");
+    CHECK(s->lr == r.lrs[static_cast<size_t>(s->index)]);
+    return s->index;
+  };
+  // lds = 1 2 1 3 4 1 5 6 1 1: the valley ends at 7 (lds 6), max_start = 7 - 6 = 1; s = 6/3 = 2;
+  // idx = 1 + 2 + 1 = 4.
+  CHECK(suggest({5, 4, 6, 3, 2.5, 7, 2, 1.5, 8, 9}) == 4);
+  // Strictly decreasing over 10 points: max_end = 9, max_start = 9 - 10 = -1; s = 10/3; idx = -1 + 3 + 1 = 3.
+  CHECK(suggest({10, 9, 8, 7, 6, 5, 4, 3, 2, 1}) == 3);
+  // The longest valley is the second one (5 → 3.1, lds 6 at index 8 against 3 at index 2): max_start =
+  // 8 - 6 = 2; s = 2; idx = 2 + 2 + 1 = 5.
+  CHECK(suggest({3, 2, 1, 5, 4.5, 4, 3.5, 3.2, 3.1, 6}) == 5);
+  // Two decreasing points: max_start = -1, s = 2/3, idx = -1, which Python reads as the last element;
+  // trainkit clamps it to the first point instead (the one place it departs from fastai).
+  CHECK(suggest({2, 1}) == 0);
+}
+
 TEST_CASE("the range test restores model, optimizer and RNG bitwise", "[tune][lr_finder]") {
   auto loader = toy_loader();
   torch::manual_seed(4);
