@@ -205,26 +205,55 @@ TEST_CASE("ParallelLoader reports a failing sample by epoch, batch and index, an
 }
 
 TEST_CASE("ParallelLoader stops its workers when the consumer stops early", "[data][parallel]") {
+  // At most num_workers * prefetch_factor batches are dispatched ahead of the consumer, those being loaded
+  // included: after `read` batches have been read, no more than (read + W * P) * B samples are ever loaded,
+  // however long one waits, and destroying the loader or starting another epoch loads nothing more.
+  constexpr int64_t kWorkers = 4;
+  constexpr int64_t kPrefetch = 4;
+  constexpr int64_t kBatch = 8;
+  constexpr int64_t kRead = 2;
+  const auto window = [](int64_t read) { return (read + kWorkers * kPrefetch) * kBatch; };
+  const auto options = ParallelLoaderOptions().batch_size(kBatch).num_workers(kWorkers).prefetch_factor(kPrefetch);
   std::atomic<int64_t> calls{0};
-  const auto slow = [&calls](int64_t i, at::Generator& gen) {
+  const auto counted = [&calls](int64_t i, at::Generator& gen) {
     ++calls;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return index_sample(i, gen);
   };
-  // 4000 samples of 1 ms: loading them all would take seconds per worker. The deadline below only guards
-  // against a hang (destructors that wait for the whole epoch); it is no speed requirement.
-  const auto start = std::chrono::steady_clock::now();
-  {
-    ParallelLoader loader(4000, slow, ParallelLoaderOptions().batch_size(8).num_workers(4).prefetch_factor(4));
-    REQUIRE(loader.next());
-    REQUIRE(loader.next());
+  // The workers fill the window (samples take microseconds); the deadline only turns a hang into a failure.
+  const auto wait_until = [&calls](int64_t count) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (calls.load() < count && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::yield();
+    }
+  };
+  SECTION("destroyed after two batches") {
+    {
+      ParallelLoader loader(4000, counted, options);
+      for (int64_t b = 0; b < kRead; ++b) {
+        REQUIRE(loader.next());
+      }
+      wait_until(window(kRead));
+      REQUIRE(calls.load() == window(kRead));  // the window is full, and no more than full
+    }
+    CHECK(calls.load() == window(kRead));  // the destructor loaded nothing more
   }
-  calls = 0;
-  {
-    ParallelLoader never_read(4000, slow, ParallelLoaderOptions().num_workers(4));
+  SECTION("a new epoch after two batches") {
+    ParallelLoader loader(4000, counted, options);
+    for (int64_t b = 0; b < kRead; ++b) {
+      REQUIRE(loader.next());
+    }
+    wait_until(window(kRead));
+    REQUIRE(calls.load() == window(kRead));
+    loader.set_epoch(1);  // drops epoch 0's prefetched batches; loads nothing until the next next()
+    CHECK(calls.load() == window(kRead));
+    REQUIRE(loader.next());
+    wait_until(window(kRead) + window(1));
+    CHECK(calls.load() == window(kRead) + window(1));
   }
-  CHECK(calls == 0);  // loading starts at the first next()
-  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));
+  SECTION("never read") {
+    { ParallelLoader never_read(4000, counted, options); }
+    CHECK(calls.load() == 0);  // loading starts at the first next()
+  }
 }
 
 TEST_CASE("ParallelLoader's workers use one intra-op thread and leave the caller's setting", "[data][parallel]") {
