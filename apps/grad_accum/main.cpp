@@ -33,11 +33,14 @@ int main(int argc, char** argv) {
   int64_t accumulation = 4;
   int64_t steps = 200;
   int64_t report_every = 20;
+  double max_diff = -1;
   app.add_option("--data-dir", data_dir, "Fashion-MNIST directory")->capture_default_str();
   app.add_option("--micro-batch", micro, "Micro-batch size")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--accumulation-steps", accumulation, "Micro-batches per step")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--report-every", report_every, "Print every N steps")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-diff", max_diff,
+                 "Exit with 1 when the final max |param diff| between the two runs exceeds this (off when < 0)");
   CLI11_PARSE(app, argc, argv);
   trainkit::app::set_log_level("info");
 
@@ -90,6 +93,13 @@ int main(int argc, char** argv) {
         std::printf("%6lld %14.6f %14.6f %16.3e\n", static_cast<long long>(s + 1), loss_big.item<double>(), loss_acc,
                     max_param_diff(model_big, model_acc));
       }
+    }
+    const double final_diff = max_param_diff(model_big, model_acc);
+    std::printf("final max |param diff| after %lld steps: %.3e\n", static_cast<long long>(n_steps), final_diff);
+    if (max_diff >= 0 && !(final_diff <= max_diff)) {
+      std::fprintf(stderr, "grad_accum: the accumulated run departs from the big-batch run by %.3e > --max-diff %.3e\n",
+                   final_diff, max_diff);
+      return 1;
     }
     return 0;
   });
