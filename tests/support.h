@@ -6,7 +6,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <random>
 #include <sstream>
 #include <cstdint>
@@ -51,12 +50,6 @@ class TempDir {
 /// Path of a file in the source tree.
 inline std::string source_path(const std::string& rel) { return std::string(TRAINKIT_SOURCE_DIR) + "/" + rel; }
 
-/// The whole content of a file as bytes ("" when it cannot be read).
-inline std::string read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 /// The TensorBoard event files (names containing "tfevents") directly in `dir`.
 inline std::vector<std::filesystem::path> event_files(const std::filesystem::path& dir) {
   std::vector<std::filesystem::path> files;
@@ -82,10 +75,9 @@ class WhatContains : public Catch::MatcherBase<std::exception> {
   std::string text_;
 };
 
-/// The directory with Debian's Fashion-MNIST files (installed by scripts/setup.sh).
-/// The whole file at `path` ("" when it cannot be read).
-inline std::string read_text(const std::string& path) {
-  std::ifstream in(path);
+/// The whole file at `path`, byte for byte ("" when it cannot be read).
+inline std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
@@ -100,6 +92,7 @@ inline int64_t count_occurrences(const std::string& text, const std::string& wha
   return n;
 }
 
+/// The directory with Debian's Fashion-MNIST files (installed by scripts/setup.sh).
 inline std::string fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }
 
 }  // namespace trainkit::test

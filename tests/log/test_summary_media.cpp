@@ -18,7 +18,7 @@ using namespace trainkit;
 namespace {
 
 using trainkit::test::event_files;
-using trainkit::test::read_bytes;
+using trainkit::test::read_text;
 
 namespace fs = std::filesystem;
 
@@ -210,7 +210,7 @@ TEST_CASE("SummaryWriter writes image events and an hparams run", "[log][tensorb
 
   const auto main_files = event_files(dir);
   REQUIRE(main_files.size() == 1);
-  const auto events = records(read_bytes(main_files[0]));
+  const auto events = records(read_text(main_files[0]));
   REQUIRE(events.size() == 2);
   // Event{summary(5){value(1){tag(1) "inputs", image(4){height(1) 5, width(2) 24, colorspace(3) 3, png(4)}}}}
   const std::string& e = events[1];
@@ -224,7 +224,7 @@ TEST_CASE("SummaryWriter writes image events and an hparams run", "[log][tensorb
 
   const auto hp_files = event_files(hp_dir);
   REQUIRE(hp_files.size() == 1);
-  const auto hp_events = records(read_bytes(hp_files[0]));
+  const auto hp_events = records(read_text(hp_files[0]));
   REQUIRE(hp_events.size() == 5);  // version, experiment, session start, session end, one metric
   const auto s = log::detail::make_hparams_summaries({{"lr", 0.01}, {"optimizer", "sgd"}, {"bn", false}}, {{"hparam/accuracy", 0.5}});
   CHECK(hp_events[1].find(s.experiment) != std::string::npos);

@@ -21,7 +21,7 @@
 namespace {
 
 using trainkit::test::event_files;
-using trainkit::test::read_bytes;
+using trainkit::test::read_text;
 
 namespace fs = std::filesystem;
 using trainkit::log::SummaryWriter;
@@ -162,7 +162,7 @@ DecodedValue decode_summary_event(const std::string& event) {
 
 /// Copies `src` to `dst` without the last `cut` bytes.
 void truncated_copy(const fs::path& src, const fs::path& dst, size_t cut) {
-  const std::string bytes = read_bytes(src);
+  const std::string bytes = read_text(src);
   REQUIRE(bytes.size() > cut);
   std::ofstream(dst, std::ios::binary) << bytes.substr(0, bytes.size() - cut);
 }
@@ -249,7 +249,7 @@ TEST_CASE("SummaryWriter writes TFRecord-framed events", "[log][tensorboard]") {
   CHECK(name.rfind("events.out.tfevents.", 0) == 0);
   CHECK(name.size() > std::string("events.out.tfevents.1700000000..1.0").size());
 
-  const Records records = read_records(read_bytes(files[0]));
+  const Records records = read_records(read_text(files[0]));
   CHECK(records.crc_ok);
   CHECK_FALSE(records.truncated);
   REQUIRE(records.events.size() == 7);
@@ -318,7 +318,7 @@ TEST_CASE("SummaryWriter writes TFRecord-framed events", "[log][tensorboard]") {
   for (const auto& [sub, value] : std::vector<std::pair<std::string, float>>{{"split_train", 0.5f}, {"split_val", 0.75f}}) {
     const auto sub_files = event_files(fs::path(dir) / sub);
     REQUIRE(sub_files.size() == 1);
-    const Records sub_records = read_records(read_bytes(sub_files[0]));
+    const Records sub_records = read_records(read_text(sub_files[0]));
     CHECK(sub_records.crc_ok);
     REQUIRE(sub_records.events.size() == 2);
     const auto v = decode_summary_event(sub_records.events[1]);
@@ -333,7 +333,7 @@ TEST_CASE("A truncated event file reads up to its last complete record", "[log][
   write_sample(tmp.str("run"));
   const auto files = event_files(tmp.str("run"));
   REQUIRE(files.size() == 1);
-  const std::string bytes = read_bytes(files[0]);
+  const std::string bytes = read_text(files[0]);
   // The last record is the "lr" scalar: cut inside its data, its data CRC and its header.
   for (size_t cut : {size_t{1}, size_t{4}, size_t{10}, size_t{20}}) {
     INFO("cut " << cut << " bytes");
@@ -370,10 +370,10 @@ TEST_CASE("SummaryWriter options and errors", "[log][tensorboard]") {
     CHECK(a.file_path().size() > 6);
     CHECK(a.file_path().substr(a.file_path().size() - 6) == ".rank0");
     a.add_scalar("loss", 0.5, 1);
-    CHECK(read_records(read_bytes(a.file_path())).events.size() == 2);  // flushed without close
+    CHECK(read_records(read_text(a.file_path())).events.size() == 2);  // flushed without close
     b.add_scalar("loss", 0.5, 1);
     b.flush();
-    CHECK(read_records(read_bytes(b.file_path())).events.size() == 2);
+    CHECK(read_records(read_text(b.file_path())).events.size() == 2);
   }
   SECTION("a log_dir that cannot be created names the path") {
     std::ofstream(tmp.path() / "file") << "x";
@@ -390,7 +390,7 @@ TEST_CASE("SummaryWriter options and errors", "[log][tensorboard]") {
       w.add_scalar("loss", 0.5, 1);
       path = w.file_path();
     }
-    CHECK(read_records(read_bytes(path)).events.size() == 2);
+    CHECK(read_records(read_text(path)).events.size() == 2);
   }
 }
 
@@ -416,7 +416,7 @@ TEST_CASE("TensorBoard's Python loader reads SummaryWriter files", "[.tensorboar
                                 out + "\"";
     INFO(command);
     REQUIRE(std::system(command.c_str()) == 0);
-    return read_bytes(out);
+    return read_text(out);
   };
 
   const std::string json = read_back(run);
