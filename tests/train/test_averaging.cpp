@@ -90,6 +90,57 @@ const toml::array& states(const toml::table& g, const std::string& name) { retur
 
 }  // namespace
 
+TEST_CASE("ScopedWeights swaps averaged weights in for its scope and puts the module's own back bit for bit",
+          "[train][ema][swa]") {
+  torch::manual_seed(3);
+  torch::nn::Sequential m = golden_model();
+  const std::vector<at::Tensor> own = [&m] {
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& t : train::weight_tensors(*m)) {
+      out.push_back(t.clone());
+    }
+    return out;
+  }();
+  std::vector<at::Tensor> averaged;
+  for (const at::Tensor& t : own) {
+    averaged.push_back(t.is_floating_point() ? t + 0.25 : t + 1);
+  }
+  const at::Tensor x = torch::randn({5, 3}, torch::kFloat64);
+  m->eval();
+  const at::Tensor own_out = m->forward(x);
+  {
+    train::ScopedWeights scope(*m, averaged);
+    const std::vector<at::Tensor> inside = train::weight_tensors(*m);
+    for (size_t i = 0; i < inside.size(); ++i) {
+      CHECK(torch::equal(inside[i], averaged[i]));
+    }
+    CHECK_FALSE(torch::equal(m->forward(x), own_out));
+  }
+  const std::vector<at::Tensor> after = train::weight_tensors(*m);
+  REQUIRE(after.size() == own.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    CHECK(torch::equal(after[i], own[i]));  // equal() on float64 compares every bit but the NaN payloads
+  }
+  CHECK(torch::equal(m->forward(x), own_out));
+  SECTION("also when the scope is left by an exception") {
+    try {
+      train::ScopedWeights scope(*m, averaged);
+      throw std::runtime_error("evaluation failed");
+    } catch (const std::runtime_error&) {
+    }
+    for (size_t i = 0; i < own.size(); ++i) {
+      CHECK(torch::equal(train::weight_tensors(*m)[i], own[i]));
+    }
+  }
+  SECTION("a list of the wrong length is refused before anything changes") {
+    std::vector<at::Tensor> short_list(averaged.begin(), averaged.end() - 1);
+    CHECK_THROWS_AS(train::ScopedWeights(*m, short_list), std::invalid_argument);
+    for (size_t i = 0; i < own.size(); ++i) {
+      CHECK(torch::equal(train::weight_tensors(*m)[i], own[i]));
+    }
+  }
+}
+
 TEST_CASE("ModelEma follows timm's ModelEmaV3", "[train][ema][golden]") {
   const toml::table g = trainkit::test::golden("train.toml");
   for (const std::string c : {"plain", "warmup", "exclude_buffers"}) {

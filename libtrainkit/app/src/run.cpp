@@ -292,9 +292,15 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
     return;
   }
   std::filesystem::create_directories(options.dir());
-  run.metrics = std::make_shared<log::MetricsWriter>(
-      options.dir(), options.append_metrics(), config.train.metrics,
-      train::MetricsLogger::monitor_columns(*run.optimizer, config.grad.clip_norm > 0));
+  std::vector<std::string> columns = train::MetricsLogger::monitor_columns(*run.optimizer, config.grad.clip_norm > 0);
+  if (config.ema.enabled && config.data.val_size > 0) {  // the EMA weights' validation, in every epoch row
+    columns.emplace_back("val_ema/loss");
+    for (const std::string& metric : config.train.metrics) {
+      columns.push_back("val_ema/" + metric);
+    }
+  }
+  run.metrics = std::make_shared<log::MetricsWriter>(options.dir(), options.append_metrics(), config.train.metrics,
+                                                     std::move(columns));
   const std::string progress = options.progress() == "config" ? config.log.progress : options.progress();
   const bool bar = progress == "bar" || (progress == "auto" && log::is_terminal(stderr));
   if (config.log.tensorboard || options.tensorboard()) {

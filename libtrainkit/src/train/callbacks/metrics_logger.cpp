@@ -130,6 +130,11 @@ bool MetricsLogger::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
   row.epoch = event.epoch;
   row.loss = event.train_loss;
   row.lr = lr_of(trainer);
+  for (const auto& [name, value] : event.metrics.items()) {  // what hooks added (val_ema/loss, ...)
+    if (name.rfind("train/", 0) != 0 && name.rfind("val/", 0) != 0) {
+      row.monitors.emplace_back(name, value);
+    }
+  }
   if (event.val) {
     row.val_loss = event.val->loss;
     row.val_metrics = event.val->metrics.items();
