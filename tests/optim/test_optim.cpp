@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include "detail/kernels.h"
 #include "support.h"
 #include "trainkit/optim.h"
 #include "trainkit/sched/cyclic.h"
@@ -183,6 +184,42 @@ double max_rel_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tens
   return worst;
 }
 
+/// Steps a fused and a reference optimizer made by `make` over copies of the same random parameters of
+/// `shapes` (of `dtype`, rounded from float32 for bfloat16/float16) for six steps; returns (fused, reference).
+std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> fused_and_reference(
+    const Factory& make, const std::vector<std::vector<int64_t>>& shapes, at::ScalarType dtype) {
+  const bool lowp = dtype == at::kBFloat16 || dtype == at::kHalf;
+  auto a = random_params(shapes, lowp ? at::kFloat : dtype, 3);
+  if (lowp) {
+    for (auto& p : a) {
+      p = p.detach().to(dtype).requires_grad_();
+    }
+  }
+  auto b = clones(a);
+  auto fused = make(a, true);
+  auto reference = make(b, false);
+  for (int step = 0; step < 6; ++step) {
+    set_grads(a, step);
+    set_grads(b, step);
+    fused->step();
+    reference->step();
+  }
+  return {a, b};
+}
+
+/// Both compute in float32 and round once per step; a float32 result one ulp apart can round to
+/// neighbouring low-precision values, so one ulp of the parameter dtype (2^-7 / 2^-10 relative) is allowed.
+void check_within_one_lowp_ulp(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  const double ulp = a[0].scalar_type() == at::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto fa = a[i].detach().to(at::kFloat);
+    const auto fb = b[i].detach().to(at::kFloat);
+    INFO("parameter " << i);
+    CHECK(((fa - fb).abs() <= fb.abs() * ulp + 1e-30).all().item<bool>());
+  }
+}
+
 /// Runs golden case `c` of optim.toml's setup (shapes, initial values, two groups) with parameters of
 /// `dtype`, comparing every recorded step with the oracle's values within `tol` (relative). Returns the
 /// parameters and the optimizer for further checks.
@@ -257,18 +294,55 @@ TEST_CASE("fused kernels equal the ATen reference path on many tensors and chunk
   for (const auto& [name, make] : factories()) {
     for (const auto dtype : {at::kFloat, at::kDouble}) {
       DYNAMIC_SECTION(name << (dtype == at::kFloat ? " float32" : " float64")) {
-        auto a = random_params(shapes, dtype, 3);
-        auto b = clones(a);
-        auto fused = make(a, true);
-        auto reference = make(b, false);
-        for (int step = 0; step < 6; ++step) {
-          set_grads(a, step);
-          set_grads(b, step);
-          fused->step();
-          reference->step();
-        }
+        const auto [a, b] = fused_and_reference(make, shapes, dtype);
         const double tol = dtype == at::kFloat ? 2e-5 : 1e-12;
         CHECK(max_rel_diff(a, b) <= tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("every kernel build and work split equals the reference path", "[optim][fused][kernels]") {
+  // The baseline x86-64 kernels (what a CPU without AVX2/FMA/F16C runs, float16 conversion in software
+  // included) and the three splits of for_each_even, on three threads so that splits cut tensors.
+  using trainkit::detail::SplitMode;
+  const int threads_before = at::get_num_threads();
+  struct Restore {
+    int threads;
+    ~Restore() {
+      trainkit::detail::set_kernel_choices(true, SplitMode::kContiguous);
+      at::set_num_threads(threads);
+    }
+  } restore{threads_before};
+  at::set_num_threads(3);
+  std::vector<std::vector<int64_t>> shapes(40, std::vector<int64_t>{7, 5});
+  shapes.push_back({70001});  // three chunks of kChunkGrain
+  shapes.push_back({3});
+  const std::vector<std::pair<const char*, SplitMode>> splits{
+      {"chunks", SplitMode::kChunks}, {"contiguous", SplitMode::kContiguous}, {"per-tensor", SplitMode::kPerTensor}};
+  for (const bool avx2 : {false, true}) {
+    for (const auto& [split_name, split] : splits) {
+      for (const auto dtype : {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf}) {
+        const bool lowp = dtype == at::kBFloat16 || dtype == at::kHalf;
+        const auto all = factories();
+        // LARS's and LAMB's trust ratios come from norms of the rounded parameters, which the two paths
+        // reduce in different orders: no one-ulp bound holds for them in bfloat16/float16.
+        const std::vector<std::pair<std::string, Factory>> makers(all.begin(), lowp ? all.begin() + 5 : all.end());
+        for (const auto& [name, make] : makers) {
+          DYNAMIC_SECTION((avx2 ? "avx2 " : "baseline ") << split_name << " " << c10::toString(dtype) << " " << name) {
+            trainkit::detail::set_kernel_choices(avx2, split);
+            if (!avx2) {
+              REQUIRE_FALSE(trainkit::detail::kernels_use_avx2());  // the switch reaches the dispatch
+            }
+            REQUIRE(trainkit::detail::split_mode() == split);
+            const auto [a, b] = fused_and_reference(make, shapes, dtype);
+            if (lowp) {
+              check_within_one_lowp_ulp(a, b);
+            } else {
+              CHECK(max_rel_diff(a, b) <= (dtype == at::kFloat ? 2e-5 : 1e-12));
+            }
+          }
+        }
       }
     }
   }
@@ -317,28 +391,8 @@ TEST_CASE("fused kernels on bfloat16/float16 parameters equal the float32 refere
   for (const auto& [name, make] : makers) {
     for (const auto dtype : {at::kBFloat16, at::kHalf}) {
       DYNAMIC_SECTION(name << (dtype == at::kBFloat16 ? " bfloat16" : " float16")) {
-        auto a = random_params(shapes, at::kFloat, 3);
-        for (auto& p : a) {
-          p = p.detach().to(dtype).requires_grad_();
-        }
-        auto b = clones(a);
-        auto fused = make(a, true);
-        auto reference = make(b, false);
-        for (int step = 0; step < 6; ++step) {
-          set_grads(a, step);
-          set_grads(b, step);
-          fused->step();
-          reference->step();
-        }
-        // Both compute in float32 and round once per step; a float32 result one ulp apart can round to
-        // neighbouring low-precision values, so allow one ulp of the parameter dtype (2^-7 / 2^-10 relative).
-        const double ulp = dtype == at::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
-        for (size_t i = 0; i < a.size(); ++i) {
-          const auto fa = a[i].detach().to(at::kFloat);
-          const auto fb = b[i].detach().to(at::kFloat);
-          INFO("parameter " << i);
-          CHECK(((fa - fb).abs() <= fb.abs() * ulp + 1e-30).all().item<bool>());
-        }
+        const auto [a, b] = fused_and_reference(make, shapes, dtype);
+        check_within_one_lowp_ulp(a, b);
       }
     }
   }
