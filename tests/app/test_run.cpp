@@ -19,7 +19,9 @@
 #include "trainkit/app/jobs.h"
 #include "trainkit/app/run.h"
 #include "trainkit/data/cifar.h"
+#include "trainkit/data/device_source.h"
 #include "trainkit/data/idx.h"
+#include "trainkit/data/parallel_loader.h"
 
 using namespace trainkit;
 using trainkit::test::read_epoch;
@@ -75,6 +77,15 @@ TEST_CASE("build_run: device normalization, workers and augmentation", "[app][ru
   }
   SECTION("worker threads: exactly the in-thread batches") {
     app::Run run = small_run({"data.workers=2"});
+    // The key takes effect: the training batches come from a ParallelLoader with two workers.
+    const auto* device_source = dynamic_cast<const data::DeviceSource*>(run.train.get());
+    REQUIRE(device_source != nullptr);
+    const auto* loader = dynamic_cast<const data::ParallelLoader*>(&device_source->source());
+    REQUIRE(loader != nullptr);
+    CHECK(loader->options().num_workers() == 2);
+    const auto* plain_source = dynamic_cast<const data::DeviceSource*>(plain.train.get());
+    REQUIRE(plain_source != nullptr);
+    CHECK(dynamic_cast<const data::ParallelLoader*>(&plain_source->source()) == nullptr);
     const auto batches = read_epoch(*run.train, 1);
     REQUIRE(batches.size() == reference.size());
     for (size_t i = 0; i < batches.size(); ++i) {

@@ -1,5 +1,7 @@
 // model.checkpoint_segments and model.init in the config: parsed, validated, and used by build_run (a
 // checkpointed run takes bitwise the steps of the plain one; an init scheme changes the weights).
+#include <set>
+
 #include <torch/torch.h>
 
 #include "support.h"
@@ -18,6 +20,25 @@ app::Run small_cnn_run(const std::vector<std::string>& overrides) {
                                   "train.device=\"cpu\""};
   all.insert(all.end(), overrides.begin(), overrides.end());
   return app::build_run(app::parse_config("", "test.toml", all), "test.toml");
+}
+
+/// Nodes of the autograd graph behind `output` whose name contains `name` (each node counted once).
+int64_t count_graph_nodes(const at::Tensor& output, const std::string& name) {
+  std::vector<torch::autograd::Node*> stack{output.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  int64_t count = 0;
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (node == nullptr || !seen.insert(node).second) {
+      continue;
+    }
+    count += node->name().find(name) != std::string::npos ? 1 : 0;
+    for (const auto& edge : node->next_edges()) {
+      stack.push_back(edge.function.get());
+    }
+  }
+  return count;
 }
 
 }  // namespace
@@ -56,6 +77,13 @@ TEST_CASE("build_run: checkpointed training takes bitwise the plain run's steps"
     INFO("parameter " << i);
     REQUIRE(torch::equal(pa[i], pb[i]));
   }
+  // The run's forward is checkpointed: as PyTorch's checkpoint_sequential, every segment but the last is a
+  // checkpoint node of the output's autograd graph (each recomputes its segment in backward); the plain
+  // run's graph has none.
+  const auto batch = ckpt.train->next();
+  REQUIRE(batch.has_value());
+  CHECK(count_graph_nodes(ckpt.trainer->forward_fn()(*batch), "CheckpointNode") == 2);
+  CHECK(count_graph_nodes(plain.trainer->forward_fn()(*batch), "CheckpointNode") == 0);
   REQUIRE_THROWS_MATCHES(small_cnn_run({"model.checkpoint_segments=99"}), app::ConfigError,
                          WhatContains("at most the model's"));
 }

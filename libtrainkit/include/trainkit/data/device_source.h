@@ -80,6 +80,8 @@ class DeviceSource : public BatchSource {
   /// The target device.
   const c10::Device& device() const { return device_; }
   const DeviceTransformOptions& options() const { return options_; }
+  /// The wrapped source (e.g. to ask a ParallelLoader for its options).
+  const BatchSource& source() const { return *source_; }
 
  private:
   std::shared_ptr<BatchSource> source_;

@@ -151,6 +151,8 @@ class Trainer {
   const at::Tensor& last_grad_norm() const { return grad_norm_; }
   /// Where the current epoch's time went so far (reset when an epoch starts); see StepTimes.
   const StepTimes& epoch_times() const { return times_; }
+  /// The forward the Trainer runs on every batch (training and evaluation), as given to the constructor.
+  const ForwardFn& forward_fn() const { return forward_; }
 
  private:
   std::vector<at::Tensor> optimizer_params() const;
