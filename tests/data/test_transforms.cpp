@@ -1,8 +1,10 @@
 // Batch image transforms against element-by-element references computed here, and DeviceSource:
-// pass-through, reproducible per (seed, epoch, batch) augmentation, resume, input selection.
+// pass-through, crop/flip/normalize equal to the standalone transforms on the batch's generator, reproducible per
+// (seed, epoch, batch) augmentation, resume, input selection.
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "data/detail/epoch_order.h"
 #include "data/read_batches.h"
 #include "support.h"
 #include "trainkit/data/device_source.h"
@@ -173,6 +175,30 @@ TEST_CASE("DeviceSource on the CPU: pass-through and reproducible augmentation",
     const auto resumed = a.next();
     REQUIRE(resumed);
     CHECK(torch::equal(resumed->input(), e1[3].input()));
+  }
+  SECTION("crop, flip and normalize equal the standalone transforms, in that order, on the batch's generator") {
+    // Batch b of epoch e draws from a CPU generator seeded with derive_seed(seed, kDeviceBatch, e, b): the crop
+    // offsets first, then the flip draws. A non-default flip probability shows that it is passed on.
+    const auto options =
+        DeviceTransformOptions().crop_padding(2).horizontal_flip(true).flip_probability(0.3).normalize({0.4}, {0.25}).seed(9);
+    DeviceSource augmented(source, torch::kCPU, options);
+    for (const int64_t epoch : {0, 2}) {
+      const auto out = read_epoch(augmented, epoch);
+      REQUIRE(out.size() == 5);
+      for (size_t i = 0; i < 5; ++i) {
+        INFO("epoch " << epoch << ", batch " << i);
+        auto gen = generator(trainkit::data::detail::derive_seed(
+            9, trainkit::data::detail::SeedStream::kDeviceBatch, epoch, static_cast<int64_t>(i)));
+        at::Tensor x = trainkit::data::random_crop(batches[i].input(), 2, gen);
+        x = trainkit::data::random_horizontal_flip(x, 0.3, gen);
+        x = trainkit::data::normalize(x, {0.4}, {0.25});
+        CHECK(torch::equal(out[i].input(), x));
+        CHECK(torch::equal(out[i].target(), batches[i].target()));
+      }
+    }
+    // The steps do something: without them (normalize only) the images differ.
+    DeviceSource normalized(source, torch::kCPU, DeviceTransformOptions().normalize({0.4}, {0.25}).seed(9));
+    CHECK_FALSE(torch::equal(read_epoch(normalized, 0)[1].input(), read_epoch(augmented, 0)[1].input()));
   }
   SECTION("the image input is chosen by name; the rest passes through; a custom transform runs last") {
     std::vector<Batch> named;
