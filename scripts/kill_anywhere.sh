@@ -25,10 +25,9 @@ while [ $# -gt 0 ]; do
     *) echo "kill_anywhere: unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-if [ -z "$cli" ] || [ ! -x "$cli" ]; then
-  echo "kill_anywhere: --cli must name the trainkit executable (got '${cli}')" >&2
-  exit 2
-fi
+# shellcheck source=fault_run_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/fault_run_common.sh"
+require_cli kill_anywhere "$cli"
 if [ -z "$work" ]; then
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
@@ -38,30 +37,28 @@ RANDOM=$seed
 
 # A small run that checkpoints after every step, so that many kills land in a checkpoint write.
 config="$work/kill.toml"
-{
-  echo "[data]"
-  [ -n "$data_dir" ] && echo "dir = \"$data_dir\""
-  echo "val_size = 100"
-  echo "limit_train = 600"
-  echo "limit_test = 200"
-  echo "[model]"
-  echo "channels = [4, 8]"
-  echo "hidden = 16"
-  echo "[optimizer]"
-  echo "name = \"adamw\""
-  echo "lr = 0.003"
-  echo "[train]"
-  echo "epochs = 3"
-  echo "batch_size = 25"
-  echo "seed = 3"
-  echo "threads = 1"
-  echo "[checkpoint]"
-  echo "every_steps = 1"
-  echo "keep_last = 2"
-  echo "[log]"
-  echo "every_steps = 5"
-  echo "progress = \"lines\""
-} >"$config"
+write_config "$config" "$data_dir" <<'TOML'
+val_size = 100
+limit_train = 600
+limit_test = 200
+[model]
+channels = [4, 8]
+hidden = 16
+[optimizer]
+name = "adamw"
+lr = 0.003
+[train]
+epochs = 3
+batch_size = 25
+seed = 3
+threads = 1
+[checkpoint]
+every_steps = 1
+keep_last = 2
+[log]
+every_steps = 5
+progress = "lines"
+TOML
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 final_digest() {  # the digest of a run directory's newest checkpoint

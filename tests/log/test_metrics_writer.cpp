@@ -1,7 +1,8 @@
 // MetricsWriter: one val_<name> column per metric of the run, the same fields in JSONL, a resumed run
 // with other metrics is refused without touching the file, and the curves plot every metric column; monitor
 // columns (per-group LR and momentum, gradient norm) follow the metrics. JSONL rows are valid JSON whatever
-// the names and values (escaped names, null for NaN and infinities).
+// the names and values (escaped names, null for NaN and infinities). A failed write (a full device) is an
+// error naming the file, and appending first drops a partial last row.
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -123,4 +124,47 @@ TEST_CASE("MetricsWriter writes JSON Lines: names escaped, non-finite values as 
   CHECK(read_text(tmp.str("metrics.csv")) ==
         "kind,step,epoch,loss,lr,samples_per_second,val_loss,val_accuracy\n"
         "train,3,0,nan,0.3,inf,-inf,\n");
+}
+
+TEST_CASE("MetricsWriter: a failed write is an error naming the file; appending drops a partial last row",
+          "[log][metrics][faults]") {
+  TempDir tmp("metrics-writer-faults");
+  tl::MetricRow row;
+  row.kind = "train";
+  row.step = 1;
+  row.loss = 0.5;
+  SECTION("a full device (/dev/full gives ENOSPC on every write)") {
+    if (!std::filesystem::exists("/dev/full")) {
+      TRAINKIT_SKIP("no /dev/full on this system");
+    }
+    std::filesystem::create_symlink("/dev/full", tmp.path() / "metrics.jsonl");
+    tl::MetricsWriter w(tmp.str(), true);
+    CHECK_THROWS_MATCHES(w.write(row), std::runtime_error,
+                         WhatContains("metrics.jsonl: write failed: No space left on device"));
+  }
+  SECTION("a row cut off by a killed run is dropped before the next one is appended") {
+    {
+      tl::MetricsWriter w(tmp.str(), false);
+      w.write(row);
+    }
+    const std::string complete_csv = read_text(tmp.str("metrics.csv"));
+    const std::string complete_jsonl = read_text(tmp.str("metrics.jsonl"));
+    std::ofstream(tmp.str("metrics.csv"), std::ios::app) << "train,2,0,0.4";
+    std::ofstream(tmp.str("metrics.jsonl"), std::ios::app) << "{\"kind\":\"train\",\"st";
+    {
+      tl::MetricsWriter w(tmp.str(), true);
+      row.step = 3;
+      w.write(row);
+    }
+    CHECK(read_text(tmp.str("metrics.csv")) == complete_csv + "train,3,0,0.5,,,,\n");
+    const std::string jsonl = read_text(tmp.str("metrics.jsonl"));
+    CHECK(jsonl.rfind(complete_jsonl, 0) == 0);
+    std::istringstream lines(jsonl);
+    int rows = 0;
+    for (std::string line; std::getline(lines, line); ++rows) {
+      INFO(line);
+      CHECK_NOTHROW(nlohmann::json::parse(line));
+    }
+    CHECK(rows == 2);
+  }
 }

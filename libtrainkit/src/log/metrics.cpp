@@ -1,12 +1,15 @@
 #include "trainkit/log/metrics.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <vector>
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "trainkit/log/svg_plot.h"
@@ -26,12 +29,41 @@ void json_field(nlohmann::ordered_json& row, const std::string& name, const std:
   }
 }
 
+// A run killed (or out of disk space) in the middle of a row leaves a partial last line: appending after it
+// would glue the next row to it, so a file to append to is cut back to its last complete line.
+void drop_partial_last_line(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size == 0) {
+    return;
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.empty() || bytes.back() == '\n') {
+    return;
+  }
+  const size_t keep = bytes.rfind('\n') == std::string::npos ? 0 : bytes.rfind('\n') + 1;
+  spdlog::warn("{}: dropping a partial last row ({} bytes) before appending", path.string(), bytes.size() - keep);
+  std::filesystem::resize_file(path, keep);
+}
+
 std::ofstream open_for_append(const std::filesystem::path& path, bool append) {
+  if (append) {
+    drop_partial_last_line(path);
+  }
   std::ofstream f(path, append ? std::ios::app : std::ios::trunc);
   if (!f) {
     throw std::runtime_error(fmt::format("{}: cannot open for writing", path.string()));
   }
   return f;
+}
+
+// A row the stream could not write (a full disk): an error naming the file, not a silently lost row.
+void check_written(std::ofstream& stream, const std::string& path) {
+  if (!stream) {
+    const int err = errno;
+    throw std::runtime_error(fmt::format("{}: write failed: {}", path, err != 0 ? std::strerror(err) : "stream error"));
+  }
 }
 
 }  // namespace
@@ -40,6 +72,8 @@ MetricsWriter::MetricsWriter(const std::string& dir, bool append, std::vector<st
                              std::vector<std::string> monitor_columns)
     : val_metrics_(std::move(val_metrics)), monitor_columns_(std::move(monitor_columns)) {
   const std::filesystem::path csv_path = std::filesystem::path(dir) / "metrics.csv";
+  csv_path_ = csv_path.string();
+  jsonl_path_ = (std::filesystem::path(dir) / "metrics.jsonl").string();
   const bool new_csv = !append || !std::filesystem::exists(csv_path) || std::filesystem::file_size(csv_path) == 0;
   if (!new_csv) {
     std::ifstream existing(csv_path);
@@ -52,7 +86,7 @@ MetricsWriter::MetricsWriter(const std::string& dir, bool append, std::vector<st
     }
   }
   csv_ = open_for_append(csv_path, append);
-  jsonl_ = open_for_append(std::filesystem::path(dir) / "metrics.jsonl", append);
+  jsonl_ = open_for_append(jsonl_path_, append);
   if (new_csv) {
     csv_ << header() << '\n';
   }
@@ -97,6 +131,7 @@ void MetricsWriter::write(const MetricRow& row) {
   }
   csv_ << line << '\n';
   csv_.flush();
+  check_written(csv_, csv_path_);
   nlohmann::ordered_json json = {{"kind", row.kind}, {"step", row.step}, {"epoch", row.epoch}};
   json_field(json, "loss", row.loss);
   json_field(json, "lr", row.lr);
@@ -110,6 +145,7 @@ void MetricsWriter::write(const MetricRow& row) {
   }
   jsonl_ << json.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   jsonl_.flush();
+  check_written(jsonl_, jsonl_path_);
 }
 
 }  // namespace trainkit::log

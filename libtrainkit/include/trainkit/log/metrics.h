@@ -41,7 +41,9 @@ class MetricsWriter {
   /// std::runtime_error naming the file (the file is left as it was).
   MetricsWriter(const std::string& dir, bool append, std::vector<std::string> val_metrics = {"accuracy"},
                 std::vector<std::string> monitor_columns = {});
-  /// Writes one row to both files. Throws std::invalid_argument for a metric without a column.
+  /// Writes one row to both files. Throws std::invalid_argument for a metric without a column and
+  /// std::runtime_error naming the file when a write fails (a full disk). Appending first cuts a partial
+  /// last line (left by a killed run) back to the last complete row.
   void write(const MetricRow& row);
   /// The CSV header line (without newline).
   std::string header() const;
@@ -49,6 +51,8 @@ class MetricsWriter {
  private:
   std::vector<std::string> val_metrics_;
   std::vector<std::string> monitor_columns_;
+  std::string csv_path_;
+  std::string jsonl_path_;
   std::ofstream csv_;
   std::ofstream jsonl_;
 };
