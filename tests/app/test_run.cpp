@@ -3,7 +3,7 @@
 // batches of the in-thread loader, augmentation is reproducible per (seed, epoch, batch), and a bad
 // metric/monitor pair is a config error; data.dataset = "cifar10" reads CIFAR-10's binary batches. A run
 // whose loss diverges to NaN still writes metrics.jsonl and summary.json as valid JSON (NaN as null), which
-// nlohmann-json, Python's json module and jq all read.
+// nlohmann-json, Python's json module and jq all read. choose_device puts rank r of a machine on cuda:r.
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -228,4 +228,51 @@ TEST_CASE("Python's json module and jq read a diverged run's metrics.jsonl and s
   succeeds("\"" + std::string(python) + "\" \"" + script + "\" \"" + jsonl + "\" \"" + summary + "\"");
   succeeds("jq -e '.test_loss == null and .steps == 6' \"" + summary + "\"");
   succeeds("jq -e -s 'length >= 4 and any(.[]; has(\"loss\") and .loss == null)' \"" + jsonl + "\"");
+}
+
+TEST_CASE("choose_device: one GPU per rank from LOCAL_RANK, errors naming both numbers", "[app][run][device]") {
+  const auto choose = [](const std::string& setting, int64_t world, int64_t local_rank, int64_t gpus) {
+    return app::choose_device(setting, world, local_rank, gpus, "run.toml");
+  };
+  const torch::Device cpu(torch::kCPU);
+  SECTION("cpu, and auto without CUDA") {
+    CHECK(choose("cpu", 1, 0, 8) == cpu);
+    CHECK(choose("cpu", 4, 3, 0) == cpu);
+    CHECK(choose("auto", 1, 0, 0) == cpu);
+    CHECK(choose("auto", 2, 1, 0) == cpu);
+  }
+  SECTION("cuda and auto: rank r of a machine on cuda:r, a single process on cuda:0") {
+    for (const std::string setting : {"cuda", "auto"}) {
+      INFO(setting);
+      CHECK(choose(setting, 1, 0, 1) == torch::Device(torch::kCUDA, 0));
+      CHECK(choose(setting, 1, 0, 8) == torch::Device(torch::kCUDA, 0));
+      CHECK(choose(setting, 2, 0, 2) == torch::Device(torch::kCUDA, 0));
+      CHECK(choose(setting, 2, 1, 2) == torch::Device(torch::kCUDA, 1));
+      for (int64_t r = 0; r < 8; ++r) {
+        CHECK(choose(setting, 16, r, 8) == torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(r)));
+      }
+      CHECK_THROWS_MATCHES(choose(setting, 4, 2, 2), app::ConfigError,
+                           WhatContains("LOCAL_RANK is 2 and this machine has 2 CUDA devices"));
+      CHECK_THROWS_MATCHES(choose(setting, 2, 1, 1), app::ConfigError,
+                           WhatContains("LOCAL_RANK is 1 and this machine has 1 CUDA device "));
+    }
+    CHECK_THROWS_MATCHES(choose("cuda", 1, 0, 0), app::ConfigError,
+                         WhatContains("run.toml: train.device = \"cuda\" but no CUDA device is available"));
+  }
+  SECTION("cuda:<index> for a single process") {
+    CHECK(choose("cuda:1", 1, 0, 2) == torch::Device(torch::kCUDA, 1));
+    CHECK(choose("cuda:7", 1, 0, 8) == torch::Device(torch::kCUDA, 7));
+    CHECK_THROWS_MATCHES(choose("cuda:2", 1, 0, 2), app::ConfigError,
+                         WhatContains("\"cuda:2\" but this machine has 2 CUDA devices (cuda:0 .. cuda:1)"));
+    CHECK_THROWS_MATCHES(choose("cuda:0", 2, 0, 2), app::ConfigError, WhatContains("would put all 2 ranks on one GPU"));
+    CHECK_THROWS_MATCHES(choose("cuda:0", 1, 0, 0), app::ConfigError, WhatContains("no CUDA device is available"));
+  }
+  SECTION("the config accepts cuda:<index> and nothing like it") {
+    CHECK(app::parse_config("[train]\ndevice = \"cuda:3\"\n", "c.toml").train.device == "cuda:3");
+    for (const std::string bad : {"cuda:", "cuda:x", "cuda:-1", "gpu", "cuda:1:2"}) {
+      INFO(bad);
+      CHECK_THROWS_MATCHES(app::parse_config("[train]\ndevice = \"" + bad + "\"\n", "c.toml"), app::ConfigError,
+                           WhatContains("\"cuda:<index>\""));
+    }
+  }
 }

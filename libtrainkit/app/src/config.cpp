@@ -110,6 +110,18 @@ std::string as_choice(const ArgValue& n, const Where& w, const std::vector<std::
   return *v;
 }
 
+// "auto", "cpu", "cuda" or "cuda:<index>" (index a non-negative integer).
+std::string as_device(const ArgValue& n, const Where& w) {
+  const auto* v = n.get_if<std::string>();
+  const auto is_index = [](const std::string& digits) {
+    return !digits.empty() && digits.size() < 6 && std::all_of(digits.begin(), digits.end(), ::isdigit);
+  };
+  if (v == nullptr || !(*v == "auto" || *v == "cpu" || *v == "cuda" || (v->rfind("cuda:", 0) == 0 && is_index(v->substr(5))))) {
+    fail(w, "\"auto\", \"cpu\", \"cuda\" or \"cuda:<index>\"", n);
+  }
+  return *v;
+}
+
 std::vector<int64_t> as_positive_ints(const ArgValue& n, const Where& w) {
   const auto* a = n.get_if<ArgValue::Array>();
   const std::string expected = "a non-empty array of integers >= 1";
@@ -262,9 +274,10 @@ const std::vector<Key>& keys() {
                    as_int(n, w, 0)),
       TRAINKIT_KEY(train, threads, "integer >= 0", "Intra-op threads (0 = LibTorch's default)",
                    as_int(n, w, 0)),
-      TRAINKIT_KEY(train, device, "\"auto\" or \"cpu\" or \"cuda\"",
-                   "Device to train on (auto: CUDA when available, else the CPU)",
-                   as_choice(n, w, {"auto", "cpu", "cuda"})),
+      TRAINKIT_KEY(train, device, "\"auto\", \"cpu\", \"cuda\" or \"cuda:<index>\"",
+                   "Device to train on. cuda: one GPU per rank, cuda:<LOCAL_RANK> under a launcher (cuda:0 alone); "
+                   "cuda:<index>: that GPU (single-process runs only); auto: as cuda when a GPU is present, else the CPU",
+                   as_device(n, w)),
       TRAINKIT_KEY(train, metrics, "array of strings",
                    "Metrics evaluated besides the loss: \"accuracy\", \"top<k>_accuracy\", \"mae\", \"mse\"",
                    as_metric_names(n, w)),

@@ -1,10 +1,12 @@
 #include "trainkit/app/run.h"
 
 #include <cstdlib>
+#include <utility>
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
 
 #include "trainkit/amp/autocast.h"
@@ -81,6 +83,24 @@ train::ForwardFn model_forward(const torch::nn::Sequential& model, int64_t segme
 
 data::ImageSet slice(const data::ImageSet& s, int64_t start, int64_t len) {
   return {s.images.narrow(0, start, len), s.labels.narrow(0, start, len)};
+}
+
+/// (WORLD_SIZE, LOCAL_RANK) of this process when it was started by a launcher and `distributed` runs are
+/// allowed, else (1, 0).
+std::pair<int64_t, int64_t> launch_position(bool distributed) {
+  if (!distributed) {
+    return {1, 0};
+  }
+#if TRAINKIT_WITH_DISTRIBUTED
+  try {
+    const auto env = dist::options_from_env();
+    return {env.world_size(), env.local_rank()};
+  } catch (const dist::DistError& e) {
+    throw UsageError(e.what());
+  }
+#else
+  return {1, 0};
+#endif
 }
 
 /// Joins the process group described by the environment when WORLD_SIZE > 1.
@@ -330,15 +350,45 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
 
 }  // namespace
 
+torch::Device choose_device(const std::string& setting, int64_t world_size, int64_t local_rank,
+                            int64_t cuda_devices, const std::string& source) {
+  if (setting == "cpu" || (setting == "auto" && cuda_devices == 0)) {
+    return torch::kCPU;
+  }
+  if (cuda_devices == 0) {
+    throw ConfigError(fmt::format("{}: train.device = \"{}\" but no CUDA device is available", source, setting));
+  }
+  if (setting == "cuda" || setting == "auto") {
+    const int64_t index = world_size > 1 ? local_rank : 0;
+    if (index >= cuda_devices) {
+      throw ConfigError(fmt::format(
+          "{}: train.device = \"{}\" puts each rank on cuda:<LOCAL_RANK>, but LOCAL_RANK is {} and this machine has {} "
+          "CUDA device{} (start at most {} rank{} per machine)",
+          source, setting, local_rank, cuda_devices, cuda_devices == 1 ? "" : "s", cuda_devices,
+          cuda_devices == 1 ? "" : "s"));
+    }
+    return {torch::kCUDA, static_cast<c10::DeviceIndex>(index)};
+  }
+  const int64_t index = std::stoll(setting.substr(5));  // "cuda:<index>", checked by the config reader
+  if (world_size > 1) {
+    throw ConfigError(fmt::format("{}: train.device = \"{}\" would put all {} ranks on one GPU; use \"cuda\" (rank r "
+                                  "of a machine on cuda:r)", source, setting, world_size));
+  }
+  if (index >= cuda_devices) {
+    throw ConfigError(fmt::format("{}: train.device = \"{}\" but this machine has {} CUDA device{} (cuda:0 .. cuda:{})",
+                                  source, setting, cuda_devices, cuda_devices == 1 ? "" : "s", cuda_devices - 1));
+  }
+  return {torch::kCUDA, static_cast<c10::DeviceIndex>(index)};
+}
+
 Run build_run(const Config& config, const std::string& source, const RunOptions& options) {
   Run run;
-  if (config.train.device == "cuda") {
-    if (!torch::cuda::is_available()) {
-      throw ConfigError(fmt::format("{}: train.device = \"cuda\" but no CUDA device is available", source));
-    }
-    run.device = torch::Device(torch::kCUDA);
-  } else if (config.train.device == "auto") {
-    run.device = torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  const auto [world_size, local_rank] = launch_position(options.distributed());
+  run.device = choose_device(config.train.device, world_size, local_rank,
+                             config.train.device == "cpu" ? 0 : static_cast<int64_t>(torch::cuda::device_count()), source);
+  if (run.device.is_cuda()) {
+    // The current device of this process (NCCL's communicators and every unqualified "cuda" allocation).
+    c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(run.device);
   }
   if (config.train.threads > 0) {
     torch::set_num_threads(static_cast<int>(config.train.threads));

@@ -88,6 +88,15 @@ struct Run {
   bool main_rank() const { return rank == 0; }
 };
 
+/// The device a process trains on, from train.device (`setting`), the launch (`world_size` ranks, this one
+/// `local_rank` on its machine: torchrun's LOCAL_RANK) and the CUDA devices it sees: "cpu" → the CPU;
+/// "cuda" → cuda:<local_rank> (one GPU per rank; cuda:0 for a single process); "cuda:<i>" → cuda:i, for a
+/// single process only (every rank of a launch on one GPU would make NCCL fail); "auto" → as "cuda" when a
+/// CUDA device is present, else the CPU. Throws ConfigError naming `source`, the setting and both numbers
+/// when the device does not exist (no CUDA device, a local rank or index >= the device count). Pure.
+torch::Device choose_device(const std::string& setting, int64_t world_size, int64_t local_rank,
+                            int64_t cuda_devices, const std::string& source);
+
 /// Loads the data, seeds, builds model, optimizer, scheduler and Trainer of `config` and attaches what
 /// the config asks for; errors name `source` (the config file). Throws ConfigError, UsageError (e.g. CUDA
 /// requested but absent), data::DataError.
