@@ -1,8 +1,12 @@
 // Trainer: N steps + save + load into fresh objects + M steps is bitwise equal to N+M steps; hooks see
 // every step and epoch and can stop training; evaluation reports loss and accuracy; under accumulation only
-// the last micro-batch of each window synchronises gradients (no_sync).
+// the last micro-batch of each window synchronises gradients (no_sync). Checkpoints hold every CUDA
+// generator; a checkpoint from a machine with another GPU count loads with one warning.
+#include <algorithm>
 #include <sstream>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "state_compare.h"
@@ -92,6 +96,109 @@ TEST_CASE("Trainer resume is bitwise identical to an uninterrupted run", "[train
       CHECK(last.val->loss == expected.val->loss);
     }
   }
+}
+
+namespace {
+
+/// Collects what spdlog's default logger writes while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+/// `trainer`'s checkpoint with its CUDA generator entries replaced by `states` (as a GPU machine writes).
+std::string checkpoint_with_cuda_states(train::Trainer& trainer, const std::vector<at::Tensor>& states) {
+  torch::serialize::OutputArchive out;
+  trainer.save(out);
+  out.write("rng/cuda_count", torch::tensor(static_cast<int64_t>(states.size())));
+  for (size_t i = 0; i < states.size(); ++i) {
+    out.write("rng/cuda/" + std::to_string(i), states[i]);
+  }
+  std::stringstream bytes;
+  out.save_to(bytes);
+  return bytes.str();
+}
+
+}  // namespace
+
+TEST_CASE("Trainer checkpoints hold every CUDA generator; other device counts load with one warning",
+          "[train][trainer][resume][rng]") {
+  auto loader = trainkit::test::toy_loader(5);
+  Setup first(1, train::TrainerOptions().epochs(1).max_steps(3));
+  first.trainer->fit(loader);
+  const int64_t here = static_cast<int64_t>(torch::cuda::device_count());
+  {
+    torch::serialize::OutputArchive out;
+    first.trainer->save(out);
+    std::stringstream bytes;
+    out.save_to(bytes);
+    torch::serialize::InputArchive in;
+    in.load_from(bytes);
+    at::Tensor count;
+    REQUIRE(in.try_read("rng/cuda_count", count));
+    CHECK(count.item<int64_t>() == here);
+  }
+  SECTION("a checkpoint of this machine loads without a warning") {
+    std::stringstream bytes;
+    torch::serialize::OutputArchive out;
+    first.trainer->save(out);
+    out.save_to(bytes);
+    Setup second(2, train::TrainerOptions().epochs(1));
+    torch::serialize::InputArchive in;
+    in.load_from(bytes);
+    LogCapture log;
+    second.trainer->load(in);
+    CHECK(log.text().find("CUDA device") == std::string::npos);
+  }
+  SECTION("a checkpoint from a machine with two more GPUs says once that the CUDA streams differ") {
+    // A CUDA generator's state is 16 bytes: seed and offset (Philox); the values do not matter here, since
+    // only the devices this process has are restored.
+    const std::vector<at::Tensor> states(static_cast<size_t>(here + 2), torch::full({16}, 1, torch::kUInt8));
+    std::stringstream bytes(checkpoint_with_cuda_states(*first.trainer, states));
+    Setup second(2, train::TrainerOptions().epochs(1));
+    torch::serialize::InputArchive in;
+    in.load_from(bytes);
+    LogCapture log;
+    second.trainer->load(in);
+    const std::string text = log.text();
+    INFO(text);
+    CHECK(text.find(fmt::format("holds the random state of {} CUDA devices, this process has {}", here + 2, here)) !=
+          std::string::npos);
+    CHECK(text.find("Trainer::load") == text.rfind("Trainer::load"));  // one warning
+    trainkit::test::require_bitwise_equal_modules(*first.model, *second.model);
+  }
+}
+
+TEST_CASE("Trainer checkpoints restore the CUDA generators", "[train][trainer][resume][rng][cuda]") {
+  if (!torch::cuda::is_available()) {
+    TRAINKIT_SKIP("no CUDA device: the CUDA generators cannot be restored here");
+  }
+  auto loader = trainkit::test::toy_loader(5);
+  Setup first(1, train::TrainerOptions().epochs(1).max_steps(3));
+  first.trainer->fit(loader);
+  std::stringstream bytes;
+  torch::serialize::OutputArchive out;
+  first.trainer->save(out);
+  out.save_to(bytes);
+  const at::Tensor before = torch::rand({8}, torch::kCUDA);  // draws after the save
+  Setup second(2, train::TrainerOptions().epochs(1));
+  torch::serialize::InputArchive in;
+  in.load_from(bytes);
+  second.trainer->load(in);
+  CHECK(torch::equal(torch::rand({8}, torch::kCUDA), before));  // the same draws again
 }
 
 TEST_CASE("Trainer hooks see each step and epoch and can stop training", "[train][trainer]") {

@@ -1,9 +1,11 @@
 #include "trainkit/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <ATen/record_function.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "trainkit/amp/autocast.h"
@@ -394,8 +396,19 @@ void Trainer::save(torch::serialize::OutputArchive& archive) const {
     }
   }
   auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  archive.write("rng/cpu", gen.get_state());
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    archive.write("rng/cpu", gen.get_state());
+  }
+  // Every visible CUDA device's generator (torch.cuda.get_rng_state_all): dropout and augmentation drawn on
+  // the GPU resume where they were.
+  const int64_t cuda_devices = static_cast<int64_t>(torch::cuda::device_count());
+  archive.write("rng/cuda_count", torch::tensor(cuda_devices));
+  for (int64_t i = 0; i < cuda_devices; ++i) {
+    at::Generator cuda_gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+    std::lock_guard<std::mutex> lock(cuda_gen.mutex());
+    archive.write(fmt::format("rng/cuda/{}", i), cuda_gen.get_state());
+  }
 }
 
 void Trainer::load(torch::serialize::InputArchive& archive) {
@@ -439,8 +452,28 @@ void Trainer::load(torch::serialize::InputArchive& archive) {
   at::Tensor rng;
   archive.read("rng/cpu", rng);
   auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(rng);
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng);
+  }
+  // CUDA generators: as many as both the checkpoint and this process have (a checkpoint written before CUDA
+  // states were saved has none); one warning when the counts differ, since the GPU's random streams then
+  // differ from the saved run's (a CPU run resumed on a GPU, or the reverse).
+  at::Tensor count;
+  const int64_t saved = archive.try_read("rng/cuda_count", count) ? count.item<int64_t>() : 0;
+  const int64_t here = static_cast<int64_t>(torch::cuda::device_count());
+  for (int64_t i = 0; i < std::min(saved, here); ++i) {
+    at::Tensor state;
+    archive.read(fmt::format("rng/cuda/{}", i), state);
+    at::Generator cuda_gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+    std::lock_guard<std::mutex> lock(cuda_gen.mutex());
+    cuda_gen.set_state(state);
+  }
+  if (saved != here) {
+    spdlog::warn("Trainer::load: the checkpoint holds the random state of {} CUDA device{}, this process has {}: "
+                 "{} restored; random numbers drawn on CUDA devices (dropout, augmentation there) differ from the saved "
+                 "run's from here on", saved, saved == 1 ? "" : "s", here, std::min(saved, here));
+  }
 }
 
 }  // namespace trainkit::train
