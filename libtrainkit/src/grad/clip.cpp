@@ -73,14 +73,15 @@ at::Tensor clip_impl(const std::vector<at::Tensor>& parameters, const std::vecto
   // As PyTorch: coef = max_norm / (total + 1e-6) computed in the norm's dtype, clamped at 1.
   const at::Tensor coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
   if (fusable(grads.tensors)) {
-    // On the CPU reading the coefficient is free, and a coefficient of 1 needs no pass at all.
+    // On the CPU reading the coefficient is free (its memory, not a device sync), and a coefficient of 1
+    // needs no pass at all.
     if (grads.tensors.front().scalar_type() == at::kFloat) {
-      const float c = coef.item<float>();
+      const float c = *coef.data_ptr<float>();
       if (c < 1.0f) {
         fused_scale<float>(grads.tensors, c);
       }
     } else {
-      const double c = coef.item<double>();
+      const double c = *coef.data_ptr<double>();
       if (c < 1.0) {
         fused_scale<double>(grads.tensors, c);
       }
