@@ -1,0 +1,20 @@
+cmake_minimum_required(VERSION 3.16)
+# Runs an app with small settings and checks one number it prints.
+#   APP: the program; ARGS: its arguments (a ;-list); REGEX: a CMake regular expression whose first group
+#   captures the number, matched against stdout and stderr together; MIN, MAX: optional bounds (inclusive).
+execute_process(COMMAND "${APP}" ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(all "${out}\n${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${APP} failed (${rc}):\n${all}")
+endif()
+if(NOT all MATCHES "${REGEX}")
+  message(FATAL_ERROR "${APP} printed nothing matching \"${REGEX}\":\n${all}")
+endif()
+set(value "${CMAKE_MATCH_1}")
+if(DEFINED MIN AND value LESS MIN)
+  message(FATAL_ERROR "${APP}: ${value} < ${MIN} (\"${REGEX}\"):\n${all}")
+endif()
+if(DEFINED MAX AND value GREATER MAX)
+  message(FATAL_ERROR "${APP}: ${value} > ${MAX} (\"${REGEX}\"):\n${all}")
+endif()
+message(STATUS "${APP}: ${value} within [${MIN}, ${MAX}]")
