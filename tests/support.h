@@ -64,6 +64,16 @@ inline std::vector<std::filesystem::path> event_files(const std::filesystem::pat
 /// A golden TOML file from tests/golden/.
 inline toml::table golden(const std::string& name) { return toml::parse_file(source_path("tests/golden/" + name)); }
 
+/// The values of a TOML array (of numbers or strings) as `T`s.
+template <class T>
+std::vector<T> values_of(const toml::node& node) {
+  std::vector<T> out;
+  for (const auto& v : *node.as_array()) {
+    out.push_back(v.value<T>().value());
+  }
+  return out;
+}
+
 /// Matches an exception whose what() contains `text` (Catch2 v2's Contains matches strings only).
 class WhatContains : public Catch::MatcherBase<std::exception> {
  public:

@@ -1,9 +1,22 @@
 #pragma once
 /// @file
 /// Param-group helpers: the usual split that keeps biases and norm weights out of weight decay (and so out
-/// of LARS/LAMB adaptation), as timm's param_groups_weight_decay does.
+/// of LARS/LAMB adaptation), as timm's param_groups_weight_decay does; and layer-wise LR decay, as timm's
+/// param_groups_layer_decay (BEiT's): parameters grouped by depth, each group's LR scaled by
+/// layer_decay^(deepest - depth).
+///
+///   auto ids = optim::layer_ids(names, {{{"^stem"}}, {{"^blocks\\.(\\d+)"}}});  // depth by block number
+///   auto groups = optim::layer_decay_groups(model->named_parameters(), ids, optim::LayerDecayOptions());
+///   optim::AdamW opt(optim::to_param_groups(groups, optim::AdamWOptions(1e-3)), optim::AdamWOptions(1e-3));
 
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
 #include <vector>
+
+#include <torch/arg.h>
+#include <torch/ordered_dict.h>
 
 #include <torch/optim/optimizer.h>
 
@@ -30,6 +43,73 @@ std::vector<torch::optim::OptimizerParamGroup> weight_decay_param_groups(const s
     groups.emplace_back(decay, std::make_unique<Options>(options));
   }
   return groups;
+}
+
+/// One rule of a layer matcher, timm's group_matcher entries: a parameter whose name matches `pattern` from
+/// its start (ECMAScript regex; every alternative anchored at the start, as Python's re.match) gets the sort
+/// key (group ordinal, the numbers its capture groups matched..., `suffix`...).
+struct LayerRule {
+  std::string pattern;
+  std::vector<double> suffix = {};
+};
+
+/// A suffix that puts a match into the layer before it (timm's MATCH_PREV_GROUP, e.g. a final norm into the
+/// last block).
+constexpr double kMatchPreviousLayer = 99999;
+
+/// Layer ids of `names` (timm's group_with_matcher with reverse=True): `groups[i]` holds the rules of group
+/// ordinal i, tried in order; the first match gives a name's key, an unmatched name (a head) sorts last.
+/// Names are ordered by key (lexicographically) and each distinct key starts a new layer, except a key
+/// ending in kMatchPreviousLayer, which joins the layer before it. Throws std::invalid_argument for a
+/// pattern that does not compile (naming it) or a capture that is not a number.
+std::map<std::string, int64_t> layer_ids(const std::vector<std::string>& names,
+                                         const std::vector<std::vector<LayerRule>>& groups);
+
+/// Options of layer_decay_groups(); names and defaults are timm's param_groups_layer_decay.
+struct LayerDecayOptions {
+  /// Weight decay of the decayed groups.
+  TORCH_ARG(double, weight_decay) = 0.05;
+  /// Per-layer LR factor: layer l of L gets layer_decay^(L - 1 - l).
+  TORCH_ARG(double, layer_decay) = 0.75;
+  /// Floor of the LR scale.
+  TORCH_ARG(double, min_scale) = 0.0;
+  /// No weight decay for tensors with ndim <= 1 (biases, norm weights).
+  TORCH_ARG(bool, exclude_1d) = true;
+  /// Further names without weight decay: shell-style patterns (`*` any run, `?` one character), as fnmatch.
+  TORCH_ARG(std::vector<std::string>, no_weight_decay) = {};
+};
+
+/// One group of layer_decay_groups().
+struct LayerDecayGroup {
+  std::string name;          ///< "layer_<id>_decay" or "layer_<id>_no_decay", as timm names it
+  double lr_scale = 1.0;     ///< multiplies the optimizer's LR
+  double weight_decay = 0.0;
+  std::vector<std::string> param_names;
+  std::vector<at::Tensor> params;
+};
+
+/// timm's param_groups_layer_decay: the parameters that require grad, in order, into one group per (layer,
+/// decay or not), in order of first appearance. A name missing from `layer_of` is in the deepest layer.
+std::vector<LayerDecayGroup> layer_decay_groups(const torch::OrderedDict<std::string, at::Tensor>& named_params,
+                                                const std::map<std::string, int64_t>& layer_of,
+                                                const LayerDecayOptions& options = {});
+
+/// Whether `name` matches the shell-style `pattern` (`*`, `?`; Python's fnmatch without character classes).
+bool matches_wildcard(const std::string& name, const std::string& pattern);
+
+/// `groups` as optimizer param groups: each one `options` with lr × lr_scale and its weight decay. Works with
+/// any options type that has lr and weight_decay accessors (trainkit's and LibTorch's).
+template <class Options>
+std::vector<torch::optim::OptimizerParamGroup> to_param_groups(const std::vector<LayerDecayGroup>& groups,
+                                                               const Options& options) {
+  std::vector<torch::optim::OptimizerParamGroup> out;
+  for (const auto& g : groups) {
+    Options o = options;
+    o.lr(options.lr() * g.lr_scale);
+    o.weight_decay(g.weight_decay);
+    out.emplace_back(g.params, std::make_unique<Options>(o));
+  }
+  return out;
 }
 
 }  // namespace trainkit::optim
