@@ -14,10 +14,10 @@
 #include <fstream>
 #include <map>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/dist/ddp.h"
@@ -147,8 +147,9 @@ std::string self_path() { return std::filesystem::read_symlink("/proc/self/exe")
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"DDP scaling of the Fashion-MNIST CNN: 1 vs 2 ranks (1 thread each), strong (same global batch) "
-               "and weak (same per-rank batch) scaling, overlap on/off, and all-reduce per tensor vs bucketed vs flat"};
+  trainkit::app::Cli cli{
+      "DDP scaling of the Fashion-MNIST CNN: 1 vs 2 ranks (1 thread each), strong (same global batch) "
+      "and weak (same per-rank batch) scaling, overlap on/off, and all-reduce per tensor vs bucketed vs flat"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t limit = 16384;
   int64_t batch_size = 128;
@@ -162,25 +163,23 @@ int main(int argc, char** argv) {
   std::string result;
   std::string prefix;
   std::vector<int64_t> sizes;
-  app.add_option("--data-dir", data_dir, "Fashion-MNIST directory")->capture_default_str();
-  app.add_option("--limit-train", limit, "Training examples loaded")->capture_default_str();
-  app.add_option("--batch-size", batch_size,
-                 "Global batch of the strong-scaling rows; weak scaling uses half of it per rank")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
-  app.add_option("--warmup", warmup, "Untimed steps first")->capture_default_str();
-  app.add_option("--steps", steps, "Timed steps")->capture_default_str();
-  app.add_option("--repeats", repeats, "All-reduce rounds (median)")->capture_default_str();
-  app.add_option("--rounds", rounds, "Rounds of the training configurations (median)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--json", json, "Also write the results as JSON here");
-  app.add_option("--worker", worker, "(internal) run as a rank: train or allreduce");
-  app.add_option("--overlap", overlap, "(internal) overlap for --worker train");
-  app.add_option("--result", result, "(internal) result file of rank 0");
-  app.add_option("--prefix", prefix, "(internal) result key prefix");
-  app.add_option("--sizes", sizes, "(internal) tensor sizes for --worker allreduce");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--data-dir", data_dir, "Fashion-MNIST directory").show_default();
+  cli.option("--limit-train", limit, "Training examples loaded").show_default();
+  cli.option("--batch-size", batch_size,
+             "Global batch of the strong-scaling rows; weak scaling uses half of it per rank")
+      .show_default()
+      .range(int64_t{2}, int64_t{1} << 20);
+  cli.option("--warmup", warmup, "Untimed steps first").show_default();
+  cli.option("--steps", steps, "Timed steps").show_default();
+  cli.option("--repeats", repeats, "All-reduce rounds (median)").show_default();
+  cli.option("--rounds", rounds, "Rounds of the training configurations (median)").show_default().positive();
+  cli.option("--json", json, "Also write the results as JSON here");
+  cli.option("--worker", worker, "(internal) run as a rank: train or allreduce");
+  cli.option("--overlap", overlap, "(internal) overlap for --worker train");
+  cli.option("--result", result, "(internal) result file of rank 0");
+  cli.option("--prefix", prefix, "(internal) result key prefix");
+  cli.option("--sizes", sizes, "(internal) tensor sizes for --worker allreduce");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
 
   try {
     if (worker == "train") {

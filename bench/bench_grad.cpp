@@ -8,11 +8,11 @@
 #include <functional>
 #include <map>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "trainkit/amp/grad_scaler.h"
+#include "trainkit/app/cli.h"
 #include "trainkit/grad/clip.h"
 #include "trainkit/optim/adam.h"
 
@@ -45,14 +45,14 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"clip_grad_norm_: trainkit vs torch::nn::utils vs a one-pass floor"};
+  trainkit::app::Cli cli{"clip_grad_norm_: trainkit vs torch::nn::utils vs a one-pass floor"};
   int rounds = 31;
   int threads = 0;
   std::string json_path;
-  app.add_option("--rounds", rounds, "Interleaved rounds per case (median reported)")->capture_default_str();
-  app.add_option("--threads", threads, "Intra-op threads (0 = LibTorch's default)")->capture_default_str();
-  app.add_option("--json", json_path, "Also write the results as JSON");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--rounds", rounds, "Interleaved rounds per case (median reported)").show_default();
+  cli.option("--threads", threads, "Intra-op threads (0 = LibTorch's default)").show_default();
+  cli.option("--json", json_path, "Also write the results as JSON");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   if (threads > 0) {
     torch::set_num_threads(threads);
   }

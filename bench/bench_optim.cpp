@@ -14,11 +14,11 @@
 #include <map>
 
 #include <ATen/Parallel.h>
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "trainkit/amp/grad_scaler.h"
+#include "trainkit/app/cli.h"
 #include "trainkit/optim.h"
 // The benchmarking switches of the kernels (set_kernel_choices: baseline x86-64 instead of AVX2, the old
 // 32K-element chunk split or a per-tensor one), so that the variants run interleaved in one process.
@@ -163,20 +163,21 @@ struct Case {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Optimizer step time: trainkit (fused / reference) vs torch::optim vs at::_fused_adam_ vs a floor"};
+  trainkit::app::Cli cli{
+      "Optimizer step time: trainkit (fused / reference) vs torch::optim vs at::_fused_adam_ vs a floor"};
   int rounds = 15;
   int threads = 0;
   std::string json_path;
   std::vector<std::string> only;
   std::vector<std::string> variants_only;
-  app.add_option("--rounds", rounds, "Interleaved rounds per case (median reported)")->capture_default_str();
-  app.add_option("--threads", threads, "Intra-op threads (0 = LibTorch's default)")->capture_default_str();
-  app.add_option("--cases", only, "Run only these cases (10M/16, 1M/256, 64M/16)");
+  cli.option("--rounds", rounds, "Interleaved rounds per case (median reported)").show_default();
+  cli.option("--threads", threads, "Intra-op threads (0 = LibTorch's default)").show_default();
+  cli.option("--cases", only, "Run only these cases (10M/16, 1M/256, 64M/16)");
   bool no_reference = false;
-  app.add_flag("--no-reference", no_reference, "Skip the slow ATen reference paths of trainkit's optimizers");
-  app.add_option("--variants", variants_only, "Run only variants whose name contains one of these strings");
-  app.add_option("--json", json_path, "Also write the results as JSON");
-  CLI11_PARSE(app, argc, argv);
+  cli.flag("--no-reference", no_reference, "Skip the slow ATen reference paths of trainkit's optimizers");
+  cli.option("--variants", variants_only, "Run only variants whose name contains one of these strings");
+  cli.option("--json", json_path, "Also write the results as JSON");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   if (threads > 0) {
     torch::set_num_threads(threads);
   }

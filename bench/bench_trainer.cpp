@@ -13,11 +13,11 @@
 #include <functional>
 #include <map>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/data/torch_data.h"
@@ -146,7 +146,8 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Trainer throughput vs a hand-written LibTorch loop vs Python PyTorch (same model, data, order)"};
+  trainkit::app::Cli cli{
+      "Trainer throughput vs a hand-written LibTorch loop vs Python PyTorch (same model, data, order)"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string python = std::string(TRAINKIT_SOURCE_DIR) + "/.venv/bin/python";
   std::string json_path;
@@ -154,27 +155,26 @@ int main(int argc, char** argv) {
   int64_t batch = 128;
   int rounds = 15;
   bool no_python = false;
-  app.add_option("--data-dir", data_dir, "Fashion-MNIST directory")->capture_default_str();
-  app.add_option("--steps", steps, "Optimizer steps per measurement")->capture_default_str();
-  app.add_option("--batch-size", batch, "Batch size")->capture_default_str();
-  app.add_option("--rounds", rounds, "Alternating rounds; the median is reported")->capture_default_str();
-  app.add_option("--python", python, "Python with the pinned torch (the peer)")->capture_default_str();
-  app.add_option("--model", g_model, "cnn (trainkit::nn::make_cnn) or mlp (make_mlp: 784-256-10)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cnn", "mlp"}));
-  app.add_flag("--no-python", no_python, "Skip the Python peer");
+  cli.option("--data-dir", data_dir, "Fashion-MNIST directory").show_default();
+  cli.option("--steps", steps, "Optimizer steps per measurement").show_default();
+  cli.option("--batch-size", batch, "Batch size").show_default();
+  cli.option("--rounds", rounds, "Alternating rounds; the median is reported").show_default();
+  cli.option("--python", python, "Python with the pinned torch (the peer)").show_default();
+  cli.option("--model", g_model, "cnn (trainkit::nn::make_cnn) or mlp (make_mlp: 784-256-10)").show_default()
+      .one_of({"cnn", "mlp"});
+  cli.flag("--no-python", no_python, "Skip the Python peer");
   std::string loader_kind = "tensor";
-  app.add_option("--loader", loader_kind,
-                 "tensor (TensorLoader over preloaded tensors) or torch_data (a torch::data loader; no Python peer)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"tensor", "torch_data"}));
-  app.add_option("--json", json_path, "Also write the results as JSON to this file");
+  cli.option("--loader", loader_kind,
+             "tensor (TensorLoader over preloaded tensors) or torch_data (a torch::data loader; no Python peer)")
+      .show_default()
+      .one_of({"tensor", "torch_data"});
+  cli.option("--json", json_path, "Also write the results as JSON to this file");
   int64_t monitor_every = 10;
-  app.add_option("--monitor-every", monitor_every,
-                 "Steps between monitor rows in the 'Trainer + profile + monitors' variant")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--monitor-every", monitor_every,
+             "Steps between monitor rows in the 'Trainer + profile + monitors' variant")
+      .show_default()
+      .positive();
+  if (auto rc = cli.parse(argc, argv)) return *rc;
 
   const auto train = trainkit::data::load_mnist_split(data_dir, true);
   trainkit::data::TensorLoader loader(train.images, train.labels,

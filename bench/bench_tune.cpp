@@ -9,10 +9,10 @@
 #include <fstream>
 #include <functional>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/tune/sampler.h"
 #include "trainkit/tune/study.h"
 
@@ -76,16 +76,16 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_tune: Bayesian search (GP, log-EI) vs random search on Branin and Hartmann-6"};
+  trainkit::app::Cli cli{"bench_tune: Bayesian search (GP, log-EI) vs random search on Branin and Hartmann-6"};
   int seeds = 10;
   int evals = 50;
   std::string csv_path;
   std::vector<std::string> problems = {"branin", "hartmann6"};
-  app.add_option("--seeds", seeds, "Seeds per method and problem")->capture_default_str();
-  app.add_option("--evals", evals, "Evaluations per study")->capture_default_str();
-  app.add_option("--problems", problems, "branin, hartmann6")->capture_default_str();
-  app.add_option("--csv", csv_path, "Write the median best-so-far regret after every evaluation here");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--seeds", seeds, "Seeds per method and problem").show_default();
+  cli.option("--evals", evals, "Evaluations per study").show_default();
+  cli.option("--problems", problems, "branin, hartmann6").show_default();
+  cli.option("--csv", csv_path, "Write the median best-so-far regret after every evaluation here");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   torch::set_num_threads(1);  // the GP's matrices are 50 x 50: threads only add overhead
 
   std::ofstream csv;

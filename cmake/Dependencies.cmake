@@ -19,9 +19,8 @@ find_path(TRAINKIT_TOMLPP_INCLUDE_DIR toml++/toml.h)
 if(NOT TRAINKIT_TOMLPP_INCLUDE_DIR)
   message(FATAL_ERROR "toml++ headers not found (Debian: libtomlplusplus-dev)")
 endif()
-if(TRAINKIT_BUILD_APPS OR TRAINKIT_BUILD_BENCH)
-  find_package(CLI11 CONFIG REQUIRED)
-endif()
+# CLI11: the command-line parser behind the application layer's app/cli.h (header only, used by one source).
+find_package(CLI11 CONFIG REQUIRED)
 
 # LibTorch's imported targets put their headers on the include path as normal directories; mark them
 # SYSTEM so that LibTorch's own warnings do not drown ours.

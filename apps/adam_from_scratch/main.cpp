@@ -5,10 +5,10 @@
 #include <chrono>
 #include <fstream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/log/svg_plot.h"
 #include "trainkit/optim/adam.h"
 #include "trainkit/app/config.h"
@@ -34,17 +34,18 @@ struct Run {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"trainkit's Adam (from scratch, fused) vs torch::optim::Adam: same model, same data, same curves?"};
+  trainkit::app::Cli cli{
+      "trainkit's Adam (from scratch, fused) vs torch::optim::Adam: same model, same data, same curves?"};
   std::string config_path = "configs/adam_from_scratch.toml";
   int64_t steps = 200;
   int64_t every = 20;
   std::string out_prefix;
-  app.add_option("--config", config_path, "Training config (data, model, optimizer lr/betas/eps, batch size, seed)")
-      ->capture_default_str();
-  app.add_option("--steps", steps, "Training steps of each run")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--every", every, "Print the losses every N steps")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--out", out_prefix, "Write PREFIX.csv and PREFIX.svg (both loss curves)");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--config", config_path, "Training config (data, model, optimizer lr/betas/eps, batch size, seed)")
+      .show_default();
+  cli.option("--steps", steps, "Training steps of each run").show_default().positive();
+  cli.option("--every", every, "Print the losses every N steps").show_default().positive();
+  cli.option("--out", out_prefix, "Write PREFIX.csv and PREFIX.svg (both loss curves)");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
 
   return trainkit::app::run_main([&] {

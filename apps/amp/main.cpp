@@ -4,10 +4,10 @@
 #include <chrono>
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/app/main.h"
 #include "trainkit/amp/autocast.h"
 #include "trainkit/amp/grad_scaler.h"
@@ -79,17 +79,15 @@ RunResult run(const trainkit::data::ImageSet& train, const trainkit::data::Image
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Mixed precision: bf16 autocast vs float32 on the CPU (fp16 + GradScaler on CUDA), and a "
-               "GradScaler trajectory with an injected overflow"};
+  trainkit::app::Cli cli{"Mixed precision: bf16 autocast vs float32 on the CPU (fp16 + GradScaler on CUDA), and a "
+                         "GradScaler trajectory with an injected overflow"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t steps = 300;
   std::string device_name = "cpu";
-  app.add_option("--data-dir", data_dir, "Fashion-MNIST directory")->capture_default_str();
-  app.add_option("--steps", steps, "Training steps per run (batch 128)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--device", device_name, "cpu, or cuda (float16 + GradScaler)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--data-dir", data_dir, "Fashion-MNIST directory").show_default();
+  cli.option("--steps", steps, "Training steps per run (batch 128)").show_default().positive();
+  cli.option("--device", device_name, "cpu, or cuda (float16 + GradScaler)").one_of({"cpu", "cuda"}).show_default();
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
 
   return trainkit::app::run_main([&] {

@@ -7,11 +7,11 @@
 #include <fstream>
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/app/config.h"
 #include "trainkit/app/jobs.h"
 #include "trainkit/app/main.h"
@@ -68,7 +68,7 @@ SweepRow sweep_one(app::Config config, const std::string& config_path, int64_t b
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Batch-size sweep (32, 64, 128, 256) on Fashion-MNIST and the batch-size finder's answers"};
+  trainkit::app::Cli cli{"Batch-size sweep (32, 64, 128, 256) on Fashion-MNIST and the batch-size finder's answers"};
   std::string config_path = "configs/batch_size.toml";
   std::vector<std::string> overrides;
   std::vector<int64_t> sizes{32, 64, 128, 256};
@@ -81,26 +81,23 @@ int main(int argc, char** argv) {
   bool skip_sweep = false;
   bool skip_finder = false;
   std::string csv_path;
-  app.add_option("--config", config_path, "Training config (model, optimizer, data, epochs)")->capture_default_str();
-  app.add_option("--set", overrides, "Override one key: section.key=value (repeatable)");
-  app.add_option("--sizes", sizes, "Batch sizes of the sweep")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_flag("--full", full, "Sweep on the whole training set (55k, 5k validation)");
-  app.add_flag("--skip-sweep", skip_sweep, "Only run the finder");
-  app.add_flag("--skip-finder", skip_finder, "Only run the sweep");
-  app.add_option("--mode", modes, "Finder modes: power, binsearch, throughput")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"power", "binsearch", "throughput"}));
-  app.add_option("--memory-budget-mib", budget_mib,
-                 "CPU budget: a trial fails when the peak resident memory it adds exceeds this (MiB)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--steps-per-trial", steps_per_trial, "Optimizer steps per tried size")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--init-val", init_val, "First size tried")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--max-trials", max_trials, "Most trials")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--csv", csv_path, "Also write the sweep and the finder's trials to this CSV file");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--config", config_path, "Training config (model, optimizer, data, epochs)").show_default();
+  cli.option("--set", overrides, "Override one key: section.key=value (repeatable)");
+  cli.option("--sizes", sizes, "Batch sizes of the sweep").show_default().positive();
+  cli.flag("--full", full, "Sweep on the whole training set (55k, 5k validation)");
+  cli.flag("--skip-sweep", skip_sweep, "Only run the finder");
+  cli.flag("--skip-finder", skip_finder, "Only run the sweep");
+  cli.option("--mode", modes, "Finder modes: power, binsearch, throughput").show_default()
+      .one_of({"power", "binsearch", "throughput"});
+  cli.option("--memory-budget-mib", budget_mib,
+             "CPU budget: a trial fails when the peak resident memory it adds exceeds this (MiB)")
+      .show_default()
+      .positive();
+  cli.option("--steps-per-trial", steps_per_trial, "Optimizer steps per tried size").show_default().positive();
+  cli.option("--init-val", init_val, "First size tried").show_default().positive();
+  cli.option("--max-trials", max_trials, "Most trials").show_default().positive();
+  cli.option("--csv", csv_path, "Also write the sweep and the finder's trials to this CSV file");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   app::set_log_level("info");
   if (full) {
     overrides.insert(overrides.begin(), {"data.limit_train=0", "data.val_size=5000"});

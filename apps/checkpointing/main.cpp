@@ -13,11 +13,11 @@
 #include <cstdio>
 #include <limits>
 
-#include <CLI/CLI.hpp>
 #include <c10/core/CPUAllocator.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/nn/activation_checkpoint.h"
 
 namespace {
@@ -106,23 +106,21 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Activation checkpointing: peak activation memory and step time of a deep MLP, without, per block, "
-               "and with checkpoint_sequential in sqrt(n) segments"};
+  trainkit::app::Cli cli{
+      "Activation checkpointing: peak activation memory and step time of a deep MLP, without, per block, "
+      "and with checkpoint_sequential in sqrt(n) segments"};
   std::vector<int64_t> depths{16, 64};
   int64_t width = 128;
   int64_t batch = 512;
   int64_t rounds = 7;
   int threads = 0;
-  app.add_option("--blocks", depths, "Network depths n (blocks of Linear(W,2W)-ReLU-Linear(2W,W)-ReLU)")
-      ->capture_default_str()
-      ->delimiter(',');
-  app.add_option("--width", width, "Block width W")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch", batch, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--rounds", rounds, "Timed steps per variant (interleaved; medians reported)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "Intra-op threads (0 = LibTorch's default)")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--blocks", depths, "Network depths n (blocks of Linear(W,2W)-ReLU-Linear(2W,W)-ReLU)").show_default()
+      .delimiter(',');
+  cli.option("--width", width, "Block width W").show_default().positive();
+  cli.option("--batch", batch, "Batch size").show_default().positive();
+  cli.option("--rounds", rounds, "Timed steps per variant (interleaved; medians reported)").show_default().positive();
+  cli.option("--threads", threads, "Intra-op threads (0 = LibTorch's default)").show_default();
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   if (threads > 0) {
     torch::set_num_threads(threads);
   }

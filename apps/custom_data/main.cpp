@@ -15,11 +15,11 @@
 #include <utility>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "recipe.h"
+#include "trainkit/app/cli.h"
 #include "trainkit/app/main.h"
 #include "trainkit/data.h"
 #include "trainkit/log.h"
@@ -377,47 +377,39 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Your own CSV data set and your own LibTorch module, trained with trainkit's LR finder, Trainer, "
-               "1cycle schedule and regression metrics; the validation MSE is compared with the data's noise "
-               "variance"};
+  trainkit::app::Cli cli{
+      "Your own CSV data set and your own LibTorch module, trained with trainkit's LR finder, Trainer, "
+      "1cycle schedule and regression metrics; the validation MSE is compared with the data's noise "
+      "variance"};
   Options o;
-  app.add_option("--csv", o.csv,
-                 "Numeric CSV: a header, then rows; the last column is the target; '#' lines are comments, "
-                 "one may state noise_sigma=S")
-      ->capture_default_str();
-  app.add_option("--epochs", o.epochs, "Training epochs")->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("--batch-size", o.batch_size, "Training batch size")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--hidden", o.hidden, "Width of the MLP's two hidden layers")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 16));
-  app.add_option("--val-fraction", o.val_fraction, "Fraction of the rows held out for validation")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--seed", o.seed, "Seed of the split, the initialization and the batch order")->capture_default_str();
-  app.add_option("--lr", o.lr, "Peak LR of the 1cycle schedule (0: the LR finder's suggestion)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--suggestion", o.suggestion, "Which LR finder suggestion to train with")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"valley", "steepest"}));
-  app.add_option("--finder-iters", o.finder_iters, "Steps of the LR range test")
-      ->capture_default_str()
-      ->check(CLI::Range(2, 100000));
-  app.add_option("--threads", o.threads,
-                 "Intra-op threads (ops of a small MLP on batches of 32 are too small to be worth splitting)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
-  app.add_option("--print-every", o.print_every, "Print every N epochs (0: about ten rows)")->capture_default_str();
-  app.add_option("--out", o.out, "Directory for metrics.csv/.jsonl, curves.svg and lr_find.csv/.svg (optional)");
-  app.add_flag("--recipe", o.recipe,
-               "Run README's \"Using the library\" recipe (recipe.cpp) on the same split instead: its own "
-               "model, batch size and LR finder; --epochs applies");
-  app.add_option("--max-val-mse", o.max_val_mse, "Exit 1 when the final validation MSE is above this (0: no check)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--csv", o.csv,
+             "Numeric CSV: a header, then rows; the last column is the target; '#' lines are comments, "
+             "one may state noise_sigma=S")
+      .show_default();
+  cli.option("--epochs", o.epochs, "Training epochs").show_default().range(1, 100000);
+  cli.option("--batch-size", o.batch_size, "Training batch size").show_default().range(1, 1 << 20);
+  cli.option("--hidden", o.hidden, "Width of the MLP's two hidden layers").show_default().range(1, 1 << 16);
+  cli.option("--val-fraction", o.val_fraction, "Fraction of the rows held out for validation").show_default()
+      .range(0.0, 1.0);
+  cli.option("--seed", o.seed, "Seed of the split, the initialization and the batch order").show_default();
+  cli.option("--lr", o.lr, "Peak LR of the 1cycle schedule (0: the LR finder's suggestion)").show_default()
+      .non_negative();
+  cli.option("--suggestion", o.suggestion, "Which LR finder suggestion to train with").show_default()
+      .one_of({"valley", "steepest"});
+  cli.option("--finder-iters", o.finder_iters, "Steps of the LR range test").show_default().range(2, 100000);
+  cli.option("--threads", o.threads,
+             "Intra-op threads (ops of a small MLP on batches of 32 are too small to be worth splitting)")
+      .show_default()
+      .range(1, 1024);
+  cli.option("--print-every", o.print_every, "Print every N epochs (0: about ten rows)").show_default();
+  cli.option("--out", o.out, "Directory for metrics.csv/.jsonl, curves.svg and lr_find.csv/.svg (optional)");
+  cli.flag("--recipe", o.recipe,
+           "Run README's \"Using the library\" recipe (recipe.cpp) on the same split instead: its own "
+           "model, batch size and LR finder; --epochs applies");
+  cli.option("--max-val-mse", o.max_val_mse, "Exit 1 when the final validation MSE is above this (0: no check)")
+      .show_default()
+      .non_negative();
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   tk::app::set_log_level("info");
   return tk::app::run_main([&] { return run(o); });
 }

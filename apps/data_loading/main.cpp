@@ -11,12 +11,12 @@
 #include <stdexcept>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <zlib.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/app/main.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/parallel_loader.h"
@@ -228,8 +228,8 @@ void create_on_device(int64_t batch_size, int64_t side, int64_t rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Data loading: num_workers sweep of a ParallelLoader on decoded + augmented Fashion-MNIST, "
-               "pinned vs pageable copies, host vs device normalization, creating tensors on the device"};
+  trainkit::app::Cli cli{"Data loading: num_workers sweep of a ParallelLoader on decoded + augmented Fashion-MNIST, "
+                         "pinned vs pageable copies, host vs device normalization, creating tensors on the device"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t limit = 1024;
   int64_t side = 112;
@@ -238,23 +238,18 @@ int main(int argc, char** argv) {
   int64_t rounds = 3;
   std::vector<int64_t> workers{0, 1, 2, 4, 8};
   std::string csv;
-  app.add_option("--data-dir", data_dir, "Directory with the gzip'd IDX files")->capture_default_str();
-  app.add_option("--limit", limit, "Training images to compress and load (one epoch is timed)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--side", side, "Images are upscaled to side x side before compression")->capture_default_str()->check(
-      CLI::Range(8, 1024));
-  app.add_option("--decode-repeats", repeats, "Inflate each image this many times (the per-sample cost knob)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "Samples per batch")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--rounds", rounds, "Interleaved rounds (medians are printed)")->capture_default_str()->check(
-      CLI::PositiveNumber);
-  app.add_option("--workers", workers, "num_workers values of the sweep (the first is the baseline)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--csv", csv, "Also write the sweep's table here");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--data-dir", data_dir, "Directory with the gzip'd IDX files").show_default();
+  cli.option("--limit", limit, "Training images to compress and load (one epoch is timed)").show_default().positive();
+  cli.option("--side", side, "Images are upscaled to side x side before compression").show_default().range(8, 1024);
+  cli.option("--decode-repeats", repeats, "Inflate each image this many times (the per-sample cost knob)")
+      .show_default()
+      .positive();
+  cli.option("--batch-size", batch_size, "Samples per batch").show_default().positive();
+  cli.option("--rounds", rounds, "Interleaved rounds (medians are printed)").show_default().positive();
+  cli.option("--workers", workers, "num_workers values of the sweep (the first is the baseline)").show_default()
+      .non_negative();
+  cli.option("--csv", csv, "Also write the sweep's table here");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
 
   return trainkit::app::run_main([&] {

@@ -7,9 +7,9 @@
 #include <chrono>
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/dist/ddp.h"
@@ -18,7 +18,7 @@
 #include "trainkit/train/checkpoint.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Fashion-MNIST CNN with DistributedDataParallel (run under `trainkit launch` or torchrun)"};
+  trainkit::app::Cli cli{"Fashion-MNIST CNN with DistributedDataParallel (run under `trainkit launch` or torchrun)"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t epochs = 1;
   int64_t batch_size = 128;
@@ -28,19 +28,16 @@ int main(int argc, char** argv) {
   bool no_overlap = false;
   int64_t threads = 1;
   std::string checkpoint;
-  app.add_option("--data-dir", data_dir, "Directory with the gzip'd IDX files")->capture_default_str();
-  app.add_option("--epochs", epochs, "Epochs")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "Global batch size (split over the ranks)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "Adam learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--limit-train", limit_train, "Use only the first N training examples (0 = all)")
-      ->capture_default_str();
-  app.add_option("--bucket-cap-mb", bucket_cap_mb, "DDP bucket cap in MiB")->capture_default_str();
-  app.add_flag("--no-overlap", no_overlap, "All-reduce after backward instead of from the autograd hooks");
-  app.add_option("--threads", threads, "Intra-op threads per rank")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--checkpoint", checkpoint, "Rank 0 writes the model here (atomically) after each epoch");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--data-dir", data_dir, "Directory with the gzip'd IDX files").show_default();
+  cli.option("--epochs", epochs, "Epochs").show_default().positive();
+  cli.option("--batch-size", batch_size, "Global batch size (split over the ranks)").show_default().positive();
+  cli.option("--lr", lr, "Adam learning rate").show_default().positive();
+  cli.option("--limit-train", limit_train, "Use only the first N training examples (0 = all)").show_default();
+  cli.option("--bucket-cap-mb", bucket_cap_mb, "DDP bucket cap in MiB").show_default();
+  cli.flag("--no-overlap", no_overlap, "All-reduce after backward instead of from the autograd hooks");
+  cli.option("--threads", threads, "Intra-op threads per rank").show_default().positive();
+  cli.option("--checkpoint", checkpoint, "Rank 0 writes the model here (atomically) after each epoch");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
 
   int64_t rank = 0;
   try {

@@ -3,9 +3,9 @@
 // and that the two training curves match.
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/app/main.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
@@ -27,21 +27,21 @@ double max_param_diff(torch::nn::Sequential& a, torch::nn::Sequential& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Gradient accumulation: batch 32 x 4 micro-batches vs batch 128, same start, same data order"};
+  trainkit::app::Cli cli{"Gradient accumulation: batch 32 x 4 micro-batches vs batch 128, same start, same data order"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t micro = 32;
   int64_t accumulation = 4;
   int64_t steps = 200;
   int64_t report_every = 20;
   double max_diff = -1;
-  app.add_option("--data-dir", data_dir, "Fashion-MNIST directory")->capture_default_str();
-  app.add_option("--micro-batch", micro, "Micro-batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--accumulation-steps", accumulation, "Micro-batches per step")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--report-every", report_every, "Print every N steps")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--max-diff", max_diff,
-                 "Exit with 1 when the final max |param diff| between the two runs exceeds this (off when < 0)");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--data-dir", data_dir, "Fashion-MNIST directory").show_default();
+  cli.option("--micro-batch", micro, "Micro-batch size").show_default().positive();
+  cli.option("--accumulation-steps", accumulation, "Micro-batches per step").show_default().positive();
+  cli.option("--steps", steps, "Optimizer steps").show_default().positive();
+  cli.option("--report-every", report_every, "Print every N steps").show_default().positive();
+  cli.option("--max-diff", max_diff,
+             "Exit with 1 when the final max |param diff| between the two runs exceeds this (off when < 0)");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
 
   return trainkit::app::run_main([&] {

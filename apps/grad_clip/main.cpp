@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <fstream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/grad/clip.h"
 #include "trainkit/log/svg_plot.h"
 
@@ -68,20 +68,21 @@ Curve train(double clip, int64_t steps, int64_t length, double lr, int64_t hidde
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"LSTM on the adding problem with and without gradient clipping (loss and gradient-norm curves)"};
+  trainkit::app::Cli cli{
+      "LSTM on the adding problem with and without gradient clipping (loss and gradient-norm curves)"};
   int64_t steps = 240;
   int64_t length = 100;
   double lr = 1.0;
   double clip = 0.5;
   int64_t hidden = 32;
   std::string out_prefix;
-  app.add_option("--steps", steps, "Optimizer steps per run")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--length", length, "Sequence length")->capture_default_str()->check(CLI::Range(4, 10000));
-  app.add_option("--lr", lr, "SGD learning rate (high, to provoke explosions)")->capture_default_str();
-  app.add_option("--clip", clip, "max_norm of the clipped run")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--hidden", hidden, "LSTM hidden size")->capture_default_str();
-  app.add_option("--out", out_prefix, "Write PREFIX.csv, PREFIX_loss.svg and PREFIX_grad_norm.svg");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--steps", steps, "Optimizer steps per run").show_default().positive();
+  cli.option("--length", length, "Sequence length").show_default().range(4, 10000);
+  cli.option("--lr", lr, "SGD learning rate (high, to provoke explosions)").show_default();
+  cli.option("--clip", clip, "max_norm of the clipped run").show_default().positive();
+  cli.option("--hidden", hidden, "LSTM hidden size").show_default();
+  cli.option("--out", out_prefix, "Write PREFIX.csv, PREFIX_loss.svg and PREFIX_grad_norm.svg");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
 
   const Curve plain = train(0.0, steps, length, lr, hidden);
   const Curve clipped = train(clip, steps, length, lr, hidden);

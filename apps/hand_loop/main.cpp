@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/app/main.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
@@ -14,21 +14,20 @@
 #include "trainkit/train/checkpoint.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Train the Fashion-MNIST CNN with a hand-written LibTorch loop built from trainkit's pieces"};
+  trainkit::app::Cli cli{"Train the Fashion-MNIST CNN with a hand-written LibTorch loop built from trainkit's pieces"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t epochs = 2;
   int64_t batch_size = 128;
   double lr = 1e-3;
   int64_t limit_train = 0;
   std::string checkpoint;
-  app.add_option("--data-dir", data_dir, "Directory with the gzip'd IDX files")->capture_default_str();
-  app.add_option("--epochs", epochs, "Epochs")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "Adam learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--limit-train", limit_train, "Use only the first N training examples (0 = all)")
-      ->capture_default_str();
-  app.add_option("--checkpoint", checkpoint, "Write the model and optimizer here (atomically) after each epoch");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--data-dir", data_dir, "Directory with the gzip'd IDX files").show_default();
+  cli.option("--epochs", epochs, "Epochs").show_default().positive();
+  cli.option("--batch-size", batch_size, "Batch size").show_default().positive();
+  cli.option("--lr", lr, "Adam learning rate").show_default().positive();
+  cli.option("--limit-train", limit_train, "Use only the first N training examples (0 = all)").show_default();
+  cli.option("--checkpoint", checkpoint, "Write the model and optimizer here (atomically) after each epoch");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
 
   return trainkit::app::run_main([&] {

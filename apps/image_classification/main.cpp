@@ -8,11 +8,11 @@
 #include <fstream>
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/app/config.h"
 #include "trainkit/app/main.h"
 #include "trainkit/app/run.h"
@@ -94,8 +94,8 @@ void write_trace(const std::vector<TraceRow>& rows, const fs::path& dir, const s
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ResNet + ReduceLROnPlateau on Fashion-MNIST (or CIFAR-10): model summary, LR trace with the "
-               "plateau reductions, test accuracy"};
+  trainkit::app::Cli cli{"ResNet + ReduceLROnPlateau on Fashion-MNIST (or CIFAR-10): model summary, LR trace with the "
+                         "plateau reductions, test accuracy"};
   std::string config_path = "configs/image_classification.toml";
   std::vector<std::string> overrides;
   std::string out_dir = "image_classification";
@@ -104,18 +104,17 @@ int main(int argc, char** argv) {
   int64_t epochs = 0;
   int64_t limit_train = -1;
   int64_t depth = 0;
-  app.add_option("--config", config_path, "Training config")->capture_default_str();
-  app.add_option("--set", overrides, "Override one key: section.key=value (repeatable)");
-  app.add_option("--out", out_dir, "Run directory (metrics, lr_trace.csv/svg, checkpoints)")->capture_default_str();
-  app.add_option("--dataset", dataset, "\"fashion-mnist\" or \"cifar10\" (default: the config's data.dataset)");
-  app.add_option("--data-dir", data_dir,
-                 "Directory of the data set (Fashion-MNIST IDX files, or CIFAR-10's cifar-10-batches-bin)");
-  app.add_option("--epochs", epochs, "Epochs (default: the config's)")->check(CLI::PositiveNumber);
-  app.add_option("--limit-train", limit_train, "Use only the first N training images (0 = all; default: the config's)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--depth", depth, "CIFAR ResNet depth 6n+2: 8, 14, 20, 32, 56 ... (default: the config's)")
-      ->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--config", config_path, "Training config").show_default();
+  cli.option("--set", overrides, "Override one key: section.key=value (repeatable)");
+  cli.option("--out", out_dir, "Run directory (metrics, lr_trace.csv/svg, checkpoints)").show_default();
+  cli.option("--dataset", dataset, "\"fashion-mnist\" or \"cifar10\" (default: the config's data.dataset)");
+  cli.option("--data-dir", data_dir,
+             "Directory of the data set (Fashion-MNIST IDX files, or CIFAR-10's cifar-10-batches-bin)");
+  cli.option("--epochs", epochs, "Epochs (default: the config's)").positive();
+  cli.option("--limit-train", limit_train, "Use only the first N training images (0 = all; default: the config's)")
+      .non_negative();
+  cli.option("--depth", depth, "CIFAR ResNet depth 6n+2: 8, 14, 20, 32, 56 ... (default: the config's)").positive();
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
 
   return trainkit::app::run_main([&] {

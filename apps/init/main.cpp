@@ -7,10 +7,10 @@
 #include <cmath>
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/nn/init.h"
 #include "trainkit/nn/models.h"
@@ -85,21 +85,22 @@ std::string cell(double v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Activation std through 30 layers and the CNN's first training steps under LeCun, He, Xavier and "
-               "LibTorch's default initialization"};
+  trainkit::app::Cli cli{
+      "Activation std through 30 layers and the CNN's first training steps under LeCun, He, Xavier and "
+      "LibTorch's default initialization"};
   int64_t depth = 30;
   int64_t width = 512;
   int64_t steps = 200;
   int64_t batch = 64;
   double lr = 0.01;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  app.add_option("--depth", depth, "Layers of the activation experiment")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--width", width, "Layer width of the activation experiment")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "CNN training steps per scheme (0 = skip the CNN)")->capture_default_str();
-  app.add_option("--batch", batch, "CNN batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "CNN SGD learning rate (momentum 0.9)")->capture_default_str();
-  app.add_option("--data-dir", data_dir, "Fashion-MNIST IDX files")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--depth", depth, "Layers of the activation experiment").show_default().positive();
+  cli.option("--width", width, "Layer width of the activation experiment").show_default().positive();
+  cli.option("--steps", steps, "CNN training steps per scheme (0 = skip the CNN)").show_default();
+  cli.option("--batch", batch, "CNN batch size").show_default().positive();
+  cli.option("--lr", lr, "CNN SGD learning rate (momentum 0.9)").show_default();
+  cli.option("--data-dir", data_dir, "Fashion-MNIST IDX files").show_default();
+  if (auto rc = cli.parse(argc, argv)) return *rc;
 
   std::vector<int64_t> shown;
   for (const int64_t d : {1, 2, 5, 10, 20, 30, 50, 100}) {

@@ -1,10 +1,10 @@
 // lars: large-batch Fashion-MNIST training (batch 4096 by default) with LARS against plain SGD with momentum
 // at the same settings — learning rate, momentum, weight decay, param groups and LR schedule — from the same
 // initial weights and data order, reporting loss and validation accuracy per epoch and the test accuracy.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/app/config.h"
 #include "trainkit/app/main.h"
 #include "trainkit/app/run.h"
@@ -40,12 +40,12 @@ Result train(const trainkit::app::Config& config, const std::string& source) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Large-batch training: LARS vs SGD with momentum at the same settings (Fashion-MNIST CNN)"};
+  trainkit::app::Cli cli{"Large-batch training: LARS vs SGD with momentum at the same settings (Fashion-MNIST CNN)"};
   std::string config_path = "configs/lars.toml";
   std::vector<std::string> overrides;
-  app.add_option("--config", config_path, "Training config with an [optimizer] of name \"lars\"")->capture_default_str();
-  app.add_option("--set", overrides, "Override a config key: section.key=value (repeatable)");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--config", config_path, "Training config with an [optimizer] of name \"lars\"").show_default();
+  cli.option("--set", overrides, "Override a config key: section.key=value (repeatable)");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
   return trainkit::app::run_main([&] {
     const auto lars = trainkit::app::load_config(config_path, overrides);

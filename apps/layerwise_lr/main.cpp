@@ -3,10 +3,10 @@
 // layers; prints every group's LR each epoch, and shows the one-line manual LR change of a param group.
 #include <sstream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/optim/sgd.h"
 #include "trainkit/app/config.h"
 #include "trainkit/app/main.h"
@@ -97,18 +97,18 @@ double train(const trainkit::app::Config& config, const std::string& source, con
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Layer-wise learning rates through param groups (conv1 / conv2 / fc), vs one LR for all layers"};
+  trainkit::app::Cli cli{
+      "Layer-wise learning rates through param groups (conv1 / conv2 / fc), vs one LR for all layers"};
   std::string config_path = "configs/layerwise_lr.toml";
   std::vector<std::string> overrides;
   std::vector<double> lrs{0.01, 0.001, 0.0001};
   int64_t decay_epoch = 2;
-  app.add_option("--config", config_path, "Training config; optimizer.lr is the single-LR baseline")
-      ->capture_default_str();
-  app.add_option("--set", overrides, "Override a config key: section.key=value (repeatable)");
-  app.add_option("--lrs", lrs, "Learning rate per layer group: conv1 conv2 ... fc")->capture_default_str()->delimiter(',');
-  app.add_option("--decay-epoch", decay_epoch, "Multiply every group's LR by 0.1 after this epoch (0 = never)")
-      ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--config", config_path, "Training config; optimizer.lr is the single-LR baseline").show_default();
+  cli.option("--set", overrides, "Override a config key: section.key=value (repeatable)");
+  cli.option("--lrs", lrs, "Learning rate per layer group: conv1 conv2 ... fc").show_default().delimiter(',');
+  cli.option("--decay-epoch", decay_epoch, "Multiply every group's LR by 0.1 after this epoch (0 = never)")
+      .show_default();
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
   return trainkit::app::run_main([&] {
     const auto config = trainkit::app::load_config(config_path, overrides);

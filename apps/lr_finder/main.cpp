@@ -4,16 +4,16 @@
 #include <algorithm>
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/app/config.h"
 #include "trainkit/app/jobs.h"
 #include "trainkit/app/main.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"LR range test on a Fashion-MNIST training config: curve, suggestions, CSV and SVG"};
+  trainkit::app::Cli cli{"LR range test on a Fashion-MNIST training config: curve, suggestions, CSV and SVG"};
   trainkit::app::LrFindJobOptions options;
   std::string config_path = "configs/fashion_mnist.toml";
   std::vector<std::string> overrides;
@@ -23,16 +23,16 @@ int main(int argc, char** argv) {
   int64_t num_iter = options.finder.num_iter();
   std::string step_mode = options.finder.step_mode();
   int64_t rows = 12;
-  app.add_option("--config", config_path, "Training config (model, optimizer, data)")->capture_default_str();
-  app.add_option("--set", overrides, "Override one key: section.key=value (repeatable)");
-  app.add_option("--out", options.out_dir, "Directory for lr_find.csv and lr_find.svg")->capture_default_str();
-  app.add_option("--start-lr", start_lr, "First LR")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--end-lr", end_lr, "Last LR")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--num-iter", num_iter, "Steps of the test")->capture_default_str()->check(CLI::Range(2, 1000000));
-  app.add_option("--step-mode", step_mode, "exp or linear")->capture_default_str()->check(CLI::IsMember({"exp", "linear"}));
-  app.add_flag("--val", options.use_val, "Record the validation loss instead of the training loss");
-  app.add_option("--rows", rows, "Rows of the printed curve")->capture_default_str()->check(CLI::Range(2, 1000));
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--config", config_path, "Training config (model, optimizer, data)").show_default();
+  cli.option("--set", overrides, "Override one key: section.key=value (repeatable)");
+  cli.option("--out", options.out_dir, "Directory for lr_find.csv and lr_find.svg").show_default();
+  cli.option("--start-lr", start_lr, "First LR").show_default().positive();
+  cli.option("--end-lr", end_lr, "Last LR").show_default().positive();
+  cli.option("--num-iter", num_iter, "Steps of the test").show_default().range(2, 1000000);
+  cli.option("--step-mode", step_mode, "exp or linear").show_default().one_of({"exp", "linear"});
+  cli.flag("--val", options.use_val, "Record the validation loss instead of the training loss");
+  cli.option("--rows", rows, "Rows of the printed curve").show_default().range(2, 1000);
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
   options.finder.start_lr(start_lr).end_lr(end_lr).num_iter(num_iter).step_mode(step_mode);
 

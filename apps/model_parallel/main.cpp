@@ -5,9 +5,9 @@
 #include <chrono>
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/app/main.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
@@ -25,18 +25,18 @@ torch::nn::Sequential make_net(int64_t hidden) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Model parallelism: an MLP split over two devices with GPipe micro-batch pipelining"};
+  trainkit::app::Cli cli{"Model parallelism: an MLP split over two devices with GPipe micro-batch pipelining"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t steps = 50;
   int64_t batch_size = 256;
   int64_t chunks = 4;
   int64_t hidden = 1024;
-  app.add_option("--data-dir", data_dir, "Directory with the gzip'd IDX files")->capture_default_str();
-  app.add_option("--steps", steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--chunks", chunks, "Micro-batches per batch")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--hidden", hidden, "Width of the hidden layers")->capture_default_str()->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--data-dir", data_dir, "Directory with the gzip'd IDX files").show_default();
+  cli.option("--steps", steps, "Optimizer steps").show_default().positive();
+  cli.option("--batch-size", batch_size, "Batch size").show_default().positive();
+  cli.option("--chunks", chunks, "Micro-batches per batch").show_default().positive();
+  cli.option("--hidden", hidden, "Width of the hidden layers").show_default().positive();
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
 
   return trainkit::app::run_main([&] {

@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/app/config.h"
 #include "trainkit/app/main.h"
 #include "trainkit/app/run.h"
@@ -55,22 +55,23 @@ class WeightsCallback : public train::Callback {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Fashion-MNIST CNN with train/validation tracking: metrics CSV, curves.svg and TensorBoard events"};
+  trainkit::app::Cli cli{
+      "Fashion-MNIST CNN with train/validation tracking: metrics CSV, curves.svg and TensorBoard events"};
   std::string config_path = "configs/monitoring.toml";
   std::vector<std::string> overrides;
   std::string out_dir = "monitoring";
   int64_t epochs = 0;
   int64_t max_steps = -1;
   bool full = false;
-  app.add_option("--config", config_path, "Training config")->capture_default_str();
-  app.add_option("--set", overrides, "Override one key: section.key=value (repeatable)");
-  app.add_option("--out", out_dir, "Run directory (metrics, curves.svg, TensorBoard events)")->capture_default_str();
-  app.add_option("--epochs", epochs, "Epochs (default: the config's)")->check(CLI::PositiveNumber);
-  app.add_option("--max-steps", max_steps, "Stop after this many steps (0 = no limit; default: the config's)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_flag("--full", full,
-               "The whole data set (55k train / 5k validation / 10k test) for 12 epochs, as configs/fashion_mnist.toml");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--config", config_path, "Training config").show_default();
+  cli.option("--set", overrides, "Override one key: section.key=value (repeatable)");
+  cli.option("--out", out_dir, "Run directory (metrics, curves.svg, TensorBoard events)").show_default();
+  cli.option("--epochs", epochs, "Epochs (default: the config's)").positive();
+  cli.option("--max-steps", max_steps, "Stop after this many steps (0 = no limit; default: the config's)")
+      .non_negative();
+  cli.flag("--full", full,
+           "The whole data set (55k train / 5k validation / 10k test) for 12 epochs, as configs/fashion_mnist.toml");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
 
   return trainkit::app::run_main([&] {

@@ -5,12 +5,12 @@
 #include <fstream>
 #include <random>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "trainkit/log/svg_plot.h"
 #include "trainkit/sched/cyclic.h"
+#include "trainkit/app/cli.h"
 #include "trainkit/app/main.h"
 #include "trainkit/app/toml_args.h"
 #include "trainkit/sched/factory.h"
@@ -30,7 +30,7 @@ std::string read_text(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Trace an LR schedule from a TOML config (type = \"CosineAnnealingLR\", T_max = 100, ...)"};
+  trainkit::app::Cli cli{"Trace an LR schedule from a TOML config (type = \"CosineAnnealingLR\", T_max = 100, ...)"};
   std::string config;
   int64_t steps = 0;
   std::string csv_path;
@@ -39,19 +39,16 @@ int main(int argc, char** argv) {
   double lr = 0.1;
   int groups = 1;
   bool quiet = false;
-  app.add_option("--config", config, "Scheduler config, e.g. configs/schedules/cosine.toml")->required();
-  app.add_option("--steps", steps, "Number of scheduler steps to trace")->required()->check(CLI::PositiveNumber);
-  app.add_option("--csv", csv_path, "Write step,group,lr,momentum here (default: print to stdout)");
-  app.add_option("--svg", svg_path, "Draw the LR curve (and momentum, when cycled) here");
-  app.add_option("--optimizer", optimizer, "sgd (momentum 0.9) or adam: the optimizer driven")
-      ->check(CLI::IsMember({"sgd", "adam"}))
-      ->capture_default_str();
-  app.add_option("--lr", lr, "Base LR of the first param group")->capture_default_str();
-  app.add_option("--groups", groups, "Param groups (group g has base LR lr / 10^g)")
-      ->check(CLI::Range(1, 4))
-      ->capture_default_str();
-  app.add_flag("--quiet", quiet, "Do not print the CSV to stdout when --csv is not given");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--config", config, "Scheduler config, e.g. configs/schedules/cosine.toml").required();
+  cli.option("--steps", steps, "Number of scheduler steps to trace").required().positive();
+  cli.option("--csv", csv_path, "Write step,group,lr,momentum here (default: print to stdout)");
+  cli.option("--svg", svg_path, "Draw the LR curve (and momentum, when cycled) here");
+  cli.option("--optimizer", optimizer, "sgd (momentum 0.9) or adam: the optimizer driven").one_of({"sgd", "adam"})
+      .show_default();
+  cli.option("--lr", lr, "Base LR of the first param group").show_default();
+  cli.option("--groups", groups, "Param groups (group g has base LR lr / 10^g)").range(1, 4).show_default();
+  cli.flag("--quiet", quiet, "Do not print the CSV to stdout when --csv is not given");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
 
   return trainkit::app::run_main([&] {

@@ -19,10 +19,10 @@
 #include <utility>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/app/main.h"
 #include "trainkit/app/toml_args.h"
 #include "trainkit/args.h"
@@ -525,21 +525,21 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Text classification: an LSTM (pack_padded_sequence) with OneCycleLR and gradient clipping on "
-               "Debian's fortunes (one class per file) or the aclImdb reviews, against the majority class and a "
-               "bag-of-words logistic regression trained by the same Trainer"};
+  trainkit::app::Cli cli{
+      "Text classification: an LSTM (pack_padded_sequence) with OneCycleLR and gradient clipping on "
+      "Debian's fortunes (one class per file) or the aclImdb reviews, against the majority class and a "
+      "bag-of-words logistic regression trained by the same Trainer"};
   Options o;
-  app.add_option("--config", o.config, "TOML config ([data], [model], [optimizer], [scheduler], [train], [baseline])")
-      ->capture_default_str();
-  app.add_option("--set", o.sets, "Override a config key: section.key=value (repeatable)");
-  app.add_option("--dataset", o.dataset, "fortunes or imdb (= --set data.dataset=...)")
-      ->check(CLI::IsMember({"fortunes", "imdb"}));
-  app.add_option("--data-dir", o.data_dir, "The fortunes directory or the extracted aclImdb directory (= data.dir)");
-  app.add_option("--epochs", o.epochs, "Epochs of the LSTM (= train.epochs)")->check(CLI::Range(1, 100000));
-  app.add_option("--limit-train", o.limit_train, "Train on a stratified subset of this many texts (= data.limit_train)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--out", o.out, "Directory for metrics.csv, baseline/metrics.csv and summary.json (optional)");
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--config", o.config, "TOML config ([data], [model], [optimizer], [scheduler], [train], [baseline])")
+      .show_default();
+  cli.option("--set", o.sets, "Override a config key: section.key=value (repeatable)");
+  cli.option("--dataset", o.dataset, "fortunes or imdb (= --set data.dataset=...)").one_of({"fortunes", "imdb"});
+  cli.option("--data-dir", o.data_dir, "The fortunes directory or the extracted aclImdb directory (= data.dir)");
+  cli.option("--epochs", o.epochs, "Epochs of the LSTM (= train.epochs)").range(1, 100000);
+  cli.option("--limit-train", o.limit_train, "Train on a stratified subset of this many texts (= data.limit_train)")
+      .non_negative();
+  cli.option("--out", o.out, "Directory for metrics.csv, baseline/metrics.csv and summary.json (optional)");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   tk::app::set_log_level("info");
   return tk::app::run_main([&] { return run(o); });
 }

@@ -1,10 +1,10 @@
 // trainkit: the command-line front end. Subcommands: train, tune, lr-find, batch-size, checkpoint, launch.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <iostream>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/compat.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/features.h"
@@ -25,44 +25,44 @@ using trainkit::app::kExitUsage;
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"trainkit " TRAINKIT_VERSION ": training techniques for LibTorch " +
-               trainkit::compat::torch_version()};
-  app.require_subcommand(1);
+  trainkit::app::Cli cli{"trainkit " TRAINKIT_VERSION ": training techniques for LibTorch " +
+                         trainkit::compat::torch_version()};
+  cli.require_subcommand();
   std::string log_level = "info";
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  cli.option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      .one_of({"trace", "debug", "info", "warn", "error", "off"});
 
   trainkit::app::TrainJobOptions train_options;
   bool list_keys = false;
-  auto* train = app.add_subcommand("train", "Train a model on Fashion-MNIST from a TOML config");
-  train->add_option("--config", train_options.config_path, "TOML config file (e.g. configs/fashion_mnist.toml)");
-  train->add_option("--set", train_options.overrides, "Override one key: section.key=value (repeatable)");
-  train->add_option("--out", train_options.out_dir, "Run directory (default runs/<config>-<time>)");
-  train->add_option("--resume", train_options.resume,
-                    "auto (newest good checkpoint in --out) or a checkpoint file");
-  train->add_flag("--list-keys", list_keys, "Print every config key as a Markdown table and exit");
-  train->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  auto& train = cli.subcommand("train", "Train a model on Fashion-MNIST from a TOML config");
+  train.option("--config", train_options.config_path, "TOML config file (e.g. configs/fashion_mnist.toml)");
+  train.option("--set", train_options.overrides, "Override one key: section.key=value (repeatable)");
+  train.option("--out", train_options.out_dir, "Run directory (default runs/<config>-<time>)");
+  train.option("--resume", train_options.resume,
+               "auto (newest good checkpoint in --out) or a checkpoint file");
+  train.flag("--list-keys", list_keys, "Print every config key as a Markdown table and exit");
+  train.option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      .one_of({"trace", "debug", "info", "warn", "error", "off"});
 
   trainkit::app::TuneJobOptions tune_options;
-  auto* tune = app.add_subcommand(
+  auto& tune = cli.subcommand(
       "tune", "Hyperparameter search: each trial is a `trainkit train` run of --config with the tuned keys of "
               "--space set (Bayesian optimization with a Gaussian process, or random search)");
-  tune->add_option("--config", tune_options.config_path, "Base TOML config of every trial")->required();
-  tune->add_option("--space", tune_options.space_path, "Search-space TOML file (see docs/tuning.md)")->required();
-  tune->add_option("--out", tune_options.out_dir, "Study directory (a re-run continues the study in it)")->required();
-  tune->add_option("--trials", tune_options.trials, "Finished trials wanted in total")->capture_default_str();
-  tune->add_option("--jobs", tune_options.jobs, "Trials run at once")->capture_default_str();
-  tune->add_option("--set", tune_options.overrides, "Override one key of every trial: section.key=value (repeatable)");
-  tune->add_option("--metric", tune_options.metric, "Objective: val_loss, val_<metric>, test_loss or test_<metric>")
-      ->capture_default_str();
-  tune->add_option("--direction", tune_options.direction,
-                   "minimize or maximize (default: maximize for accuracy metrics, else minimize)");
-  tune->add_option("--sampler", tune_options.sampler, "gp or random")->capture_default_str();
-  tune->add_option("--seed", tune_options.seed, "Study seed")->capture_default_str();
-  tune->add_flag("--prune", tune_options.prune, "Median-stop trials from their per-epoch validation metric");
-  tune->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  tune.option("--config", tune_options.config_path, "Base TOML config of every trial").required();
+  tune.option("--space", tune_options.space_path, "Search-space TOML file (see docs/tuning.md)").required();
+  tune.option("--out", tune_options.out_dir, "Study directory (a re-run continues the study in it)").required();
+  tune.option("--trials", tune_options.trials, "Finished trials wanted in total").show_default();
+  tune.option("--jobs", tune_options.jobs, "Trials run at once").show_default();
+  tune.option("--set", tune_options.overrides, "Override one key of every trial: section.key=value (repeatable)");
+  tune.option("--metric", tune_options.metric, "Objective: val_loss, val_<metric>, test_loss or test_<metric>")
+      .show_default();
+  tune.option("--direction", tune_options.direction,
+              "minimize or maximize (default: maximize for accuracy metrics, else minimize)");
+  tune.option("--sampler", tune_options.sampler, "gp or random").show_default();
+  tune.option("--seed", tune_options.seed, "Study seed").show_default();
+  tune.flag("--prune", tune_options.prune, "Median-stop trials from their per-epoch validation metric");
+  tune.option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      .one_of({"trace", "debug", "info", "warn", "error", "off"});
 
   std::string lr_config;
   std::vector<std::string> lr_overrides;
@@ -71,17 +71,17 @@ int main(int argc, char** argv) {
   double end_lr = lr_options.finder.end_lr();
   int64_t num_iter = lr_options.finder.num_iter();
   std::string step_mode = lr_options.finder.step_mode();
-  auto* lr_find = app.add_subcommand("lr-find", "LR range test on a train config's model, optimizer and data");
-  lr_find->add_option("--config", lr_config, "TOML config file (e.g. configs/fashion_mnist.toml)");
-  lr_find->add_option("--set", lr_overrides, "Override one key: section.key=value (repeatable)");
-  lr_find->add_option("--out", lr_options.out_dir, "Directory for lr_find.csv and lr_find.svg")->capture_default_str();
-  lr_find->add_option("--start-lr", start_lr, "First LR")->capture_default_str();
-  lr_find->add_option("--end-lr", end_lr, "Last LR")->capture_default_str();
-  lr_find->add_option("--num-iter", num_iter, "Steps")->capture_default_str();
-  lr_find->add_option("--step-mode", step_mode, "exp or linear")->capture_default_str();
-  lr_find->add_flag("--val", lr_options.use_val, "Record the validation loss instead of the training loss");
-  lr_find->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  auto& lr_find = cli.subcommand("lr-find", "LR range test on a train config's model, optimizer and data");
+  lr_find.option("--config", lr_config, "TOML config file (e.g. configs/fashion_mnist.toml)");
+  lr_find.option("--set", lr_overrides, "Override one key: section.key=value (repeatable)");
+  lr_find.option("--out", lr_options.out_dir, "Directory for lr_find.csv and lr_find.svg").show_default();
+  lr_find.option("--start-lr", start_lr, "First LR").show_default();
+  lr_find.option("--end-lr", end_lr, "Last LR").show_default();
+  lr_find.option("--num-iter", num_iter, "Steps").show_default();
+  lr_find.option("--step-mode", step_mode, "exp or linear").show_default();
+  lr_find.flag("--val", lr_options.use_val, "Record the validation loss instead of the training loss");
+  lr_find.option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      .one_of({"trace", "debug", "info", "warn", "error", "off"});
 
   std::string bs_config;
   std::vector<std::string> bs_overrides;
@@ -92,46 +92,44 @@ int main(int argc, char** argv) {
   int64_t bs_max_trials = bs_options.finder.max_trials();
   int64_t bs_max_val = 0;
   double bs_budget_mib = 1024;
-  auto* batch_size = app.add_subcommand("batch-size", "Batch-size finder on a train config's model, optimizer and data");
-  batch_size->add_option("--config", bs_config, "TOML config file (e.g. configs/fashion_mnist.toml)");
-  batch_size->add_option("--set", bs_overrides, "Override one key: section.key=value (repeatable)");
-  batch_size->add_option("--mode", bs_mode, "power, binsearch or throughput")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"power", "binsearch", "throughput"}));
-  batch_size->add_option("--steps-per-trial", bs_steps, "Optimizer steps per tried size")->capture_default_str();
-  batch_size->add_option("--init-val", bs_init, "First size tried")->capture_default_str();
-  batch_size->add_option("--max-trials", bs_max_trials, "Most trials")->capture_default_str();
-  batch_size->add_option("--max-val", bs_max_val, "Largest size (0 = the training samples)")->capture_default_str();
-  batch_size->add_option("--memory-budget-mib", bs_budget_mib,
-                         "CPU: a trial fails when its peak adds more resident memory than this (MiB)")
-      ->capture_default_str();
-  batch_size->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  auto& batch_size = cli.subcommand("batch-size", "Batch-size finder on a train config's model, optimizer and data");
+  batch_size.option("--config", bs_config, "TOML config file (e.g. configs/fashion_mnist.toml)");
+  batch_size.option("--set", bs_overrides, "Override one key: section.key=value (repeatable)");
+  batch_size.option("--mode", bs_mode, "power, binsearch or throughput").show_default()
+      .one_of({"power", "binsearch", "throughput"});
+  batch_size.option("--steps-per-trial", bs_steps, "Optimizer steps per tried size").show_default();
+  batch_size.option("--init-val", bs_init, "First size tried").show_default();
+  batch_size.option("--max-trials", bs_max_trials, "Most trials").show_default();
+  batch_size.option("--max-val", bs_max_val, "Largest size (0 = the training samples)").show_default();
+  batch_size.option("--memory-budget-mib", bs_budget_mib,
+                    "CPU: a trial fails when its peak adds more resident memory than this (MiB)")
+      .show_default();
+  batch_size.option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      .one_of({"trace", "debug", "info", "warn", "error", "off"});
   std::vector<std::string> checkpoint_files;
-  auto* checkpoint = app.add_subcommand(
+  auto& checkpoint = cli.subcommand(
       "checkpoint", "Verify checkpoint files (header, size, CRC, archive) and print each one's position and a "
                     "digest of its model, trainer position and RNG state (equal digests: bitwise-equal runs)");
-  checkpoint->add_option("files", checkpoint_files, "Checkpoint files (.tkpt)")->required();
+  checkpoint.option("files", checkpoint_files, "Checkpoint files (.tkpt)").required();
 #if TRAINKIT_WITH_DISTRIBUTED
   trainkit::dist::LaunchOptions launch_options;
   int64_t nproc = launch_options.nproc();
   int64_t master_port = launch_options.master_port();
   std::string master_addr = launch_options.master_addr();
   std::vector<std::string> command;
-  auto* launch = app.add_subcommand(
+  auto& launch = cli.subcommand(
       "launch", "Run N copies of COMMAND with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, ...): "
                 "trainkit launch --nproc N [--master-port P] -- COMMAND...");
-  launch->add_option("--nproc", nproc, "Processes (ranks) to start")->capture_default_str();
-  launch->add_option("--master-port", master_port, "Port of rank 0's TCPStore (0: any free port)")
-      ->capture_default_str();
-  launch->add_option("--master-addr", master_addr, "Address the ranks use to reach rank 0")->capture_default_str();
-  launch->add_option("command", command, "The program and its arguments (after --)");
+  launch.option("--nproc", nproc, "Processes (ranks) to start").show_default();
+  launch.option("--master-port", master_port, "Port of rank 0's TCPStore (0: any free port)").show_default();
+  launch.option("--master-addr", master_addr, "Address the ranks use to reach rank 0").show_default();
+  launch.option("command", command, "The program and its arguments (after --)");
 #endif
 
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level(log_level);
 
-  if (train->parsed()) {
+  if (train.parsed()) {
     if (list_keys) {
       std::cout << trainkit::app::config_keys_markdown();
       return 0;
@@ -145,7 +143,7 @@ int main(int argc, char** argv) {
       return 0;
     });
   }
-  if (checkpoint->parsed()) {
+  if (checkpoint.parsed()) {
     int code = 0;
     for (const auto& file : checkpoint_files) {
       try {
@@ -160,7 +158,7 @@ int main(int argc, char** argv) {
     return code;
   }
 #if TRAINKIT_WITH_DISTRIBUTED
-  if (launch->parsed()) {
+  if (launch.parsed()) {
     try {
       return trainkit::dist::launch(
           launch_options.nproc(nproc).master_port(master_port).master_addr(master_addr).command(command));
@@ -173,13 +171,13 @@ int main(int argc, char** argv) {
     }
   }
 #endif
-  if (tune->parsed()) {
+  if (tune.parsed()) {
     return trainkit::app::run_main([&] {
       trainkit::app::run_tune_job(tune_options);
       return 0;
     });
   }
-  if (lr_find->parsed()) {
+  if (lr_find.parsed()) {
     if (lr_config.empty()) {
       std::cerr << "lr-find: --config is required\nRun with --help for more information.\n";
       return kExitUsage;
@@ -190,7 +188,7 @@ int main(int argc, char** argv) {
       return 0;
     });
   }
-  if (batch_size->parsed()) {
+  if (batch_size.parsed()) {
     if (bs_config.empty()) {
       std::cerr << "batch-size: --config is required\nRun with --help for more information.\n";
       return kExitUsage;

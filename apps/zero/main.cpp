@@ -4,9 +4,9 @@
 //   trainkit launch --nproc 2 -- build/apps/zero --steps 20
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "trainkit/app/cli.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/dist/ddp.h"
@@ -15,18 +15,18 @@
 #include "trainkit/nn/models.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"ZeRO-1: Adam state memory per rank vs unsharded (run under `trainkit launch` or torchrun)"};
+  trainkit::app::Cli cli{"ZeRO-1: Adam state memory per rank vs unsharded (run under `trainkit launch` or torchrun)"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t steps = 20;
   int64_t batch_size = 128;
   int64_t hidden = 1024;
   double lr = 1e-3;
-  app.add_option("--data-dir", data_dir, "Directory with the gzip'd IDX files")->capture_default_str();
-  app.add_option("--steps", steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "Global batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--hidden", hidden, "Width of the MLP's two hidden layers")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "Adam learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  cli.option("--data-dir", data_dir, "Directory with the gzip'd IDX files").show_default();
+  cli.option("--steps", steps, "Optimizer steps").show_default().positive();
+  cli.option("--batch-size", batch_size, "Global batch size").show_default().positive();
+  cli.option("--hidden", hidden, "Width of the MLP's two hidden layers").show_default().positive();
+  cli.option("--lr", lr, "Adam learning rate").show_default().positive();
+  if (auto rc = cli.parse(argc, argv)) return *rc;
 
   int64_t rank = 0;
   try {

@@ -17,11 +17,11 @@
 #include <filesystem>
 #include <sstream>
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
 #include "dist/dist_common.h"
 #include "trainkit/amp/grad_scaler.h"
+#include "trainkit/app/cli.h"
 #include "trainkit/dist/ddp.h"
 #include "trainkit/dist/process_group.h"
 #include "trainkit/dist/zero.h"
@@ -32,7 +32,7 @@
 namespace td = trainkit::test::dist;
 
 int main(int argc, char** argv) {
-  CLI::App app{"One rank of trainkit's multi-process tests (run under `trainkit launch` or torchrun)"};
+  trainkit::app::Cli cli{"One rank of trainkit's multi-process tests (run under `trainkit launch` or torchrun)"};
   std::string mode = "ddp";
   std::string out = ".";
   int64_t steps = 4;
@@ -40,18 +40,18 @@ int main(int argc, char** argv) {
   double bucket_kb = 1.0;
   bool no_overlap = false;
   std::string compression = "none";
-  app.add_option("--mode", mode, "ddp, zero, fault, hang or env")
-      ->check(CLI::IsMember({"ddp", "zero", "fault", "hang", "env", "unused", "scaler", "metrics"}))
-      ->capture_default_str();
-  app.add_option("--out", out, "Directory for rank<r>.pt and checkpoints")->capture_default_str();
-  app.add_option("--steps", steps, "Optimizer steps")->capture_default_str();
-  app.add_option("--accum", accum, "Micro-batches per step (all but the last under no_sync)")->capture_default_str();
-  app.add_option("--bucket-kb", bucket_kb, "DDP bucket cap (first bucket too), KiB")->capture_default_str();
-  app.add_flag("--no-overlap", no_overlap, "All-reduce after backward instead of from the hooks");
-  app.add_option("--compression", compression, "none, fp16 or bf16")->capture_default_str();
+  cli.option("--mode", mode, "ddp, zero, fault, hang or env")
+      .one_of({"ddp", "zero", "fault", "hang", "env", "unused", "scaler", "metrics"})
+      .show_default();
+  cli.option("--out", out, "Directory for rank<r>.pt and checkpoints").show_default();
+  cli.option("--steps", steps, "Optimizer steps").show_default();
+  cli.option("--accum", accum, "Micro-batches per step (all but the last under no_sync)").show_default();
+  cli.option("--bucket-kb", bucket_kb, "DDP bucket cap (first bucket too), KiB").show_default();
+  cli.flag("--no-overlap", no_overlap, "All-reduce after backward instead of from the hooks");
+  cli.option("--compression", compression, "none, fp16 or bf16").show_default();
   bool find_unused = false;
-  app.add_flag("--find-unused", find_unused, "DDP's find_unused_parameters");
-  CLI11_PARSE(app, argc, argv);
+  cli.flag("--find-unused", find_unused, "DDP's find_unused_parameters");
+  if (auto rc = cli.parse(argc, argv)) return *rc;
 
   int64_t rank = -1;
   try {
