@@ -2,7 +2,9 @@
 /// @file
 /// PyTorch's `torch.save` files of a state_dict (a zip archive holding a pickled dict of tensors): written
 /// for Python's `torch.load(path, weights_only=True)`, read from Python's `torch.save(model.state_dict(),
-/// path)`, through LibTorch's own pickler (`torch::pickle_save` / `torch::pickle_load`).
+/// path)`, through LibTorch's own pickler and zip archive (the steps of `torch::pickle_save` /
+/// `torch::pickle_load`, adapted: the dict is written untagged, which `weights_only` requires, and
+/// Python's OrderedDict, which LibTorch's unpickler reads as None, is read as a dict).
 ///
 ///     trainkit::io::save_pt("model.pt", *net);        // Python: net.load_state_dict(torch.load("model.pt"))
 ///     auto report = trainkit::io::load_pt(*net, "pretrained.pt");
