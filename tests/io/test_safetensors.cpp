@@ -221,6 +221,8 @@ TEST_CASE("save_safetensors rejects what the format cannot hold", "[io][safetens
                        WhatContains("__metadata__"));
   CHECK_THROWS_MATCHES(save_safetensors(path, dict_of({{"u", at::Tensor()}})), std::invalid_argument,
                        WhatContains("'u' is undefined"));
+  CHECK_THROWS_MATCHES(save_safetensors(path, dict_of({{"bad\xff", torch::zeros({1})}})), std::invalid_argument,
+                       WhatContains("not UTF-8"));
   CHECK_THROWS_MATCHES(save_safetensors(tmp.str("no/such/dir/x.safetensors"), dict_of({{"a", torch::zeros({1})}})),
                        IoError, WhatContains("cannot create"));
   CHECK_FALSE(std::filesystem::exists(path));

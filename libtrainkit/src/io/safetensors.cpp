@@ -199,7 +199,13 @@ std::string header_of(const std::vector<std::pair<std::string, at::Tensor>>& ord
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::ordered_json::type_error& e) {
+    throw std::invalid_argument(fmt::format("save_safetensors: a tensor name or metadata text is not UTF-8: {}",
+                                            e.what()));
+  }
   text.append((8 - text.size() % 8) % 8, ' ');
   return text;
 }

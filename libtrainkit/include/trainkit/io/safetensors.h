@@ -28,8 +28,8 @@ struct SafetensorsFile {
 /// Writes `tensors` (any device; written from CPU copies) and `metadata` to `path`, atomically (a temporary
 /// file renamed over `path`), laid out as Python's writer does: tensors ordered by dtype alignment, then
 /// name, and the header padded with spaces to a multiple of 8 bytes so that every tensor is aligned.
-/// Throws std::invalid_argument for an undefined tensor, an unsupported dtype or the name "__metadata__",
-/// IoError when the file cannot be written.
+/// Throws std::invalid_argument for an undefined tensor, an unsupported dtype, the name "__metadata__" or
+/// a name or metadata text that is not UTF-8, IoError when the file cannot be written.
 void save_safetensors(const std::string& path, const TensorDict& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 

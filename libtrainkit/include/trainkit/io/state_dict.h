@@ -87,6 +87,7 @@ struct LoadReport {
 /// Raised by a strict load that did not match; what() is the report's text, naming the source.
 class LoadReportError : public IoError {
  public:
+  /// Wraps `report`; what() is "strict load failed: " and the report's text.
   explicit LoadReportError(LoadReport report);
   /// The report of the failed load.
   const LoadReport& report() const { return report_; }
