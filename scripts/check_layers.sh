@@ -16,7 +16,7 @@ cd "$root/libtrainkit"
 # features.h, version.h, subprocess.h) and the neutral internal folder src/detail/ are layer 0; the umbrella
 # trainkit.h includes every core area; the application layer (libtrainkit/app) is above all of them.
 declare -A layer=([compat]=0 [args]=0 [features]=0 [version]=0 [subprocess]=0 [detail]=0
-                  [data]=1 [nn]=1 [log]=1 [optim]=2 [sched]=3 [grad]=4 [amp]=4
+                  [data]=1 [nn]=1 [log]=1 [io]=1 [optim]=2 [sched]=3 [grad]=4 [amp]=4
                   [tune]=5 [train]=5 [dist]=6 [trainkit]=7 [app]=8)
 
 area_of_include() {  # "trainkit/optim/adam.h" -> optim; "trainkit/optim.h" -> optim; "optim/detail/x.h" -> optim

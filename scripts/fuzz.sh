@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes trainkit's parsers of outside input with libFuzzer, each target for a bounded time.
 # Usage: scripts/fuzz.sh [--seconds N] [TARGET...]
-#   TARGET: idx idx_gz cifar fortunes config factories checkpoint (default: all); N: seconds per target
+#   TARGET: idx idx_gz cifar fortunes config factories checkpoint safetensors (default: all); N: seconds per target
 #   (default 60). Builds the fuzzers in scripts/sanitize.sh's build directory (build-asan/: clang, trainkit's
 #   code with ASan + UBSan and libFuzzer's coverage; LibTorch as shipped). Seeds: tests/fuzz/corpus/<target>/
 #   (read only); what the fuzzer adds goes to build-asan/corpus/<target>/, crashes, leaks, timeouts and
@@ -20,7 +20,7 @@ while (($#)); do
     *) targets+=("$1"); shift ;;
   esac
 done
-all=(idx idx_gz cifar fortunes config factories checkpoint)
+all=(idx idx_gz cifar fortunes config factories checkpoint safetensors)
 if ((${#targets[@]} == 0)); then targets=("${all[@]}"); fi
 for t in "${targets[@]}"; do
   if [[ " ${all[*]} " != *" $t "* ]]; then

@@ -11,6 +11,7 @@ The committed ones come from one epoch of a 2-unit MLP on 64 images, SGD and Ada
       --set optimizer.name='"adam"'                train.batch_size = 32, optimizer sgd lr 0.1)
 """
 import gzip
+import json
 import pathlib
 import re
 import struct
@@ -126,6 +127,39 @@ def checkpoint_seeds(specs):
         write("checkpoint", f"{name}-payload", b"\x00" + data[header:])
 
 
+def safetensors_file(entries, metadata=None, data=None):
+    """A safetensors file laid out as the reference writer does: entries are (name, dtype, shape, size)."""
+    header, offset = {}, 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, size in entries:
+        n = size
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    if data is None:
+        data = bytes(i & 1 for i in range(offset))
+    return struct.pack("<Q", len(text)) + text + data, text
+
+
+def safetensors_seeds():
+    golden = (ROOT / "tests" / "golden" / "interop" / "dtypes.safetensors").read_bytes()
+    write("safetensors", "golden-dtypes-raw", b"\x01" + golden)
+    write("safetensors", "golden-dtypes-truncated", b"\x01" + golden[:len(golden) // 2])
+    entries = [("w", "F64", [2, 3], 8), ("b", "F32", [3], 4), ("h", "BF16", [1, 2], 2), ("m", "BOOL", [4], 1),
+               ("e", "I32", [0, 5], 4), ("s", "I64", [], 8)]
+    whole, text = safetensors_file(entries, {"format": "pt"})
+    write("safetensors", "mixed-raw", b"\x01" + whole)
+    data_length = len(whole) - 8 - len(text)
+    write("safetensors", "mixed-header", b"\x00" + struct.pack("<H", data_length) + text)
+    _, text = safetensors_file([("a", "F32", [2], 4), ("b", "U8", [3], 1)])
+    write("safetensors", "hole-header", b"\x00" + struct.pack("<H", 13) + text)
+    write("safetensors", "empty-header", b"\x00\x00\x00{}")
+
+
 def main():
     args = sys.argv[1:]
     if args and args[0] == "--checkpoints":
@@ -135,6 +169,7 @@ def main():
     cifar_seeds()
     fortune_seeds()
     config_seeds()
+    safetensors_seeds()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv="${TRAINKIT_VENV:-$root/.venv}"
 torch_version="2.15.0"
-python_oracles=(timm torch-lr-finder tensorboard scikit-learn optuna)
+python_oracles=(timm torch-lr-finder tensorboard scikit-learn optuna safetensors)
 
 apt_packages=(build-essential cmake ninja-build ccache pkg-config
               libfmt-dev libspdlog-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev

@@ -12,35 +12,23 @@
 #include "fuzz_target.h"
 #include "trainkit/train/checkpoint.h"
 
-namespace {
-
-void put_le(std::string& out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) {
-    out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-  }
-}
-
-}  // namespace
-
 TRAINKIT_FUZZ_TARGET(checkpoint) {
-  if (size == 0) {
+  const std::optional<std::string> file =
+      trainkit::fuzz::raw_or_wrapped(data, size, [](const uint8_t* payload, size_t n) -> std::optional<std::string> {
+        std::string framed = "TKCKPT\r\n";
+        trainkit::fuzz::put_le(framed, trainkit::train::kCheckpointFormatVersion, 4);
+        trainkit::fuzz::put_le(framed, 0, 4);
+        trainkit::fuzz::put_le(framed, n, 8);
+        trainkit::fuzz::put_le(framed, crc32(crc32(0L, Z_NULL, 0), payload, static_cast<uInt>(n)), 4);
+        trainkit::fuzz::put_le(framed, 0, 4);
+        framed.append(reinterpret_cast<const char*>(payload), n);
+        return framed;
+      });
+  if (!file) {
     return 0;
   }
-  std::string file;
-  if ((data[0] & 1) != 0) {
-    file.assign(reinterpret_cast<const char*>(data + 1), size - 1);
-  } else {
-    const uInt n = static_cast<uInt>(size - 1);
-    file = "TKCKPT\r\n";
-    put_le(file, trainkit::train::kCheckpointFormatVersion, 4);
-    put_le(file, 0, 4);
-    put_le(file, n, 8);
-    put_le(file, crc32(crc32(0L, Z_NULL, 0), data + 1, n), 4);
-    put_le(file, 0, 4);
-    file.append(reinterpret_cast<const char*>(data + 1), n);
-  }
   const std::string path =
-      trainkit::fuzz::scratch_file(reinterpret_cast<const uint8_t*>(file.data()), file.size(), "checkpoint");
+      trainkit::fuzz::scratch_file(reinterpret_cast<const uint8_t*>(file->data()), file->size(), "checkpoint");
   try {
     torch::serialize::InputArchive archive;
     trainkit::train::load_checkpoint(path, archive);

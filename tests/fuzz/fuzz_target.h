@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace trainkit::fuzz {
@@ -30,6 +31,27 @@ std::string scratch_file(const uint8_t* data, size_t size, const std::string& sl
 
 /// A broken invariant of an accepted input: prints `what` and aborts (a finding, as a crash is).
 [[noreturn]] void fail(const std::string& what);
+
+/// Appends the low `bytes` bytes of `value`, little-endian.
+inline void put_le(std::string& out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) {
+    out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+  }
+}
+
+/// The file of a harness whose first input byte picks the mode: odd, the rest of the input is the file as
+/// it is (the raw framing checks); even, `wrap(rest, rest_size)` puts the rest in a valid frame, so that the
+/// fuzzer reaches the checks behind the framing. std::nullopt for an empty input or a refused wrap.
+template <class Wrap>
+std::optional<std::string> raw_or_wrapped(const uint8_t* data, size_t size, Wrap wrap) {
+  if (size == 0) {
+    return std::nullopt;
+  }
+  if ((data[0] & 1) != 0) {
+    return std::string(reinterpret_cast<const char*>(data + 1), size - 1);
+  }
+  return wrap(data + 1, size - 1);
+}
 
 /// fail(what) unless `ok`.
 inline void check(bool ok, const std::string& what) {

@@ -9,6 +9,7 @@
 #include "trainkit/dist.h"
 #endif
 #include "trainkit/grad.h"
+#include "trainkit/io.h"
 #include "trainkit/log.h"
 #include "trainkit/nn.h"
 #include "trainkit/optim.h"

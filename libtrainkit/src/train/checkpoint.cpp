@@ -1,6 +1,5 @@
 #include "trainkit/train/checkpoint.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -17,6 +16,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include "detail/atomic_file.h"
 
 namespace trainkit::train {
 namespace {
@@ -55,19 +56,6 @@ uint32_t crc32_of(const std::string& data, size_t offset) {
   return static_cast<uint32_t>(crc);
 }
 
-void fsync_path(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags);
-  if (fd < 0) {
-    throw CheckpointError(fmt::format("{}: cannot open for fsync: {}", path, std::strerror(errno)));
-  }
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) {
-    throw CheckpointError(fmt::format("{}: fsync failed: {}", path, std::strerror(err)));
-  }
-}
-
 const std::regex& checkpoint_name() {
   static const std::regex re(R"(ckpt-(\d+)\.tkpt)");
   return re;
@@ -77,38 +65,13 @@ const std::regex& checkpoint_name() {
 
 void write_file_atomic(const std::string& path, const std::string& bytes,
                        const std::function<void()>& before_rename) {
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const fs::path tmp = dir / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid());
   try {
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      if (!out) {
-        throw CheckpointError(fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
-      }
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      out.flush();
-      if (!out) {
-        const int err = errno;
-        throw CheckpointError(fmt::format("{}: write failed: {} (disk full or file size limit?)", tmp.string(),
-                                          std::strerror(err)));
-      }
-    }
-    fsync_path(tmp.string(), O_RDONLY);
-    if (before_rename) {
-      before_rename();
-    }
-    std::error_code ec;
-    fs::rename(tmp, target, ec);
-    if (ec) {
-      throw CheckpointError(fmt::format("{}: rename from {} failed: {}", path, tmp.string(), ec.message()));
-    }
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw;
+    detail::write_file_atomic(
+        path, [&bytes](std::ostream& out) { out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); },
+        before_rename);
+  } catch (const detail::AtomicWriteError& e) {
+    throw CheckpointError(e.what());
   }
-  fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
 }
 
 void save_checkpoint(const std::string& path, torch::serialize::OutputArchive& archive,
