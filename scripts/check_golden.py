@@ -2,7 +2,8 @@
 """Checks that the committed golden files (tests/golden/*.toml) are what scripts/gen_golden.py writes today
 with the pinned wheel: it regenerates them into a temporary directory and compares each file's values with
 the committed one's (numbers to a relative 1e-9: BLAS and thread counts move the last digits of a few
-scikit-learn and LAPACK results; everything else exactly). A golden value edited by hand, a generator
+scikit-learn and LAPACK results; everything else exactly; files that are not TOML, such as the safetensors
+and torch.save files under interop/, byte for byte). A golden value edited by hand, a generator
 changed without regenerating, or a file missing on either side fails with the file and key.
 
 Run with the project's virtual environment (the ctest golden_files_fresh does):
@@ -49,6 +50,15 @@ def differences(want, got, path, out):
         out.append("{}: committed {!r}, regenerated {!r}".format(path, want, got))
 
 
+def _files(root):
+    """Every file under `root`, as paths relative to it."""
+    out = set()
+    for folder, _, names in os.walk(root):
+        for name in names:
+            out.add(os.path.relpath(os.path.join(folder, name), root))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
@@ -61,14 +71,19 @@ def main():
             print(run.stdout + run.stderr, file=sys.stderr)
             print("check_golden: scripts/gen_golden.py failed (exit {})".format(run.returncode), file=sys.stderr)
             return 1
-        committed = {f for f in os.listdir(args.golden) if f.endswith(".toml")}
-        regenerated = {f for f in os.listdir(fresh) if f.endswith(".toml")}
+        committed = _files(args.golden)
+        regenerated = _files(fresh)
         problems = []
         for name in sorted(committed - regenerated):
             problems.append("{}: committed, but gen_golden.py no longer writes it".format(name))
         for name in sorted(regenerated - committed):
             problems.append("{}: written by gen_golden.py, not committed".format(name))
         for name in sorted(committed & regenerated):
+            if not name.endswith(".toml"):  # binary interchange files: byte for byte
+                with open(os.path.join(args.golden, name), "rb") as a, open(os.path.join(fresh, name), "rb") as b:
+                    if a.read() != b.read():
+                        problems.append("{}: the bytes differ from the regenerated file".format(name))
+                continue
             with open(os.path.join(args.golden, name), "rb") as f:
                 first = f.readline().decode()
                 want = tomllib.loads(first + f.read().decode())
