@@ -126,7 +126,7 @@ TEST_CASE("MetricsWriter writes JSON Lines: names escaped, non-finite values as 
         "train,3,0,nan,0.3,inf,-inf,\n");
 }
 
-TEST_CASE("MetricsWriter: a failed write is an error naming the file; appending drops a partial last row",
+TEST_CASE("MetricsWriter: a failed write is an error naming the file, and appending drops a partial last row",
           "[log][metrics][faults]") {
   TempDir tmp("metrics-writer-faults");
   tl::MetricRow row;

@@ -53,7 +53,7 @@ TEST_CASE("ResNet parameter counts and output shapes", "[nn][resnet]") {
   CHECK_THROWS_WITH(nn::make_cifar_resnet(nn::ResNetOptions().depth(21)), Contains("6n + 2") && Contains("21"));
 }
 
-TEST_CASE("ResNet blocks: option-A shortcut pads with zeros; zero_init_residual starts at the identity",
+TEST_CASE("ResNet blocks: option-A shortcut pads with zeros, and zero_init_residual starts at the identity",
           "[nn][resnet]") {
   torch::manual_seed(0);
   // A downsampling block whose residual branch is switched off: the output is relu(shortcut).

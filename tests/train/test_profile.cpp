@@ -109,7 +109,7 @@ TEST_CASE("The step-time profile charges each phase its time", "[train][profile]
   CHECK_THAT(json, Catch::Contains("\"steps\":" + std::to_string(sum.steps) + ",") && Catch::Contains("\"other_s\":"));
 }
 
-TEST_CASE("profile(false) reads no clock; a run stopped mid-epoch keeps its partial epoch", "[train][profile]") {
+TEST_CASE("profile(false) reads no clock, and a run stopped mid-epoch keeps its partial epoch", "[train][profile]") {
   auto loader = test::toy_loader(3);
   Model m;
   SECTION("off") {

@@ -134,7 +134,7 @@ std::string checkpoint_with_cuda_states(train::Trainer& trainer, const std::vect
 
 }  // namespace
 
-TEST_CASE("Trainer checkpoints hold every CUDA generator; other device counts load with one warning",
+TEST_CASE("Trainer checkpoints hold every CUDA generator, and other device counts load with one warning",
           "[train][trainer][resume][rng]") {
   auto loader = trainkit::test::toy_loader(5);
   Setup first(1, train::TrainerOptions().epochs(1).max_steps(3));

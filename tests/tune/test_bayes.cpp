@@ -260,7 +260,7 @@ TEST_CASE("a GP study is reproducible, resumable and beats its own initial desig
   CHECK((d.ask().params != a.trials()[0].params));
 }
 
-TEST_CASE("failed trials do not poison the GP; batches are distinct; maximize works", "[tune][bayes][study]") {
+TEST_CASE("failed trials do not poison the GP, batches are distinct, and maximize works", "[tune][bayes][study]") {
   auto sampler = std::make_shared<GPSampler>(light(4));
   Study s(square(), sampler, StudyOptions().direction("maximize").seed(1));
   for (int i = 0; i < 14; ++i) {
