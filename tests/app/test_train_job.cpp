@@ -4,7 +4,8 @@
 // mean of the epoch-end weights from swa_start on, the best/ files are the epochs with the lowest val/loss
 // in metrics.jsonl, and val_ema/loss is recomputed by a forward pass with the EMA weights. A second run
 // without EMA and SWA must end with bitwise the same raw weights (evaluating the averages leaves the
-// model's own weights untouched), and EarlyStopping must end a run before its last epoch.
+// model's own weights untouched), and EarlyStopping must end a run before its last epoch. The interchange
+// copies (checkpoint.export: model/ema/swa .safetensors, or .pth) hold the same weights.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -18,6 +19,8 @@
 #include "trainkit/app/config.h"
 #include "trainkit/app/jobs.h"
 #include "trainkit/app/run.h"
+#include "trainkit/io/safetensors.h"
+#include "trainkit/io/torch_save.h"
 #include "trainkit/train/checkpoint.h"
 #include "trainkit/train/ema.h"
 #include "trainkit/train/trainer.h"
@@ -194,6 +197,17 @@ TEST_CASE("trainkit train: EMA, SWA and best-k files equal their oracles from th
     CHECK(max_abs_diff(got, mean) < 1e-6);
     CHECK(max_abs_diff(got, raw.at(16)) > 1e-4);
   }
+  SECTION("model, ema and swa .safetensors (checkpoint.export's default) hold the same weights") {
+    const auto from_safetensors = [&run](const fs::path& path) {
+      REQUIRE(fs::exists(path));
+      io::load_safetensors(*run.model, path.string(), io::LoadOptions().strict(true));
+      return copy_of(*run.model);
+    };
+    CHECK(bitwise_equal(from_safetensors(fs::path(dir) / "model.safetensors"), raw.at(16)));
+    CHECK(bitwise_equal(from_safetensors(fs::path(dir) / "ema.safetensors"), weights_file(run, fs::path(dir) / "ema.pt")));
+    CHECK(bitwise_equal(from_safetensors(fs::path(dir) / "swa.safetensors"), weights_file(run, fs::path(dir) / "swa.pt")));
+    CHECK_FALSE(fs::exists(fs::path(dir) / "model.pth"));
+  }
   SECTION("best/ holds the two epochs with the lowest val/loss, and last.pt the final weights") {
     const std::vector<nlohmann::json> rows = epoch_rows(dir);
     REQUIRE(rows.size() == 4);
@@ -248,6 +262,7 @@ TEST_CASE("trainkit train: [early_stopping] ends the run before its last epoch",
       "[model]\nname = \"mlp\"\nhidden = 16\n"
       "[train]\nepochs = 6\nbatch_size = 50\nseed = 5\nthreads = 1\n"
       "[early_stopping]\nenabled = true\npatience = 1\nmin_delta = 100.0\n"
+      "[checkpoint]\nexport = [\"state_dict\"]\n"
       "[log]\nprogress = \"lines\"\n";
   const app::TrainJobResult result = train_job(tmp, "stopped", config);
   CHECK(result.epochs == 2);
@@ -257,4 +272,8 @@ TEST_CASE("trainkit train: [early_stopping] ends the run before its last epoch",
   const nlohmann::json summary = nlohmann::json::parse(trainkit::test::read_text(fs::path(result.run_dir) / "summary.json"));
   CHECK(summary["finished"] == false);
   CHECK(summary["epochs"] == 2);
+  // checkpoint.export = ["state_dict"]: model.pth (torch.save) holds the final weights, no safetensors copy.
+  const io::TensorDict state = io::load_pt((fs::path(result.run_dir) / "model.pth").string());
+  CHECK(state.size() == 4);  // two Linear layers: weight and bias each
+  CHECK_FALSE(fs::exists(fs::path(result.run_dir) / "model.safetensors"));
 }

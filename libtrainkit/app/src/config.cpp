@@ -110,6 +110,25 @@ std::string as_choice(const ArgValue& n, const Where& w, const std::vector<std::
   return *v;
 }
 
+// An array of distinct strings, each one of `choices`.
+std::vector<std::string> as_choice_list(const ArgValue& n, const Where& w, const std::vector<std::string>& choices) {
+  const auto* a = n.get_if<ArgValue::Array>();
+  const std::string expected = fmt::format("an array of distinct values of \"{}\"", fmt::join(choices, "\", \""));
+  if (a == nullptr) {
+    fail(w, expected, n);
+  }
+  std::vector<std::string> out;
+  for (const auto& e : *a) {
+    const auto* v = e.get_if<std::string>();
+    if (v == nullptr || std::find(choices.begin(), choices.end(), *v) == choices.end() ||
+        std::find(out.begin(), out.end(), *v) != out.end()) {
+      fail(w, expected, n);
+    }
+    out.push_back(*v);
+  }
+  return out;
+}
+
 // "auto", "cpu", "cuda" or "cuda:<index>" (index a non-negative integer).
 std::string as_device(const ArgValue& n, const Where& w) {
   const auto* v = n.get_if<std::string>();
@@ -313,6 +332,14 @@ const std::vector<Key>& keys() {
                    as_choice(n, w, {"min", "max"})),
       TRAINKIT_KEY(checkpoint, save_last, "boolean", "Also write <run>/best/last.pt (weights only) every epoch",
                    as_bool(n, w)),
+      Key{"checkpoint", "export", "array of \"safetensors\", \"state_dict\"",
+          "Interchange copies of the final weights (<run>/model.*) and of the EMA and SWA weights (ema.*, swa.*) "
+          "that Python reads: safetensors (.safetensors) and torch.save state_dicts (.pth, torch.load with "
+          "weights_only=True)",
+          [](Config& c, const ArgValue& n, const Where& w) {
+            c.checkpoint.export_formats = as_choice_list(n, w, {"safetensors", "state_dict"});
+          },
+          [](const Config& c) { return lit(c.checkpoint.export_formats); }},
       TRAINKIT_KEY(early_stopping, enabled, "boolean", "Stop when early_stopping.monitor stops improving",
                    as_bool(n, w)),
       TRAINKIT_KEY(early_stopping, monitor, "string", "The watched metric (as checkpoint.monitor)",

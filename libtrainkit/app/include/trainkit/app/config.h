@@ -88,6 +88,9 @@ struct CheckpointConfig {
   std::string monitor;
   std::string mode;
   bool save_last = false;
+  /// Interchange copies of the final, EMA and SWA weights in <run>/: "safetensors" (<name>.safetensors) and
+  /// "state_dict" (torch.save, <name>.pth); empty = none.
+  std::vector<std::string> export_formats = {"safetensors"};
 };
 
 /// `[early_stopping]`: train::EarlyStopping; defaults from train::EarlyStoppingOptions (Config's constructor).
