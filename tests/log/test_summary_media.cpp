@@ -40,13 +40,7 @@ std::vector<int64_t> ints(const toml::array& a) {
   return out;
 }
 
-std::vector<double> doubles(const toml::array& a) {
-  std::vector<double> out;
-  for (const auto& v : a) {
-    out.push_back(v.value<double>().value());
-  }
-  return out;
-}
+std::vector<double> doubles(const toml::array& a) { return trainkit::test::values_of<double>(a); }
 
 at::Tensor golden_input(const toml::table& c) {
   const auto shape = ints(*c["shape"].as_array());

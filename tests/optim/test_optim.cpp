@@ -28,13 +28,7 @@ std::vector<int64_t> shape_of(const toml::node& node) {
   return shape;
 }
 
-std::vector<double> doubles_of(const toml::node& node) {
-  std::vector<double> out;
-  for (const auto& v : *node.as_array()) {
-    out.push_back(v.value<double>().value());
-  }
-  return out;
-}
+std::vector<double> doubles_of(const toml::node& node) { return trainkit::test::values_of<double>(node); }
 
 /// The golden problem's loss (scripts/golden_optim.py): Σ w(p - t)² + 0.3 Σ sin(2p).
 at::Tensor golden_loss(const std::vector<at::Tensor>& params) {

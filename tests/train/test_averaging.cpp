@@ -37,13 +37,7 @@ torch::nn::Sequential golden_model() {
   return m;
 }
 
-std::vector<double> doubles(const toml::node& node) {
-  std::vector<double> out;
-  for (const auto& v : *node.as_array()) {
-    out.push_back(v.value<double>().value());
-  }
-  return out;
-}
+std::vector<double> doubles(const toml::node& node) { return trainkit::test::values_of<double>(node); }
 
 /// The tensors of `m` by state_dict name.
 std::map<std::string, at::Tensor> named_state(torch::nn::Module& m) {

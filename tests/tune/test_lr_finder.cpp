@@ -17,13 +17,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-std::vector<double> numbers(const toml::array& a) {
-  std::vector<double> out;
-  for (const auto& v : a) {
-    out.push_back(v.value<double>().value());
-  }
-  return out;
-}
+std::vector<double> numbers(const toml::array& a) { return trainkit::test::values_of<double>(a); }
 
 data::TensorLoader toy_loader() {
   torch::manual_seed(2);

@@ -37,13 +37,34 @@ void drop_partial_last_line(const std::filesystem::path& path) {
   if (ec || size == 0) {
     return;
   }
+  // Only the tail is read: a long run's metrics file can be large, and it usually ends with a newline.
   std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.empty() || bytes.back() == '\n') {
+  uintmax_t end = size;
+  uintmax_t keep = 0;
+  bool complete = false;
+  std::string block;
+  while (end > 0) {
+    const uintmax_t begin = end > 4096 ? end - 4096 : 0;
+    block.resize(static_cast<size_t>(end - begin));
+    in.seekg(static_cast<std::streamoff>(begin));
+    if (!in.read(block.data(), static_cast<std::streamsize>(block.size()))) {
+      return;  // unreadable: the append that follows reports the file
+    }
+    if (end == size && block.back() == '\n') {
+      complete = true;
+      break;
+    }
+    const size_t nl = block.rfind('\n');
+    if (nl != std::string::npos) {
+      keep = begin + nl + 1;
+      break;
+    }
+    end = begin;
+  }
+  if (complete) {
     return;
   }
-  const size_t keep = bytes.rfind('\n') == std::string::npos ? 0 : bytes.rfind('\n') + 1;
-  spdlog::warn("{}: dropping a partial last row ({} bytes) before appending", path.string(), bytes.size() - keep);
+  spdlog::warn("{}: dropping a partial last row ({} bytes) before appending", path.string(), size - keep);
   std::filesystem::resize_file(path, keep);
 }
 

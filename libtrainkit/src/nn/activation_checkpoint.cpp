@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "detail/check.h"
+#include "detail/rng_state.h"
 #include "trainkit/compat.h"
 
 namespace trainkit::nn {
@@ -62,18 +63,8 @@ class AutocastScope {
   bool cache_ = true;
 };
 
-/// The state of the default generator of `device`.
-at::Tensor rng_state(const c10::Device& device) {
-  at::Generator gen = at::globalContext().defaultGenerator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_rng_state(const c10::Device& device, const at::Tensor& state) {
-  at::Generator gen = at::globalContext().defaultGenerator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
+using trainkit::detail::rng_state;
+using trainkit::detail::set_rng_state;
 
 using RngStates = std::vector<std::pair<c10::Device, at::Tensor>>;
 

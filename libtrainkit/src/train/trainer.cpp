@@ -12,9 +12,12 @@
 #include "trainkit/grad/accumulation.h"
 #include "trainkit/grad/clip.h"
 #include "detail/check.h"
+#include "detail/rng_state.h"
 
 namespace trainkit::train {
 namespace {
+
+c10::Device cuda_device(int64_t index) { return {c10::kCUDA, static_cast<c10::DeviceIndex>(index)}; }
 
 /// Charges wall time to StepTimes fields: lap(field) adds the time since the last lap (or restart) to it.
 /// Reads no clock when disabled.
@@ -395,19 +398,13 @@ void Trainer::save(torch::serialize::OutputArchive& archive) const {
       archive.write("callbacks/" + key, cb_archive);
     }
   }
-  auto gen = at::detail::getDefaultCPUGenerator();
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    archive.write("rng/cpu", gen.get_state());
-  }
+  archive.write("rng/cpu", trainkit::detail::rng_state(c10::Device(c10::kCPU)));
   // Every visible CUDA device's generator (torch.cuda.get_rng_state_all): dropout and augmentation drawn on
   // the GPU resume where they were.
   const int64_t cuda_devices = static_cast<int64_t>(torch::cuda::device_count());
   archive.write("rng/cuda_count", torch::tensor(cuda_devices));
   for (int64_t i = 0; i < cuda_devices; ++i) {
-    at::Generator cuda_gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
-    std::lock_guard<std::mutex> lock(cuda_gen.mutex());
-    archive.write(fmt::format("rng/cuda/{}", i), cuda_gen.get_state());
+    archive.write(fmt::format("rng/cuda/{}", i), trainkit::detail::rng_state(cuda_device(i)));
   }
 }
 
@@ -451,11 +448,7 @@ void Trainer::load(torch::serialize::InputArchive& archive) {
   }
   at::Tensor rng;
   archive.read("rng/cpu", rng);
-  auto gen = at::detail::getDefaultCPUGenerator();
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(rng);
-  }
+  trainkit::detail::set_rng_state(c10::Device(c10::kCPU), rng);
   // CUDA generators: as many as both the checkpoint and this process have (a checkpoint written before CUDA
   // states were saved has none); one warning when the counts differ, since the GPU's random streams then
   // differ from the saved run's (a CPU run resumed on a GPU, or the reverse).
@@ -465,9 +458,7 @@ void Trainer::load(torch::serialize::InputArchive& archive) {
   for (int64_t i = 0; i < std::min(saved, here); ++i) {
     at::Tensor state;
     archive.read(fmt::format("rng/cuda/{}", i), state);
-    at::Generator cuda_gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
-    std::lock_guard<std::mutex> lock(cuda_gen.mutex());
-    cuda_gen.set_state(state);
+    trainkit::detail::set_rng_state(cuda_device(i), state);
   }
   if (saved != here) {
     spdlog::warn("Trainer::load: the checkpoint holds the random state of {} CUDA device{}, this process has {}: "

@@ -162,10 +162,8 @@ bool MetricsLogger::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
         tensorboard_->add_scalar("val/" + name, value, event.step);
       }
     }
-    for (const auto& [name, value] : event.metrics.items()) {  // what hooks added (val_ema/loss, ...)
-      if (name.rfind("train/", 0) != 0 && name.rfind("val/", 0) != 0) {
-        tensorboard_->add_scalar(name, value, event.step);
-      }
+    for (const auto& [name, value] : row.monitors) {  // what hooks added (val_ema/loss, ...)
+      tensorboard_->add_scalar(name, value, event.step);
     }
   }
   last_ = Clock::now();  // evaluation time is not training time
