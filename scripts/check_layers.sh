@@ -12,10 +12,10 @@ set -euo pipefail
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 cd "$root/libtrainkit"
 
-# Layer of each area, lowest first (docs/architecture.md). Top-level headers (compat.h, args.h,
+# Layer of each area, lowest first (docs/architecture.md). Top-level headers (compat.h, args.h, options.h,
 # features.h, version.h, subprocess.h) and the neutral internal folder src/detail/ are layer 0; the umbrella
 # trainkit.h includes every core area; the application layer (libtrainkit/app) is above all of them.
-declare -A layer=([compat]=0 [args]=0 [features]=0 [version]=0 [subprocess]=0 [detail]=0
+declare -A layer=([compat]=0 [args]=0 [options]=0 [features]=0 [version]=0 [subprocess]=0 [detail]=0
                   [data]=1 [nn]=1 [log]=1 [io]=1 [optim]=2 [sched]=3 [grad]=4 [amp]=4
                   [tune]=5 [train]=5 [dist]=6 [trainkit]=7 [app]=8)
 

@@ -61,7 +61,7 @@ SweepRow sweep_one(app::Config config, const std::string& config_path, int64_t b
     row.val_loss = recorder->last->val->loss;
     row.val_accuracy = recorder->last->val->metric("accuracy");
   }
-  row.seconds_per_epoch = seconds / static_cast<double>(config.train.epochs);
+  row.seconds_per_epoch = seconds / static_cast<double>(config.trainer.epochs());
   return row;
 }
 
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     }
     const app::Config config = app::load_config(config_path, overrides);
     if (!skip_sweep) {
-      fmt::print("sweep: {}, {} epoch(s) per batch size, {} lr {}{}\n", config_path, config.train.epochs,
+      fmt::print("sweep: {}, {} epoch(s) per batch size, {} lr {}{}\n", config_path, config.trainer.epochs(),
                  config.optimizer.name, config.optimizer.options->get_lr(),
                  config.data.val_size > 0 ? fmt::format(", {} validation images", config.data.val_size) : "");
       fmt::print("{:>10} {:>11} {:>11} {:>9} {:>8} {:>12} {:>10}\n", "batch size", "steps/epoch", "train loss",

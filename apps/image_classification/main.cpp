@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
     spdlog::info("{} on {}: {} train / {} validation / {} test images, {} epochs, batch {}, scheduler {}",
                  config.model.name == "resnet" ? fmt::format("ResNet-{}", config.model.depth) : config.model.name,
                  config.data.dataset, run.train_split.images.size(0), run.val_split.images.size(0),
-                 run.test_split.images.size(0), config.train.epochs, config.train.batch_size,
+                 run.test_split.images.size(0), config.trainer.epochs(), config.train.batch_size,
                  run.scheduler ? run.scheduler->scheduler->name() : std::string("none"));
     const auto start = std::chrono::steady_clock::now();
     trainer.fit(*run.train, run.val.get());

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     sgd.optimizer = trainkit::optim::parse_optimizer("sgd", sgd_args);
     const auto& o = static_cast<const trainkit::optim::LarsOptions&>(*lars.optimizer.options);
     fmt::print("batch {}, {} epochs, lr {}, momentum {}, weight_decay {}, trust_coefficient {}, no_decay_1d {}{}\n",
-               lars.train.batch_size, lars.train.epochs, o.lr(), o.momentum(), o.weight_decay(), o.trust_coefficient(),
+               lars.train.batch_size, lars.trainer.epochs(), o.lr(), o.momentum(), o.weight_decay(), o.trust_coefficient(),
                lars.optimizer.no_decay_1d, lars.scheduler ? ", with the config's [scheduler]" : "");
     fmt::print("training with LARS ...\n");
     const Result a = train(lars, config_path);

@@ -88,7 +88,7 @@ double train(const trainkit::app::Config& config, const std::string& source, con
   }
   trainkit::optim::Sgd optimizer(param_groups, base);
   report->decay_epoch = decay_epoch;
-  trainkit::train::Trainer trainer(setup.model, optimizer, trainkit::train::TrainerOptions().epochs(config.train.epochs));
+  trainkit::train::Trainer trainer(setup.model, optimizer, trainkit::train::TrainerOptions().epochs(config.trainer.epochs()));
   trainer.add_callback(report);
   trainer.fit(*setup.train, setup.val.get());
   return trainer.evaluate(*setup.test).metric("accuracy");
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
                                                      config.optimizer.name));
     }
     fmt::print("layer-wise LRs (trainkit::optim::Sgd, momentum {}, {} epochs, batch {}):\n", static_cast<const trainkit::optim::SgdOptions&>(*config.optimizer.options).momentum(),
-               config.train.epochs, config.train.batch_size);
+               config.trainer.epochs(), config.train.batch_size);
     const double layerwise = train(config, config_path, lrs, decay_epoch);
     fmt::print("one LR {:g} for every layer:\n", config.optimizer.options->get_lr());
     const double uniform = train(config, config_path, {}, decay_epoch);

@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
 
     spdlog::info("training the {} on {} train / {} validation / {} test images, {} epochs, batch {}, writing {}",
                  config.model.name, run.train_split.images.size(0), run.val_split.images.size(0),
-                 run.test_split.images.size(0), config.train.epochs,
+                 run.test_split.images.size(0), config.trainer.epochs(),
                  config.train.batch_size, out_dir);
     trainer.fit(*run.train, run.val.get());
     const train::EvalResult test = trainer.evaluate(*run.test);
@@ -127,14 +127,14 @@ int main(int argc, char** argv) {
     tb->add_hparams({{"optimizer", config.optimizer.name},
                      {"lr", config.optimizer.options->get_lr()},
                      {"batch_size", config.train.batch_size},
-                     {"epochs", config.train.epochs},
+                     {"epochs", config.trainer.epochs()},
                      {"dropout", config.model.dropout},
                      {"batch_norm", config.model.batch_norm},
                      {"scheduler", run.scheduler ? run.scheduler->scheduler->name() : std::string("none")}},
                     final_metrics, "hparams", trainer.state().step);
     tb->close();
     log::write_curves_svg((fs::path(out_dir) / "metrics.csv").string(), (fs::path(out_dir) / "curves.svg").string(),
-                          fmt::format("{}, {} epoch(s)", fs::path(config_path).stem().string(), config.train.epochs));
+                          fmt::format("{}, {} epoch(s)", fs::path(config_path).stem().string(), config.trainer.epochs()));
 
     fmt::print("\n{:>5} {:>7} {:>11} {:>9} {:>8}\n", "epoch", "step", "train loss", "val loss", "val acc");
     for (const auto& e : weights->epochs) {

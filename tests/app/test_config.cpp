@@ -95,7 +95,7 @@ TEST_CASE("overrides given with --set are typed and validated like the file", "[
   const auto c = parse_config("[train]\nepochs = 3\n", "g.toml",
                               {"train.epochs=5", "optimizer.name=sgd", "optimizer.lr=0.05", "model.channels=[8, 16]",
                                "data.dir=/tmp/x y"});
-  CHECK(c.train.epochs == 5);
+  CHECK(c.trainer.epochs() == 5);
   CHECK(c.optimizer.name == "sgd");
   CHECK(opt_num(c, "lr") == 0.05);
   CHECK(opt_num(c, "momentum") == 0.0);
@@ -164,8 +164,8 @@ TEST_CASE("shipped configs parse and docs/config.md is the generated key table",
   CHECK_NOTHROW(trainkit::app::load_config(trainkit::test::source_path("configs/image_classification.toml")));
   const auto recipe = trainkit::app::load_config(trainkit::test::source_path("configs/recipe.toml"));
   CHECK(recipe.amp.enabled);
-  CHECK(recipe.grad.accumulation_steps == 2);
-  CHECK(recipe.grad.clip_norm == 1.0);
+  CHECK(recipe.trainer.accumulation_steps() == 2);
+  CHECK(recipe.trainer.clip_grad_norm() == 1.0);
   std::ifstream doc(trainkit::test::source_path("docs/config.md"));
   REQUIRE(doc);
   std::stringstream text;
@@ -183,16 +183,16 @@ TEST_CASE("[early_stopping], [ema], [swa] and the best-k checkpoint keys are rea
       "[checkpoint]\nsave_top_k = 2\nmonitor = \"val/accuracy\"\nmode = \"max\"\n",
       "h.toml");
   CHECK(c.early_stopping.enabled);
-  CHECK(c.early_stopping.monitor == "val_ema/loss");
-  CHECK(c.early_stopping.patience == 2);
-  CHECK(c.early_stopping.mode == "min");  // the library's default
-  CHECK(c.ema.decay == 0.998);
-  CHECK(c.ema.warmup_power == Approx(2.0 / 3.0));
-  CHECK(c.swa.swa_start == 3);
-  CHECK(c.swa.anneal_epochs == 10);
-  CHECK(c.swa.anneal_strategy == "linear");
-  CHECK(c.checkpoint.save_top_k == 2);
-  CHECK(c.checkpoint.mode == "max");
+  CHECK(c.early_stopping.options.monitor() == "val_ema/loss");
+  CHECK(c.early_stopping.options.patience() == 2);
+  CHECK(c.early_stopping.options.mode() == "min");  // the library's default
+  CHECK(c.ema.options.decay() == 0.998);
+  CHECK(c.ema.options.warmup_power() == Approx(2.0 / 3.0));
+  CHECK(c.swa.options.swa_start() == 3);
+  CHECK(c.swa.options.anneal_epochs() == 10);
+  CHECK(c.swa.options.anneal_strategy() == "linear");
+  CHECK(c.checkpoint.best.save_top_k() == 2);
+  CHECK(c.checkpoint.best.mode() == "max");
   CHECK_THROWS_WITH(parse_config("[early_stopping]\nmonitor = \"loss\"\n", "i.toml"),
                     Contains("i.toml: early_stopping.monitor") && Contains("val_ema/"));
   CHECK_THROWS_WITH(parse_config("[ema]\ndecay = 1.5\n", "i.toml"), Contains("ema.decay") && Contains("1.5"));

@@ -188,7 +188,7 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   result.test_metrics = test_result.metrics;
   result.epochs = trainer.state().epoch;
   result.steps = trainer.state().step;
-  result.finished = trainer.state().epoch >= config.train.epochs;
+  result.finished = trainer.state().epoch >= config.trainer.epochs();
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   if (run.group) {
     const dist::CommStats comm = run.group->stats();

@@ -109,8 +109,7 @@ void join_group(Run& run, const Config& config) {
   try {
     auto options = dist::options_from_env();
     if (options.world_size() > 1) {
-      options.backend(config.distributed.backend)
-          .timeout(std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout * 1000.0)));
+      options.backend(config.distributed.group.backend()).timeout(config.distributed.group.timeout());
       run.group = dist::ProcessGroup::init(options);
       run.rank = run.group->rank();
       run.world_size = run.group->world_size();
@@ -244,9 +243,7 @@ void attach_precision(Run& run, const Config& config, const std::string& source)
     run.trainer->set_autocast(run.device.type(), dtype);
   }
   if (config.amp.grad_scaler) {
-    run.trainer->set_grad_scaler(std::make_shared<amp::GradScaler>(
-        run.device,
-        amp::GradScalerOptions().init_scale(config.amp.init_scale).growth_interval(config.amp.growth_interval)));
+    run.trainer->set_grad_scaler(std::make_shared<amp::GradScaler>(run.device, config.amp.scaler));
   }
 }
 
@@ -263,42 +260,21 @@ void attach_hooks(Run& run, const Config& config, const RunOptions& options, con
     }
   };
   if (config.ema.enabled) {
-    run.ema = std::make_shared<train::EMAWeightAveraging>(
-        *run.model, train::ModelEmaOptions(config.ema.decay)
-                        .min_decay(config.ema.min_decay)
-                        .update_after_step(config.ema.update_after_step)
-                        .use_warmup(config.ema.use_warmup)
-                        .warmup_gamma(config.ema.warmup_gamma)
-                        .warmup_power(config.ema.warmup_power)
-                        .exclude_buffers(config.ema.exclude_buffers));
+    run.ema = std::make_shared<train::EMAWeightAveraging>(*run.model, config.ema.options);
     run.trainer->add_callback(run.ema);
   }
   if (config.swa.enabled) {
-    run.swa = std::make_shared<train::StochasticWeightAveraging>(
-        *run.model, *run.optimizer,
-        train::StochasticWeightAveragingOptions(config.swa.swa_lr)
-            .swa_start(config.swa.swa_start)
-            .anneal_epochs(config.swa.anneal_epochs)
-            .anneal_strategy(config.swa.anneal_strategy));
+    run.swa = std::make_shared<train::StochasticWeightAveraging>(*run.model, *run.optimizer, config.swa.options);
     run.trainer->add_callback(run.swa);
   }
   if (config.early_stopping.enabled) {
-    check_monitor("early_stopping.monitor", config.early_stopping.monitor);
-    run.trainer->add_callback(std::make_shared<train::EarlyStopping>(
-        train::EarlyStoppingOptions(config.early_stopping.monitor)
-            .mode(config.early_stopping.mode)
-            .patience(config.early_stopping.patience)
-            .min_delta(config.early_stopping.min_delta)
-            .check_finite(config.early_stopping.check_finite)));
+    check_monitor("early_stopping.monitor", config.early_stopping.options.monitor());
+    run.trainer->add_callback(std::make_shared<train::EarlyStopping>(config.early_stopping.options));
   }
-  if (config.checkpoint.save_top_k != 0 && !options.dir().empty() && run.main_rank()) {
-    check_monitor("checkpoint.monitor", config.checkpoint.monitor);
+  if (config.checkpoint.best.save_top_k() != 0 && !options.dir().empty() && run.main_rank()) {
+    check_monitor("checkpoint.monitor", config.checkpoint.best.monitor());
     run.trainer->add_callback(std::make_shared<train::ModelCheckpoint>(
-        train::ModelCheckpointOptions((std::filesystem::path(options.dir()) / "best").string())
-            .monitor(config.checkpoint.monitor)
-            .mode(config.checkpoint.mode)
-            .save_top_k(config.checkpoint.save_top_k)
-            .save_last(config.checkpoint.save_last)));
+        train::ModelCheckpointOptions(config.checkpoint.best).dir((std::filesystem::path(options.dir()) / "best").string())));
   }
 }
 
@@ -312,7 +288,7 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
     return;
   }
   std::filesystem::create_directories(options.dir());
-  std::vector<std::string> columns = train::MetricsLogger::monitor_columns(*run.optimizer, config.grad.clip_norm > 0);
+  std::vector<std::string> columns = train::MetricsLogger::monitor_columns(*run.optimizer, config.trainer.clip_grad_norm() > 0);
   if (config.ema.enabled && config.data.val_size > 0) {  // the EMA weights' validation, in every epoch row
     columns.emplace_back("val_ema/loss");
     for (const std::string& metric : config.train.metrics) {
@@ -341,10 +317,9 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
       std::make_shared<train::TrainerCheckpoint>(run.checkpoints, config.checkpoint.every_steps));
   if (config.profile.trace_steps > 0) {
     run.trainer->add_callback(std::make_shared<train::ProfilerTrace>(
-        train::ProfilerTraceOptions((std::filesystem::path(options.dir()) / "trace.json").string())
-            .wait(config.profile.trace_wait)
-            .active(config.profile.trace_steps)
-            .record_shapes(config.profile.record_shapes)));
+        train::ProfilerTraceOptions(config.profile.trace)
+            .path((std::filesystem::path(options.dir()) / "trace.json").string())
+            .active(config.profile.trace_steps)));
   }
 }
 
@@ -405,24 +380,16 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   run.model = make_model(config.model, image_format(config.data.dataset), source);
   run.model->to(run.device);
   run.optimizer = optim::make_optimizer(config.optimizer, run.model->parameters());
-  run.steps_per_epoch =
-      (run.train->num_batches() + config.grad.accumulation_steps - 1) / config.grad.accumulation_steps;
-  run.trainer = std::make_unique<train::Trainer>(run.model.ptr(), model_forward(run.model, config.model.checkpoint_segments),
-                                                 *run.optimizer,
-                                                 train::TrainerOptions()
-                                                     .epochs(config.train.epochs)
-                                                     .max_steps(config.train.max_steps)
-                                                     .accumulation_steps(config.grad.accumulation_steps)
-                                                     .clip_grad_norm(config.grad.clip_norm)
-                                                     .norm_type(config.grad.norm_type)
-                                                     .clip_grad_value(config.grad.clip_value)
-                                                     .profile_sync(config.profile.sync));
+  const int64_t accumulation = config.trainer.accumulation_steps();
+  run.steps_per_epoch = (run.train->num_batches() + accumulation - 1) / accumulation;
+  run.trainer = std::make_unique<train::Trainer>(
+      run.model.ptr(), model_forward(run.model, config.model.checkpoint_segments), *run.optimizer, config.trainer);
   attach_precision(run, config, source);
   attach_metrics(run, config, source);
   if (config.scheduler) {
     try {
       run.scheduler = sched::make_scheduler(*config.scheduler, *run.optimizer,
-                                            sched::SchedulerContext{config.train.epochs, run.steps_per_epoch});
+                                            sched::SchedulerContext{config.trainer.epochs(), run.steps_per_epoch});
     } catch (const ArgError& e) {
       throw ConfigError(e.what());
     }
@@ -435,7 +402,7 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   if (run.group) {
     run.ddp = std::make_unique<dist::DistributedDataParallel>(
         run.model.ptr(), run.group,
-        dist::DistributedDataParallelOptions().bucket_cap_mb(config.distributed.bucket_cap_mb));
+        config.distributed.ddp);
     spdlog::info("distributed: {} ranks, backend {}, {} gradient buckets", run.world_size,
                  run.group->backend_name(run.device), run.ddp->bucket_indices().size());
     // Gradient accumulation: only the last micro-batch of a window all-reduces the gradients.

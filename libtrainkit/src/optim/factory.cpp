@@ -40,7 +40,7 @@ const OptimizerEntry* find_entry(const std::vector<OptimizerEntry>& all, const s
 
 const OptimizerArg* find_arg(const OptimizerEntry& entry, const std::string& key) {
   const auto it =
-      std::find_if(entry.args.begin(), entry.args.end(), [&](const OptimizerArg& a) { return a.name == key; });
+      std::find_if(entry.args.begin(), entry.args.end(), [&](const OptimizerArg& a) { return a.key == key; });
   return it == entry.args.end() ? nullptr : &*it;
 }
 
@@ -118,7 +118,7 @@ OptimizerSpec parse_optimizer(const std::string& name, ArgReader& args, const st
       }
       std::vector<std::string> known;
       for (const auto& a : entry->args) {
-        known.push_back(section + "." + a.name);
+        known.push_back(section + "." + a.key);
       }
       known.push_back(section + "." + kNoDecay1d);
       args.fail_key(key, fmt::format("unknown key '{}.{}'{} for optimizer \"{}\" (known: {})", section, key,
@@ -157,7 +157,7 @@ ArgTable optimizer_args(const OptimizerSpec& spec) {
   ArgTable out;
   for (const auto& arg : entry.args) {
     if (auto value = arg.show(*spec.options)) {
-      out.emplace_back(arg.name, std::move(*value));
+      out.emplace_back(arg.key, std::move(*value));
     }
   }
   out.emplace_back(kNoDecay1d, ArgValue(spec.no_decay_1d));
@@ -176,9 +176,9 @@ std::vector<OptimizerArgDoc> optimizer_arg_docs() {
   for (const auto& entry : all) {
     const auto defaults = entry.defaults();
     for (const auto& arg : entry.args) {
-      auto it = std::find_if(seen.begin(), seen.end(), [&](const Seen& s) { return s.doc.name == arg.name; });
+      auto it = std::find_if(seen.begin(), seen.end(), [&](const Seen& s) { return s.doc.name == arg.key; });
       if (it == seen.end()) {
-        seen.push_back({{arg.name, arg.type, "", {}, std::nullopt}, {}, {}, std::nullopt});
+        seen.push_back({{arg.key, arg.type, "", {}, std::nullopt}, {}, {}, std::nullopt});
         it = std::prev(seen.end());
       }
       it->doc.optimizers.push_back(entry.name);

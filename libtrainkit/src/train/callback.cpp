@@ -25,4 +25,11 @@ void add_eval_metrics(EpochEvent& event, const std::string& prefix, const EvalRe
   }
 }
 
+ValueRule<std::string> epoch_metric_rule() {
+  return rule::text_where("string", "\"train/loss\" or \"val/<loss or metric>\" or \"val_ema/<loss or metric>\"",
+                          [](const std::string& v) {
+                            return v == "train/loss" || v.rfind("val/", 0) == 0 || v.rfind("val_ema/", 0) == 0;
+                          });
+}
+
 }  // namespace trainkit::train

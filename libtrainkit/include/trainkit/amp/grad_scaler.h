@@ -33,6 +33,8 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include "trainkit/options.h"
+
 namespace trainkit::amp {
 
 /// Options of GradScaler, with PyTorch's argument names and defaults.
@@ -47,6 +49,16 @@ struct GradScalerOptions {
   TORCH_ARG(int64_t, growth_interval) = 2000;
   /// false: scale() returns the loss, step() just steps, everything else is a no-op.
   TORCH_ARG(bool, enabled) = true;
+
+ public:
+  /// The options by key, with their rules and help (`trainkit train`'s [amp]).
+  static const OptionBinding<GradScalerOptions>& binding() {
+    static const auto b = OptionBinding<GradScalerOptions>()
+                              .bind(TRAINKIT_OPTION(init_scale), rule::number(positive()), "GradScaler's initial scale")
+                              .bind(TRAINKIT_OPTION(growth_interval), rule::integer(1),
+                                    "GradScaler: clean steps before the scale grows");
+    return b;
+  }
 };
 
 /// Where an optimizer is in the current iteration (Python's `OptState`).

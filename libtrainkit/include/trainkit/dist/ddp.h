@@ -50,6 +50,15 @@ struct DistributedDataParallelOptions {
   TORCH_ARG(bool, broadcast_buffers) = true;
   /// Gradient compression of the all-reduce: "none", "fp16" or "bf16" (PyTorch's fp16/bf16_compress_hook).
   TORCH_ARG(std::string, compression) = "none";
+
+ public:
+  /// The options a config sets, by key, with their rules and help (`trainkit train`'s [distributed]).
+  static const OptionBinding<DistributedDataParallelOptions>& binding() {
+    static const auto b = OptionBinding<DistributedDataParallelOptions>().bind(
+        TRAINKIT_OPTION(bucket_cap_mb), rule::number(positive()),
+        "DDP gradient bucket size in MiB (train.batch_size is per rank)");
+    return b;
+  }
 };
 
 namespace detail {

@@ -20,6 +20,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 
+#include "trainkit/options.h"
+
 namespace trainkit::dist {
 
 /// A bad distributed setting (missing or inconsistent RANK/WORLD_SIZE, port in use, unknown backend).
@@ -45,6 +47,19 @@ struct InitOptions {
   TORCH_ARG(std::string, backend) = "auto";
   /// Timeout of the rendezvous and of every collective: a peer that hangs makes collectives throw then.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::milliseconds(30 * 60 * 1000);
+
+ public:
+  /// The options a config sets, by key, with their rules and help (`trainkit train`'s [distributed]; the
+  /// ranks and the address come from the launcher's environment).
+  static const OptionBinding<InitOptions>& binding() {
+    static const auto b =
+        OptionBinding<InitOptions>()
+            .bind(TRAINKIT_OPTION(backend), rule::one_of({"auto", "gloo", "nccl"}),
+                  "Under `trainkit launch`/torchrun: c10d backend (auto: Gloo, NCCL for CUDA)")
+            .bind(TRAINKIT_OPTION(timeout), rule::seconds(positive()),
+                  "Seconds a collective (or the rendezvous) waits for the other ranks before failing");
+    return b;
+  }
 };
 
 /// Reads torchrun's variables: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, and the optional

@@ -2,7 +2,8 @@
 /// @file
 /// The optimizer registry and factory: an optimizer chosen by name with named arguments (PyTorch's and
 /// timm's names and defaults: `lr`, `betas`, `momentum`, `trust_coefficient` ...), read from any ArgTable.
-/// Each optimizer registers once, binding argument names to its Options fields (see OptimizerBinding);
+/// Each optimizer registers once, binding argument names to its Options fields (see OptimizerBinding, an
+/// OptionBinding of trainkit/options.h);
 /// the same table serves parsing, printing the effective values and documentation.
 ///
 ///     ArgReader args(table, "train.toml: [optimizer]");
@@ -23,6 +24,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "trainkit/args.h"
+#include "trainkit/options.h"
 #include "trainkit/optim/param_groups.h"
 
 namespace trainkit::optim {
@@ -77,21 +79,8 @@ struct OptimizerArgDoc {
 /// Every argument name once (in binding order, optimizers taken by name), then `no_decay_1d`.
 std::vector<OptimizerArgDoc> optimizer_arg_docs();
 
-/// One bound argument of one optimizer, type-erased (OptimizerBinding writes these).
-struct OptimizerArg {
-  /// Argument name ("betas").
-  std::string name;
-  /// Type and range for docs ("[number, number] in [0, 1)").
-  std::string type;
-  /// What a message says was expected ("an array of two numbers in [0, 1)").
-  std::string expected;
-  /// Meaning, one line.
-  std::string doc;
-  /// Stores `value` into `options` (of the optimizer's Options type); false when the value does not fit.
-  std::function<bool(const ArgValue& value, torch::optim::OptimizerOptions& options)> read;
-  /// The value held in `options`; nullopt when unset (an optional option).
-  std::function<std::optional<ArgValue>(const torch::optim::OptimizerOptions& options)> show;
-};
+/// One bound argument of one optimizer, type-erased over the Options types (OptimizerBinding writes these).
+using OptimizerArg = OptionField<torch::optim::OptimizerOptions>;
 
 /// What the factory knows of one optimizer.
 struct OptimizerEntry {
@@ -116,35 +105,16 @@ struct OptimizerEntry {
 /// Adds an optimizer to the factory. Throws std::invalid_argument when the name is taken.
 void register_optimizer(OptimizerEntry entry);
 
-/// A range of numeric argument values and its text ("number > 0").
-struct NumberRule {
-  /// How docs and messages describe the range.
-  std::string text;
-  /// Lower bound.
-  double lo = -std::numeric_limits<double>::infinity();
-  /// True: x > lo; false: x >= lo.
-  bool lo_open = false;
-  /// Upper bound.
-  double hi = std::numeric_limits<double>::infinity();
-  /// True: x < hi; false: x <= hi.
-  bool hi_open = false;
-  /// True when `x` is finite and in the range.
-  bool allows(double x) const {
-    return std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
-  }
-};
-/// x > 0.
-inline NumberRule positive() { return {"number > 0", 0.0, true}; }
-/// x >= 0.
-inline NumberRule non_negative() { return {"number >= 0", 0.0, false}; }
-/// 0 <= x < 1.
-inline NumberRule unit_interval() { return {"number in [0, 1)", 0.0, false, 1.0, true}; }
-
-/// `"lr", [](auto& o) -> auto& { return o.lr(); }`: an Options field by its TORCH_ARG name, for bind().
-#define TRAINKIT_OPTION(field) #field, [](auto& o) -> auto& { return o.field(); }
+// The number rules, where optimizer bindings have always found them.
+using trainkit::NumberRule;
+using trainkit::non_negative;
+using trainkit::positive;
+using trainkit::unit_interval;
 
 /// Writes the OptimizerEntry of optimizer class `Opt` (which has `Opt::options_type`, a constructor from
-/// (param groups, options) and a static `validate(const Options&)`, as every OptimizerBase subclass does):
+/// (param groups, options) and a static `validate(const Options&)`, as every OptimizerBase subclass does),
+/// binding its Options fields like any OptionBinding (trainkit/options.h); a std::optional<double> field is
+/// bound with a number rule where 0 means unset:
 ///
 ///     register_optimizer(OptimizerBinding<Sgd>("sgd")
 ///                            .bind(TRAINKIT_OPTION(lr), positive(), "Learning rate")
@@ -170,64 +140,31 @@ class OptimizerBinding {
     };
   }
 
-  /// Binds a number (double), a pair of numbers (std::tuple<double, double>, each in `rule`) or an optional
+  /// Binds a number (double), a pair of numbers (std::tuple<double, double>, each in `range`) or an optional
   /// number (std::optional<double>, where 0 means unset) to `key`.
   template <class Field>
-  OptimizerBinding& bind(std::string key, Field field, NumberRule rule, std::string doc) {
+  OptimizerBinding& bind(std::string key, Field field, NumberRule range, std::string doc) {
     using T = std::decay_t<decltype(field(std::declval<Options&>()))>;
-    OptimizerArg arg;
-    arg.name = std::move(key);
-    arg.doc = std::move(doc);
-    if constexpr (std::is_same_v<T, double>) {
-      arg.type = rule.text;
-      arg.expected = "a " + rule.text;
-      arg.read = [field, rule](const ArgValue& v, torch::optim::OptimizerOptions& o) {
-        const auto x = number_in(v, rule);
-        if (x) {
-          field(cast(o)) = *x;
-        }
-        return x.has_value();
-      };
-      arg.show = [field](const torch::optim::OptimizerOptions& o) -> std::optional<ArgValue> {
-        return ArgValue(field(cast(o)));
-      };
-    } else if constexpr (std::is_same_v<T, std::tuple<double, double>>) {
-      const std::string range = rule.text.substr(rule.text.find(' ') + 1);  // "in [0, 1)"
-      arg.type = "[number, number] " + range;
-      arg.expected = "an array of two numbers " + range;
-      arg.read = [field, rule](const ArgValue& v, torch::optim::OptimizerOptions& o) {
-        const auto* a = v.get_if<ArgValue::Array>();
-        if (a == nullptr || a->size() != 2) {
-          return false;
-        }
-        const auto x = number_in((*a)[0], rule);
-        const auto y = number_in((*a)[1], rule);
-        if (!x || !y) {
-          return false;
-        }
-        field(cast(o)) = std::make_tuple(*x, *y);
-        return true;
-      };
-      arg.show = [field](const torch::optim::OptimizerOptions& o) -> std::optional<ArgValue> {
-        const auto& [x, y] = field(cast(o));
-        return ArgValue(ArgValue::Array{ArgValue(x), ArgValue(y)});
-      };
+    if constexpr (std::is_same_v<T, std::tuple<double, double>>) {
+      options_.bind(std::move(key), field, rule::number_pair(range), std::move(doc));
+    } else if constexpr (std::is_same_v<T, std::optional<double>>) {
+      ValueRule<double> number = rule::number(range);
+      options_.bind(std::move(key), [field](auto& o) -> auto& { return field(o); },
+                    ValueRule<std::optional<double>>{
+                        number.type, number.expected,
+                        [parse = number.parse](const ArgValue& v) -> std::optional<std::optional<double>> {
+                          const auto x = parse(v);
+                          if (!x) {
+                            return std::nullopt;
+                          }
+                          return *x == 0 ? std::optional<double>() : std::optional<double>(*x);
+                        },
+                        [](const std::optional<double>& x) { return ArgValue(x.value_or(0.0)); }},
+                    std::move(doc));
     } else {
-      static_assert(std::is_same_v<T, std::optional<double>>, "bind(key, field, rule, doc) takes a number field");
-      arg.type = rule.text;
-      arg.expected = "a " + rule.text;
-      arg.read = [field, rule](const ArgValue& v, torch::optim::OptimizerOptions& o) {
-        const auto x = number_in(v, rule);
-        if (x) {
-          field(cast(o)) = *x == 0 ? std::nullopt : std::optional<double>(*x);
-        }
-        return x.has_value();
-      };
-      arg.show = [field](const torch::optim::OptimizerOptions& o) -> std::optional<ArgValue> {
-        return ArgValue(field(cast(o)).value_or(0.0));
-      };
+      static_assert(std::is_same_v<T, double>, "bind(key, field, range, doc) takes a number field");
+      options_.bind(std::move(key), field, rule::number(range), std::move(doc));
     }
-    entry_.args.push_back(std::move(arg));
     return *this;
   }
 
@@ -237,44 +174,25 @@ class OptimizerBinding {
     using T = std::decay_t<decltype(field(std::declval<Options&>()))>;
     static_assert(std::is_same_v<T, bool> || std::is_same_v<T, std::optional<bool>>,
                   "bind(key, field, doc) takes a boolean field");
-    OptimizerArg arg;
-    arg.name = std::move(key);
-    arg.doc = std::move(doc);
-    arg.type = "boolean";
-    arg.expected = "true or false";
-    arg.read = [field](const ArgValue& v, torch::optim::OptimizerOptions& o) {
-      const auto* b = v.get_if<bool>();
-      if (b == nullptr) {
-        return false;
-      }
-      field(cast(o)) = *b;
-      return true;
-    };
-    arg.show = [field](const torch::optim::OptimizerOptions& o) -> std::optional<ArgValue> {
-      const auto& value = field(cast(o));
-      if constexpr (std::is_same_v<T, bool>) {
-        return ArgValue(value);
-      } else {
-        return value.has_value() ? std::optional<ArgValue>(ArgValue(*value)) : std::nullopt;
-      }
-    };
-    entry_.args.push_back(std::move(arg));
+    options_.bind(std::move(key), field, rule::boolean(), std::move(doc));
     return *this;
   }
 
   /// The finished entry, for register_optimizer().
-  OptimizerEntry entry() const { return entry_; }
+  OptimizerEntry entry() const {
+    OptimizerEntry out = entry_;
+    OptionBinding<torch::optim::OptimizerOptions> upcast;
+    upcast.include(options_, [](auto& o) -> auto& { return cast(o); });
+    out.args = upcast.fields();
+    return out;
+  }
 
  private:
-  /// The number in `v` when it is one and `rule` allows it.
-  static std::optional<double> number_in(const ArgValue& v, const NumberRule& rule) {
-    const auto x = v.as_number();
-    return x && rule.allows(*x) ? x : std::nullopt;
-  }
   static Options& cast(torch::optim::OptimizerOptions& o) { return static_cast<Options&>(o); }
   static const Options& cast(const torch::optim::OptimizerOptions& o) { return static_cast<const Options&>(o); }
 
   OptimizerEntry entry_;
+  OptionBinding<Options> options_;
 };
 
 }  // namespace trainkit::optim

@@ -13,6 +13,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include "trainkit/data/batch_source.h"
+#include "trainkit/options.h"
 #include "trainkit/train/metric.h"
 #include "trainkit/train/step_times.h"
 
@@ -92,5 +93,9 @@ double monitored_value(const EpochEvent& event, const std::string& monitor, cons
 /// Adds `prefix` + "loss" and `prefix` + each metric of `result` to `event.metrics` (a hook that evaluates
 /// more in on_validation_end, e.g. with prefix "val_ema/").
 void add_eval_metrics(EpochEvent& event, const std::string& prefix, const EvalResult& result);
+
+/// The names a hook can monitor at an epoch's end: "train/loss", "val/<loss or metric>" or
+/// "val_ema/<loss or metric>" (a config key's rule; whether the run measures it is checked when it runs).
+ValueRule<std::string> epoch_metric_rule();
 
 }  // namespace trainkit::train

@@ -15,6 +15,8 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include "trainkit/options.h"
+
 namespace trainkit::train {
 
 /// The parameters then the buffers of `module` (recursively, in registration order), detached: the
@@ -53,6 +55,24 @@ struct ModelEmaOptions {
   TORCH_ARG(double, warmup_power) = 2.0 / 3.0;
   /// Copy the buffers instead of averaging the floating-point ones.
   TORCH_ARG(bool, exclude_buffers) = false;
+
+ public:
+  /// The options by key, with their rules and help (`trainkit train`'s [ema]).
+  static const OptionBinding<ModelEmaOptions>& binding() {
+    static const auto b =
+        OptionBinding<ModelEmaOptions>()
+            .bind(TRAINKIT_OPTION(decay), rule::number(closed_unit_interval()), "EMA decay (the warmup's upper bound)")
+            .bind(TRAINKIT_OPTION(min_decay), rule::number(closed_unit_interval()), "Lower bound of the warmup's decay")
+            .bind(TRAINKIT_OPTION(update_after_step), rule::integer(0),
+                  "Steps during which the EMA is a copy of the weights")
+            .bind(TRAINKIT_OPTION(use_warmup), rule::boolean(),
+                  "Warm the decay up: 1 - (1 + t / warmup_gamma)^-warmup_power, clamped to [min_decay, decay]")
+            .bind(TRAINKIT_OPTION(warmup_gamma), rule::number(positive()), "See use_warmup")
+            .bind(TRAINKIT_OPTION(warmup_power), rule::number(positive()), "See use_warmup")
+            .bind(TRAINKIT_OPTION(exclude_buffers), rule::boolean(),
+                  "Copy buffers (BatchNorm statistics) instead of averaging them");
+    return b;
+  }
 };
 
 /// timm's ModelEmaV3: ema ← lerp(ema, model, 1 - decay) for floating-point parameters and buffers

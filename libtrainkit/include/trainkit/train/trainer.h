@@ -60,6 +60,26 @@ struct TrainerOptions {
   /// phase that launched it; this removes the overlap of host and device work, so leave it off except
   /// to find where time goes. No effect on the CPU.
   TORCH_ARG(bool, profile_sync) = false;
+
+ public:
+  /// The options by key, with their rules and help (`trainkit train`'s [train], [grad] and [profile]).
+  static const OptionBinding<TrainerOptions>& binding() {
+    static const auto b =
+        OptionBinding<TrainerOptions>()
+            .bind(TRAINKIT_OPTION(epochs), rule::integer(1), "Passes over the training set")
+            .bind(TRAINKIT_OPTION(max_steps), rule::integer(0), "Stop after this many optimizer steps (0 = no limit)")
+            .bind(TRAINKIT_OPTION(accumulation_steps), rule::integer(1),
+                  "Micro-batches (of train.batch_size) accumulated into one optimizer step")
+            .bind(TRAINKIT_OPTION(clip_grad_norm), rule::number(non_negative()),
+                  "Clip the total gradient norm to this (0 = off)")
+            .bind(TRAINKIT_OPTION(norm_type), rule::positive_or_inf(), "Order of the clipped norm")
+            .bind(TRAINKIT_OPTION(clip_grad_value), rule::number(non_negative()),
+                  "Clamp gradient elements to [-v, v] (0 = off)")
+            .bind(TRAINKIT_OPTION(profile_sync), rule::boolean(),
+                  "Synchronize the device after each timed phase of a step so that CUDA work is charged to the phase "
+                  "that launched it (slower; the CPU is unaffected)");
+    return b;
+  }
 };
 
 /// Trains a model with any torch::optim::Optimizer over any BatchSource, calling Callbacks.

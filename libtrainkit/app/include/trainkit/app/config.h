@@ -1,7 +1,9 @@
 #pragma once
 /// @file
 /// The TOML configuration of `trainkit train` and the apps (application layer): typed, validated, every
-/// key documented in one table. The core library knows nothing of it.
+/// key documented in one table. Sections that configure a core component hold its Options struct, whose
+/// keys, rules and help come from that struct's OptionBinding (trainkit/options.h); the core library knows
+/// nothing of the config.
 
 #include <cstdint>
 #include <optional>
@@ -9,9 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "trainkit/amp/grad_scaler.h"
 #include "trainkit/args.h"
+#include "trainkit/dist/ddp.h"
+#include "trainkit/dist/process_group.h"
 #include "trainkit/optim/factory.h"
 #include "trainkit/sched/factory.h"
+#include "trainkit/train/callbacks/early_stopping.h"
+#include "trainkit/train/callbacks/model_checkpoint.h"
+#include "trainkit/train/callbacks/profiler_trace.h"
+#include "trainkit/train/callbacks/stochastic_weight_averaging.h"
+#include "trainkit/train/ema.h"
+#include "trainkit/train/trainer.h"
 
 namespace trainkit::app {
 
@@ -48,81 +59,52 @@ struct ModelConfig {
   std::string init = "default";
 };
 
-/// `[train]`: the loop.
+/// `[train]`: the loop's settings beyond the Trainer's (its epochs and max_steps are Config::trainer's).
 struct LoopConfig {
-  int64_t epochs = 12;
   int64_t batch_size = 128;
   int64_t eval_batch_size = 1000;
   int64_t seed = 0;
-  int64_t max_steps = 0;
   int64_t threads = 0;
   std::string device = "auto";
   std::vector<std::string> metrics = {"accuracy"};
   std::string monitor = "val/loss";
 };
 
-/// `[grad]`: gradient clipping and accumulation.
-struct GradConfig {
-  int64_t accumulation_steps = 1;
-  double clip_norm = 0.0;
-  double norm_type = 2.0;
-  double clip_value = 0.0;
-};
-
-/// `[amp]`: mixed precision. Scaler defaults come from amp::GradScalerOptions (Config's constructor).
+/// `[amp]`: mixed precision; the scaler's keys are amp::GradScalerOptions's.
 struct AmpConfig {
   bool enabled = false;
   std::string dtype = "bfloat16";
   bool grad_scaler = false;
-  double init_scale = 0;
-  int64_t growth_interval = 0;
+  amp::GradScalerOptions scaler;
 };
 
-/// `[checkpoint]`: when checkpoints are written and how many are kept.
+/// `[checkpoint]`: when checkpoints are written and how many are kept; the best-k keys are
+/// train::ModelCheckpointOptions's (save_top_k 0 = off here; the directory is <run>/best).
 struct CheckpointConfig {
   int64_t every_steps = 0;
   int64_t keep_last = 3;
-  /// Best-k weights-only files (train::ModelCheckpoint) in <run>/best/; 0 = off. Monitor and mode default to
-  /// train::ModelCheckpointOptions's (Config's constructor).
-  int64_t save_top_k = 0;
-  std::string monitor;
-  std::string mode;
-  bool save_last = false;
+  train::ModelCheckpointOptions best = train::ModelCheckpointOptions().save_top_k(0);
   /// Interchange copies of the final, EMA and SWA weights in <run>/: "safetensors" (<name>.safetensors) and
   /// "state_dict" (torch.save, <name>.pth); empty = none.
   std::vector<std::string> export_formats = {"safetensors"};
 };
 
-/// `[early_stopping]`: train::EarlyStopping; defaults from train::EarlyStoppingOptions (Config's constructor).
+/// `[early_stopping]`: train::EarlyStopping when enabled, with its options.
 struct EarlyStoppingConfig {
   bool enabled = false;
-  std::string monitor;
-  std::string mode;
-  int64_t patience = 0;
-  double min_delta = 0;
-  bool check_finite = true;
+  train::EarlyStoppingOptions options;
 };
 
-/// `[ema]`: train::EMAWeightAveraging; defaults from train::ModelEmaOptions (Config's constructor).
+/// `[ema]`: train::EMAWeightAveraging when enabled, with its options.
 struct EmaConfig {
   bool enabled = false;
-  double decay = 0;
-  double min_decay = 0;
-  int64_t update_after_step = 0;
-  bool use_warmup = false;
-  double warmup_gamma = 0;
-  double warmup_power = 0;
-  bool exclude_buffers = false;
+  train::ModelEmaOptions options;
 };
 
-/// `[swa]`: train::StochasticWeightAveraging; defaults from train::StochasticWeightAveragingOptions (Config's
-/// constructor).
+/// `[swa]`: train::StochasticWeightAveraging when enabled, with its options.
 struct SwaConfig {
   bool enabled = false;
-  int64_t swa_start = 0;
-  double swa_lr = 0;
-  int64_t anneal_epochs = 0;
-  std::string anneal_strategy;
+  train::StochasticWeightAveragingOptions options;
 };
 
 /// `[log]`: console and metrics files.
@@ -133,21 +115,18 @@ struct LogConfig {
   bool layer_norms = false;
 };
 
-/// `[profile]`: the step-time profile (always on) and a LibTorch profiler trace of a window of steps;
-/// defaults from train::ProfilerTraceOptions (Config's constructor).
+/// `[profile]`: the step-time profile (always on; its `sync` is Config::trainer's) and a LibTorch profiler
+/// trace of `trace_steps` steps (0 = none) with train::ProfilerTraceOptions's other keys.
 struct ProfileConfig {
-  bool sync = false;
   int64_t trace_steps = 0;
-  int64_t trace_wait = 0;
-  bool record_shapes = false;
+  train::ProfilerTraceOptions trace{"trace.json"};
 };
 
-/// `[distributed]`: used when the job runs under `trainkit launch` or torchrun (WORLD_SIZE > 1). Defaults
-/// come from dist::ProcessGroupOptions and dist::DistributedDataParallelOptions (Config's constructor).
+/// `[distributed]`: used when the job runs under `trainkit launch` or torchrun (WORLD_SIZE > 1); the keys
+/// are dist::InitOptions's and dist::DistributedDataParallelOptions's.
 struct DistributedConfig {
-  std::string backend;
-  double timeout = 0;
-  double bucket_cap_mb = 0;
+  dist::InitOptions group;
+  dist::DistributedDataParallelOptions ddp;
 };
 
 /// The whole configuration; default-constructed it is the documented defaults.
@@ -159,7 +138,9 @@ struct Config {
   /// resolved: unset arguments hold the optimizer's own defaults).
   optim::OptimizerSpec optimizer;
   LoopConfig train;
-  GradConfig grad;
+  /// The Trainer's options: `[train]` epochs and max_steps, `[grad]` (accumulation_steps, clip_norm =
+  /// clip_grad_norm, norm_type, clip_value = clip_grad_value) and `[profile]` sync (= profile_sync).
+  train::TrainerOptions trainer = train::TrainerOptions().epochs(12);
   AmpConfig amp;
   CheckpointConfig checkpoint;
   EarlyStoppingConfig early_stopping;

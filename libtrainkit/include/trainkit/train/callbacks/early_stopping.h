@@ -32,6 +32,19 @@ struct EarlyStoppingOptions {
   TORCH_ARG(std::optional<double>, stopping_threshold) = std::nullopt;
   /// Stop at once when the metric is worse than this.
   TORCH_ARG(std::optional<double>, divergence_threshold) = std::nullopt;
+
+ public:
+  /// The options by key, with their rules and help (`trainkit train`'s [early_stopping]).
+  static const OptionBinding<EarlyStoppingOptions>& binding() {
+    static const auto b =
+        OptionBinding<EarlyStoppingOptions>()
+            .bind(TRAINKIT_OPTION(monitor), epoch_metric_rule(), "The watched metric (as checkpoint.monitor)")
+            .bind(TRAINKIT_OPTION(mode), rule::one_of({"min", "max"}), "Whether lower or higher is better")
+            .bind(TRAINKIT_OPTION(patience), rule::integer(0), "Epochs without improvement before stopping")
+            .bind(TRAINKIT_OPTION(min_delta), rule::number(non_negative()), "Least change that counts as an improvement")
+            .bind(TRAINKIT_OPTION(check_finite), rule::boolean(), "Stop at once when the metric is NaN or infinite");
+    return b;
+  }
 };
 
 /// Lightning's EarlyStopping as a Trainer hook. At each epoch end, with `current` the monitored value:

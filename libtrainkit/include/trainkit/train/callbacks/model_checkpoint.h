@@ -31,6 +31,22 @@ struct ModelCheckpointOptions {
   TORCH_ARG(int64_t, save_top_k) = 1;
   /// Also write "last.pt" at every epoch end.
   TORCH_ARG(bool, save_last) = false;
+
+ public:
+  /// The options by key, with their rules and help (`trainkit train`'s [checkpoint]; `dir` is the run's).
+  static const OptionBinding<ModelCheckpointOptions>& binding() {
+    static const auto b =
+        OptionBinding<ModelCheckpointOptions>()
+            .bind(TRAINKIT_OPTION(save_top_k), rule::integer(-1),
+                  "Keep the best K models by checkpoint.monitor as weights-only files in <run>/best/ that torch::load "
+                  "reads (0 = off, -1 = every epoch's)")
+            .bind(TRAINKIT_OPTION(monitor), epoch_metric_rule(),
+                  "The metric ranking the best models (\"val/loss\", \"val/<metric>\", \"val_ema/<loss or metric>\", "
+                  "\"train/loss\")")
+            .bind(TRAINKIT_OPTION(mode), rule::one_of({"min", "max"}), "Whether lower or higher checkpoint.monitor is better")
+            .bind(TRAINKIT_OPTION(save_last), rule::boolean(), "Also write <run>/best/last.pt (weights only) every epoch");
+    return b;
+  }
 };
 
 /// Lightning's ModelCheckpoint top-k rule at each epoch end, with `current` the monitored value (NaN

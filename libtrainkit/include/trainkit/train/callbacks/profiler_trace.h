@@ -11,6 +11,7 @@
 
 #include <torch/arg.h>
 
+#include "trainkit/options.h"
 #include "trainkit/train/callback.h"
 
 namespace trainkit::train {
@@ -31,6 +32,18 @@ struct ProfilerTraceOptions {
   TORCH_ARG(bool, profile_memory) = false;
   /// Record the C++ call stack of each operator.
   TORCH_ARG(bool, with_stack) = false;
+
+ public:
+  /// The options a config sets, by key, with their rules and help (`trainkit train`'s [profile]; the path is
+  /// the run's, and the number of steps recorded is the config's trace_steps).
+  static const OptionBinding<ProfilerTraceOptions>& binding() {
+    static const auto b = OptionBinding<ProfilerTraceOptions>()
+                              .bind(TRAINKIT_OPTION(wait), rule::integer(0),
+                                    "Steps of the run to let pass before the trace starts")
+                              .bind(TRAINKIT_OPTION(record_shapes), rule::boolean(),
+                                    "Record operator input shapes in the trace");
+    return b;
+  }
 };
 
 /// A Trainer hook that profiles steps wait+1 .. wait+active of fit() (counted from where fit() starts, so

@@ -11,6 +11,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "trainkit/options.h"
 #include "trainkit/train/callback.h"
 #include "trainkit/train/swa.h"
 
@@ -28,6 +29,19 @@ struct StochasticWeightAveragingOptions {
   TORCH_ARG(int64_t, anneal_epochs) = 10;
   /// SWALR's anneal_strategy.
   TORCH_ARG(std::string, anneal_strategy) = "cos";
+
+ public:
+  /// The options by key, with their rules and help (`trainkit train`'s [swa]).
+  static const OptionBinding<StochasticWeightAveragingOptions>& binding() {
+    static const auto b =
+        OptionBinding<StochasticWeightAveragingOptions>()
+            .bind(TRAINKIT_OPTION(swa_start), rule::integer(0), "First epoch (0-based) averaged in")
+            .bind(TRAINKIT_OPTION(swa_lr), rule::number(non_negative()),
+                  "SWALR's target LR, which then overrides the scheduler (0 = keep the scheduler's LR)")
+            .bind(TRAINKIT_OPTION(anneal_epochs), rule::integer(0), "SWALR's annealing epochs")
+            .bind(TRAINKIT_OPTION(anneal_strategy), rule::one_of({"cos", "linear"}), "SWALR's annealing shape");
+    return b;
+  }
 };
 
 /// SWA as a Trainer hook. After the validation of every epoch e >= swa_start the model is averaged in
