@@ -314,3 +314,27 @@ TEST_CASE("each optimizer's validate() takes an Options object alone", "[optim][
                        WhatContains("Lamb: invalid max_grad_norm"));
   CHECK_NOTHROW(Lamb::validate(LambOptions()));
 }
+
+TEST_CASE("every value an optimizer's binding accepts, its own validate() accepts too", "[optim][factory][validation]") {
+  // The binding holds the config's rule, validate() PyTorch's constructor check; the binding may be stricter
+  // (lr > 0 where PyTorch takes lr = 0), never looser: a value the config reads must build an optimizer.
+  const std::vector<double> numbers = {-1.0, -1e-12, 0.0, 1e-12, 0.5, 0.999999, 1.0, 2.0, 1e6};
+  for (const auto& name : optimizer_names()) {
+    for (const auto& arg : optimizer_arg_docs()) {
+      if (std::find(arg.optimizers.begin(), arg.optimizers.end(), name) == arg.optimizers.end() ||
+          arg.type == "boolean") {
+        continue;
+      }
+      for (const double x : numbers) {
+        const bool pair = arg.type.rfind("[number, number]", 0) == 0;
+        const ArgValue value = pair ? ArgValue(ArgValue::Array{ArgValue(x), ArgValue(0.5)}) : ArgValue(x);
+        INFO(name << " " << arg.name << " = " << value.to_string());
+        try {
+          (void)parse(name, {{arg.name, value}});
+        } catch (const ArgError& e) {
+          CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains("optimizer." + arg.name + ": expected"));
+        }
+      }
+    }
+  }
+}
