@@ -116,13 +116,19 @@ int main(int argc, char** argv) {
   int64_t nproc = launch_options.nproc();
   int64_t master_port = launch_options.master_port();
   std::string master_addr = launch_options.master_addr();
+  int64_t max_restarts = launch_options.max_restarts();
   std::vector<std::string> command;
   auto& launch = cli.subcommand(
       "launch", "Run N copies of COMMAND with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, ...): "
-                "trainkit launch --nproc N [--master-port P] -- COMMAND...");
+                "trainkit launch --nproc N [--master-port P] [--max-restarts K] -- COMMAND...");
   launch.option("--nproc", nproc, "Processes (ranks) to start").show_default();
   launch.option("--master-port", master_port, "Port of rank 0's TCPStore (0: any free port)").show_default();
   launch.option("--master-addr", master_addr, "Address the ranks use to reach rank 0").show_default();
+  launch.option("--max-restarts", max_restarts,
+                "When a rank fails, stop the others and start all again, at most this many times (the command "
+                "resumes itself, e.g. trainkit train --resume auto)")
+      .show_default()
+      .non_negative();
   launch.option("command", command, "The program and its arguments (after --)");
 #endif
 
@@ -161,7 +167,7 @@ int main(int argc, char** argv) {
   if (launch.parsed()) {
     try {
       return trainkit::dist::launch(
-          launch_options.nproc(nproc).master_port(master_port).master_addr(master_addr).command(command));
+          launch_options.nproc(nproc).master_port(master_port).master_addr(master_addr).max_restarts(max_restarts).command(command));
     } catch (const std::invalid_argument& e) {
       std::cerr << e.what() << "\nRun with --help for more information.\n";
       return kExitUsage;

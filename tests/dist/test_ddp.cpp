@@ -554,6 +554,80 @@ TEST_CASE("trainkit train under the launcher: a stopped rank ends the job, which
   CHECK(std::filesystem::exists(run_dir + "/checkpoints/" + fmt::format("ckpt-{:09d}.tkpt", newest + 10)));
 }
 
+TEST_CASE("trainkit launch --max-restarts: a rank killed twice mid-run, restarted with --resume auto, ends bitwise "
+          "equal to an uninterrupted run", "[dist][cli][fault]") {
+  TempDir tmp("dist-elastic");
+  const std::string config = tmp.str("elastic.toml");
+  std::ofstream(config) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n"
+                           "[model]\nchannels = [4, 8]\nhidden = 16\n"
+                           "[train]\nepochs = 16\nbatch_size = 25\nseed = 3\nthreads = 1\n"
+                           "[checkpoint]\nevery_steps = 5\nkeep_last = 2\n[log]\nevery_steps = 5\nprogress = \"lines\"\n"
+                           "[distributed]\nbackend = \"gloo\"\ntimeout = 10\n";
+  const std::string cli = TRAINKIT_CLI_PATH;
+  const std::string run_dir = tmp.str("run");
+  // 160 steps (10 per epoch). Rank 1 of the first start is SIGKILLed once a checkpoint of step >= 20 exists,
+  // rank 1 of the second start once one of step >= 80 exists; each start is told apart by the
+  // TORCHELASTIC_RESTART_COUNT in its environment. `timeout -s KILL 300` guards against a hang only.
+  const std::string script = tmp.str("elastic.sh");
+  std::ofstream(script)
+      << "timeout -s KILL 300 " << cli << " launch --nproc 2 --master-port 0 --max-restarts 3 -- " << cli
+      << " train --config " << config << " --out " << run_dir << " --resume auto &\n"
+      << "launcher=$!\n"
+      << "newest() { ls " << run_dir << "/checkpoints/ 2>/dev/null | sed -n 's/^ckpt-0*\\([0-9][0-9]*\\)\\.tkpt$/\\1/p' | sort -n | tail -1; }\n"
+      << "kill_rank1() {  # $1: the start's restart count, $2: the checkpoint step to wait for\n"
+      << "  for i in $(seq 6000); do s=$(newest); [ -n \"$s\" ] && [ \"$s\" -ge $2 ] && break; sleep 0.01; done\n"
+      << "  for p in $(pgrep -f -- '--out " << run_dir << " --resume'); do\n"
+      << "    env=$(tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null)\n"
+      << "    if echo \"$env\" | grep -qx RANK=1 && echo \"$env\" | grep -qx TORCHELASTIC_RESTART_COUNT=$1; then\n"
+      << "      kill -KILL $p && echo \"killed rank 1 of start $1 at checkpoint $(newest)\"\n"
+      << "    fi\n"
+      << "  done\n"
+      << "}\n"
+      << "kill_rank1 0 20\n"
+      << "kill_rank1 1 80\n"
+      << "wait $launcher; echo \"launcher exit $?\"\n";
+  const Run elastic = shell("bash " + script, tmp, "elastic.txt");
+  INFO(elastic.output);
+  CHECK_THAT(elastic.output, Contains("killed rank 1 of start 0"));
+  CHECK_THAT(elastic.output, Contains("killed rank 1 of start 1"));
+  CHECK_THAT(elastic.output, Contains("launch: restarting all 2 ranks (restart 1 of 3) after rank "));
+  CHECK_THAT(elastic.output, Contains("launch: restarting all 2 ranks (restart 2 of 3)"));
+  CHECK(elastic.output.find("restart 3 of 3") == std::string::npos);
+  CHECK_THAT(elastic.output, Contains("resumed from"));
+  REQUIRE_THAT(elastic.output, Contains("launcher exit 0"));
+
+  const Run whole = shell("timeout -s KILL 300 " + cli + " launch --nproc 2 --master-port 0 -- " + cli +
+                              " train --config " + config + " --out " + tmp.str("whole"),
+                          tmp, "whole.txt");
+  INFO(whole.output);
+  REQUIRE(whole.code == 0);
+  // The final weights (the safetensors export) and the test loss, bit for bit.
+  CHECK(read_text(run_dir + "/model.safetensors") == read_text(tmp.str("whole/model.safetensors")));
+  CHECK(summary_value(read_text(run_dir + "/summary.json"), "test_loss") ==
+        summary_value(read_text(tmp.str("whole/summary.json")), "test_loss"));
+  CHECK(summary_value(read_text(run_dir + "/summary.json"), "steps") == 160);
+}
+
+TEST_CASE("trainkit launch --max-restarts: restarts used up, the launcher fails naming the rank", "[dist][launch]") {
+  TempDir tmp("launch-restarts");
+  // Every start fails (rank 1 exits 3): 1 + 2 starts, then the failure with the restarts counted.
+  const Run run = shell("timeout -s KILL 120 " + std::string(TRAINKIT_CLI_PATH) +
+                            " launch --nproc 2 --master-port 0 --max-restarts 2 -- bash -c "
+                            "'echo start $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS; "
+                            "[ $RANK = 1 ] && exit 3; sleep 30'",
+                        tmp);
+  INFO(run.output);
+  CHECK(run.code == 1);
+  CHECK_THAT(run.output, Contains("[rank 0] start 0 of 2"));
+  CHECK_THAT(run.output, Contains("[rank 1] start 2 of 2"));
+  CHECK_THAT(run.output, Contains("launch: restarting all 2 ranks (restart 2 of 2) after rank 1 exited with code 3"));
+  CHECK_THAT(run.output, Contains("launch: failed: rank 1 exited with code 3 (of 2 ranks"));
+  CHECK_THAT(run.output, Contains("2 of 2 restarts used)"));
+  const Run bad = shell(std::string(TRAINKIT_CLI_PATH) + " launch --nproc 2 --max-restarts=-1 -- true", tmp, "bad.txt");
+  CHECK(bad.code != 0);  // the parser's validation error
+  CHECK_THAT(bad.output, Contains("--max-restarts"));
+}
+
 TEST_CASE("trainkit train: bad distributed environment is a usage error", "[dist][cli]") {
   TempDir tmp("dist-train-bad");
   const std::string config = tmp.str("tiny.toml");

@@ -379,11 +379,25 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   torch::manual_seed(static_cast<uint64_t>(config.train.seed));
   run.model = make_model(config.model, image_format(config.data.dataset), source);
   run.model->to(run.device);
+  train::ForwardFn forward = model_forward(run.model, config.model.checkpoint_segments);
+#if TRAINKIT_WITH_DISTRIBUTED
+  // Built before any resume: the broadcast from rank 0 happens here, so every rank that then loads the same
+  // checkpoint agrees on parameters and optimizer states.
+  if (run.group) {
+    run.ddp = std::make_unique<dist::DistributedDataParallel>(run.model.ptr(), run.group, config.distributed.ddp);
+    spdlog::info("distributed: {} ranks, backend {}, {} gradient buckets", run.world_size,
+                 run.group->backend_name(run.device), run.ddp->bucket_indices().size());
+    // Buffers (BatchNorm statistics) from rank 0 before a forward, as PyTorch's DDP.forward does.
+    forward = [inner = std::move(forward), ddp = run.ddp.get()](const data::Batch& batch) {
+      ddp->pre_forward();
+      return inner(batch);
+    };
+  }
+#endif
   run.optimizer = optim::make_optimizer(config.optimizer, run.model->parameters());
   const int64_t accumulation = config.trainer.accumulation_steps();
   run.steps_per_epoch = (run.train->num_batches() + accumulation - 1) / accumulation;
-  run.trainer = std::make_unique<train::Trainer>(
-      run.model.ptr(), model_forward(run.model, config.model.checkpoint_segments), *run.optimizer, config.trainer);
+  run.trainer = std::make_unique<train::Trainer>(run.model.ptr(), std::move(forward), *run.optimizer, config.trainer);
   attach_precision(run, config, source);
   attach_metrics(run, config, source);
   if (config.scheduler) {
@@ -397,14 +411,7 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
     run.trainer->set_scheduler(run.scheduler->scheduler, run.scheduler->interval == "step", config.train.monitor);
   }
 #if TRAINKIT_WITH_DISTRIBUTED
-  // Built before any resume: the broadcast from rank 0 happens here, so every rank that then loads the same
-  // checkpoint agrees on parameters and optimizer states.
   if (run.group) {
-    run.ddp = std::make_unique<dist::DistributedDataParallel>(
-        run.model.ptr(), run.group,
-        config.distributed.ddp);
-    spdlog::info("distributed: {} ranks, backend {}, {} gradient buckets", run.world_size,
-                 run.group->backend_name(run.device), run.ddp->bucket_indices().size());
     // Gradient accumulation: only the last micro-batch of a window all-reduces the gradients.
     run.trainer->set_no_sync([ddp = run.ddp.get()] {
       return std::make_shared<dist::DistributedDataParallel::NoSyncGuard>(*ddp);

@@ -290,6 +290,13 @@ void DistributedDataParallel::sync_buffers() {
   if (!buffers.empty()) group_->broadcast_tensors(buffers, 0);
 }
 
+void DistributedDataParallel::pre_forward() {
+  if (forward_sync_) {
+    sync_buffers();
+  }
+  forward_sync_ = at::GradMode::is_enabled() && sync_;
+}
+
 void DistributedDataParallel::finalize() {
   if (reducer_) reducer_->finalize();
 }

@@ -84,18 +84,18 @@ bool port_is_free(int64_t port) {
   return ok;
 }
 
-int launch(const LaunchOptions& options) {
-  if (options.nproc() < 1) throw std::invalid_argument("launch: --nproc must be >= 1, got " + std::to_string(options.nproc()));
-  if (options.command().empty()) throw std::invalid_argument("launch: no command to run (put it after --)");
-  int64_t port = options.master_port();
-  if (port == 0) {
-    port = free_port();
-  } else if (port < 1 || port > 65535) {
-    throw std::invalid_argument("launch: --master-port " + std::to_string(port) + " is not in 1..65535");
-  } else if (!port_is_free(port)) {
-    throw std::invalid_argument("launch: --master-port " + std::to_string(port) +
-                                " is already in use on this machine; choose another (or 0 for any free port)");
-  }
+namespace {
+
+/// How one attempt of the job ended.
+struct Attempt {
+  int failed_rank = -1;  ///< the first rank that failed, -1 when none did
+  ExitStatus failed_status;
+  int interrupted = 0;  ///< the signal that interrupted the launcher, 0 when none did
+};
+
+/// Starts every rank with restart count `restart`, forwards output and signals, and when one rank fails
+/// stops the others; returns once every rank has exited.
+Attempt run_ranks(const LaunchOptions& options, int64_t port, int64_t restart) {
   const auto n = static_cast<size_t>(options.nproc());
 
   struct sigaction action {};
@@ -121,7 +121,8 @@ int launch(const LaunchOptions& options) {
             .env({{"RANK", rank}, {"LOCAL_RANK", rank}, {"ROLE_RANK", rank}, {"WORLD_SIZE", world},
                   {"LOCAL_WORLD_SIZE", world}, {"ROLE_WORLD_SIZE", world}, {"GROUP_RANK", "0"},
                   {"MASTER_ADDR", options.master_addr()}, {"MASTER_PORT", std::to_string(port)},
-                  {"TORCHELASTIC_RESTART_COUNT", "0"}})
+                  {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart)},
+                  {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts())}})
             .env_defaults(defaults)
             .before_exec([&previous, &forwarded] {
               for (int k = 0; k < 3; ++k) sigaction(forwarded[k], &previous[k], nullptr);
@@ -219,18 +220,52 @@ int launch(const LaunchOptions& options) {
     }
   }
   for (int k = 0; k < 3; ++k) sigaction(forwarded[k], &previous[k], nullptr);
+  return {failed_rank, failed_status, interrupted};
+}
 
-  if (failed_rank >= 0) {
-    std::fprintf(stderr, "launch: failed: rank %d %s (of %zu ranks, MASTER_PORT %lld)\n", failed_rank,
-                 failed_status.to_string().c_str(), n, static_cast<long long>(port));
-    return 1;
+}  // namespace
+
+int launch(const LaunchOptions& options) {
+  if (options.nproc() < 1) throw std::invalid_argument("launch: --nproc must be >= 1, got " + std::to_string(options.nproc()));
+  if (options.command().empty()) throw std::invalid_argument("launch: no command to run (put it after --)");
+  if (options.max_restarts() < 0) {
+    throw std::invalid_argument("launch: --max-restarts must be >= 0, got " + std::to_string(options.max_restarts()));
   }
-  if (interrupted != 0) {
-    std::fprintf(stderr, "launch: interrupted by signal %d (%s); forwarded to the ranks\n", interrupted,
-                 strsignal(interrupted));
-    return 128 + interrupted;
+  int64_t port = options.master_port();
+  if (port == 0) {
+    port = free_port();
+  } else if (port < 1 || port > 65535) {
+    throw std::invalid_argument("launch: --master-port " + std::to_string(port) + " is not in 1..65535");
+  } else if (!port_is_free(port)) {
+    throw std::invalid_argument("launch: --master-port " + std::to_string(port) +
+                                " is already in use on this machine; choose another (or 0 for any free port)");
   }
-  return 0;
+  const auto n = static_cast<size_t>(options.nproc());
+  for (int64_t restart = 0;; ++restart) {
+    const Attempt attempt = run_ranks(options, port, restart);
+    if (attempt.interrupted != 0) {
+      std::fprintf(stderr, "launch: interrupted by signal %d (%s); forwarded to the ranks\n", attempt.interrupted,
+                   strsignal(attempt.interrupted));
+      return 128 + attempt.interrupted;
+    }
+    if (attempt.failed_rank < 0) {
+      return 0;
+    }
+    if (restart == options.max_restarts()) {
+      std::fprintf(stderr, "launch: failed: rank %d %s (of %zu ranks, MASTER_PORT %lld; %lld of %lld restarts used)\n",
+                   attempt.failed_rank, attempt.failed_status.to_string().c_str(), n, static_cast<long long>(port),
+                   static_cast<long long>(restart), static_cast<long long>(options.max_restarts()));
+      return 1;
+    }
+    std::fprintf(stderr, "launch: restarting all %zu ranks (restart %lld of %lld) after rank %d %s\n", n,
+                 static_cast<long long>(restart + 1), static_cast<long long>(options.max_restarts()),
+                 attempt.failed_rank, attempt.failed_status.to_string().c_str());
+    std::fflush(stderr);
+    // The old rendezvous port is released when rank 0's store closed; wait for it as torchrun's agent does.
+    for (int i = 0; i < 100 && !port_is_free(port); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
 }
 
 }  // namespace trainkit::dist

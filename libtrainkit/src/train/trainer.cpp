@@ -17,6 +17,34 @@
 namespace trainkit::train {
 namespace {
 
+/// Module::load's walk (its own tensors, then each child's archive), copying every saved value into the
+/// existing tensor instead of pointing the tensor at the loaded storage (`set_`), which replaces a
+/// parameter's gradient accumulator: the hooks that DistributedDataParallel installed there before a resume
+/// would never fire again, and every rank would train alone. Shapes and dtypes must match.
+void load_in_place(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix) {
+  torch::NoGradGuard no_grad;
+  const auto read = [&](const std::string& key, at::Tensor& target, bool is_buffer) {
+    at::Tensor saved;
+    archive.read(key, saved, is_buffer);
+    if (!saved.sizes().equals(target.sizes()) || saved.scalar_type() != target.scalar_type()) {
+      throw std::invalid_argument(c10::str(prefix, key, ": saved as ", saved.scalar_type(), " ", saved.sizes(),
+                                           ", the model has ", target.scalar_type(), " ", target.sizes()));
+    }
+    target.copy_(saved);
+  };
+  for (auto& p : module.named_parameters(/*recurse=*/false)) {
+    read(p.key(), p.value(), false);
+  }
+  for (auto& b : module.named_buffers(/*recurse=*/false)) {
+    read(b.key(), b.value(), true);
+  }
+  for (const auto& child : module.named_children()) {
+    torch::serialize::InputArchive child_archive;
+    archive.read(child.key(), child_archive);
+    load_in_place(*child.value(), child_archive, prefix + child.key() + ".");
+  }
+}
+
 c10::Device cuda_device(int64_t index) { return {c10::kCUDA, static_cast<c10::DeviceIndex>(index)}; }
 
 /// Charges wall time to StepTimes fields: lap(field) adds the time since the last lap (or restart) to it.
@@ -411,7 +439,7 @@ void Trainer::save(torch::serialize::OutputArchive& archive) const {
 void Trainer::load(torch::serialize::InputArchive& archive) {
   torch::serialize::InputArchive model_archive;
   archive.read("model", model_archive);
-  module_->load(model_archive);
+  load_in_place(*module_, model_archive, "");
   torch::serialize::InputArchive optim_archive;
   archive.read("optimizer", optim_archive);
   optimizer_.load(optim_archive);

@@ -94,9 +94,12 @@ class DistributedDataParallel {
   /// Whether the next backward synchronises.
   bool require_backward_grad_sync() const { return sync_; }
 
-  /// Broadcasts buffers from rank 0 if `broadcast_buffers` (call before forward; Python DDP does it in
-  /// forward).
+  /// Broadcasts buffers from rank 0 if `broadcast_buffers`.
   void sync_buffers();
+  /// Call before every forward of the module: broadcasts the buffers as PyTorch's DDP.forward does, i.e.
+  /// unless the previous forward ran without gradient synchronisation (an evaluation forward, or one
+  /// inside no_sync()), so every rank trains and evaluates with rank 0's BatchNorm statistics.
+  void pre_forward();
   /// Waits for every pending bucket; backward already calls it at its end, so only needed after a backward
   /// driven by hand. Throws DistError when a peer failed.
   void finalize();
@@ -119,6 +122,7 @@ class DistributedDataParallel {
   DistributedDataParallelOptions options_;
   std::shared_ptr<detail::Reducer> reducer_;
   bool sync_ = true;
+  bool forward_sync_ = true;  // PyTorch's require_forward_param_sync
 };
 
 /// Assigns parameters to buckets the way PyTorch's DDP does: in reverse order, a new bucket whenever adding

@@ -3,8 +3,9 @@
 /// A single-machine launcher compatible with torchrun's environment (`trainkit launch`): starts `nproc`
 /// copies of a command with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK,
 /// MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RESTART_COUNT set, prefixes every output line with
-/// `[rank N] `, forwards SIGINT/SIGTERM/SIGHUP to the ranks, and when one rank fails stops the others and
-/// reports which rank failed and how.
+/// `[rank N] `, forwards SIGINT/SIGTERM/SIGHUP to the ranks, and when one rank fails stops the others,
+/// reports which rank failed and how, and restarts every rank up to max_restarts times (torchrun's elastic
+/// agent on one machine).
 
 #include <cstdint>
 #include <string>
@@ -28,13 +29,18 @@ struct LaunchOptions {
   TORCH_ARG(bool, prefix_output) = true;
   /// OMP_NUM_THREADS for the ranks when it is not set already (torchrun's default, 1); 0 leaves it unset.
   TORCH_ARG(int64_t, omp_num_threads) = 1;
+  /// When a rank fails, stop the others and start every rank again, at most this many times (torchrun's
+  /// --max-restarts); each start sets TORCHELASTIC_RESTART_COUNT to its number (0 first) and
+  /// TORCHELASTIC_MAX_RESTARTS. The command resumes itself (`trainkit train --resume auto`).
+  TORCH_ARG(int64_t, max_restarts) = 0;
   /// The command and its arguments (searched in PATH).
   TORCH_ARG(std::vector<std::string>, command) = {};
 };
 
-/// Runs the ranks to completion. Returns 0 when all exit 0; otherwise prints `launch: rank N ...` naming
-/// the first rank that failed (exit code or signal) to stderr and returns 1 (or 128+signal when the
-/// launcher itself was interrupted). Bad options (nproc < 1, empty command, port in use) throw
+/// Runs the ranks to completion. Returns 0 when all exit 0. When a rank fails, prints `launch: rank N ...`
+/// naming it (exit code or signal) to stderr, stops the others and restarts all while restarts are left
+/// (`launch: restarting all N ranks (restart k of M) ...`); then returns 1 after `launch: failed: rank N ...
+/// (k of M restarts used)`, or 128+signal when the launcher itself was interrupted. Bad options (nproc < 1, empty command, port in use) throw
 /// std::invalid_argument with the culprit named.
 int launch(const LaunchOptions& options);
 
