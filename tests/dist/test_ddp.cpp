@@ -442,6 +442,10 @@ TEST_CASE("TensorLoader shards like DistributedSampler", "[dist][data]") {
 
 namespace {
 
+/// The data and model of the small `trainkit train` runs under the launcher (the other sections follow).
+constexpr const char* kSmallRun =
+    "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n[model]\nchannels = [4, 8]\nhidden = 16\n";
+
 double summary_value(const std::string& json, const std::string& key) {
   const auto at = json.find("\"" + key + "\": ");
   REQUIRE(at != std::string::npos);
@@ -506,9 +510,8 @@ TEST_CASE("trainkit train under the launcher: [distributed], rank 0 writes, same
 TEST_CASE("trainkit train under the launcher: a stopped rank ends the job, which then resumes", "[dist][cli][fault]") {
   TempDir tmp("dist-stall");
   const std::string config = tmp.str("stall.toml");
-  std::ofstream(config) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n"
-                           "[model]\nchannels = [4, 8]\nhidden = 16\n"
-                           "[train]\nepochs = 40\nbatch_size = 25\nseed = 3\nthreads = 1\n"
+  std::ofstream(config) << kSmallRun
+                        << "[train]\nepochs = 40\nbatch_size = 25\nseed = 3\nthreads = 1\n"
                            "[checkpoint]\nevery_steps = 5\n[log]\nevery_steps = 5\nprogress = \"lines\"\n"
                            "[distributed]\nbackend = \"gloo\"\ntimeout = 3\n";
   const std::string cli = TRAINKIT_CLI_PATH;
@@ -558,9 +561,8 @@ TEST_CASE("trainkit launch --max-restarts: a rank killed twice mid-run, restarte
           "equal to an uninterrupted run", "[dist][cli][fault]") {
   TempDir tmp("dist-elastic");
   const std::string config = tmp.str("elastic.toml");
-  std::ofstream(config) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n"
-                           "[model]\nchannels = [4, 8]\nhidden = 16\n"
-                           "[train]\nepochs = 16\nbatch_size = 25\nseed = 3\nthreads = 1\n"
+  std::ofstream(config) << kSmallRun
+                        << "[train]\nepochs = 16\nbatch_size = 25\nseed = 3\nthreads = 1\n"
                            "[checkpoint]\nevery_steps = 5\nkeep_last = 2\n[log]\nevery_steps = 5\nprogress = \"lines\"\n"
                            "[distributed]\nbackend = \"gloo\"\ntimeout = 10\n";
   const std::string cli = TRAINKIT_CLI_PATH;
