@@ -252,9 +252,12 @@ int launch(const LaunchOptions& options) {
       return 0;
     }
     if (restart == options.max_restarts()) {
-      std::fprintf(stderr, "launch: failed: rank %d %s (of %zu ranks, MASTER_PORT %lld; %lld of %lld restarts used)\n",
-                   attempt.failed_rank, attempt.failed_status.to_string().c_str(), n, static_cast<long long>(port),
-                   static_cast<long long>(restart), static_cast<long long>(options.max_restarts()));
+      const std::string restarts = options.max_restarts() == 0 ? std::string()
+                                                                : "; " + std::to_string(restart) + " of " +
+                                                                      std::to_string(options.max_restarts()) +
+                                                                      " restarts used";
+      std::fprintf(stderr, "launch: failed: rank %d %s (of %zu ranks, MASTER_PORT %lld%s)\n", attempt.failed_rank,
+                   attempt.failed_status.to_string().c_str(), n, static_cast<long long>(port), restarts.c_str());
       return 1;
     }
     std::fprintf(stderr, "launch: restarting all %zu ranks (restart %lld of %lld) after rank %d %s\n", n,
