@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -22,6 +24,8 @@
 #include "trainkit/data/device_source.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/parallel_loader.h"
+#include "trainkit/optim/adam.h"
+#include "trainkit/optim/param_groups.h"
 
 using namespace trainkit;
 using trainkit::test::read_epoch;
@@ -275,4 +279,60 @@ TEST_CASE("choose_device: one GPU per rank from LOCAL_RANK, errors naming both n
                            WhatContains("\"cuda:<index>\""));
     }
   }
+}
+
+TEST_CASE("optimizer.layer_decay: one group per layer and decay, LR scaled by depth as timm's", "[app][run][layer_decay]") {
+  const auto config = [](std::vector<std::string> more) {
+    std::vector<std::string> all = {"data.limit_train=600", "data.limit_test=100", "data.val_size=100",
+                                    "model.channels=[4, 8]", "model.hidden=16", "optimizer.name=\"adamw\"",
+                                    "optimizer.lr=0.01", "optimizer.weight_decay=0.05"};
+    all.insert(all.end(), more.begin(), more.end());
+    return app::parse_config("", "test.toml", all);
+  };
+  app::Run run = app::build_run(config({"optimizer.layer_decay=0.5"}), "test.toml");
+  // The CNN's children: conv 0 + norm 1, conv 4 + norm 5, linear 10, linear 13 (a norm joins its conv).
+  const auto ids = optim::child_layer_ids(*run.model);
+  CHECK(ids.at("0.weight") == 0);
+  CHECK(ids.at("1.weight") == 0);
+  CHECK(ids.at("1.bias") == 0);
+  CHECK(ids.at("4.weight") == 1);
+  CHECK(ids.at("5.bias") == 1);
+  CHECK(ids.at("10.weight") == 2);
+  CHECK(ids.at("13.bias") == 3);
+  CHECK(ids.size() == run.model->parameters().size());
+
+  // Every parameter once, in a group whose LR is 0.01 x 0.5^(3 - layer) and whose weight decay is 0 for
+  // 1-D tensors, 0.05 otherwise (timm's param_groups_layer_decay).
+  std::map<const void*, std::string> name_of;
+  for (const auto& p : run.model->named_parameters()) {
+    name_of[p.value().unsafeGetTensorImpl()] = p.key();
+  }
+  size_t seen = 0;
+  std::set<double> lrs;
+  for (const auto& group : run.optimizer->param_groups()) {
+    const auto& o = static_cast<const optim::AdamWOptions&>(group.options());
+    for (const auto& p : group.params()) {
+      const std::string& name = name_of.at(p.unsafeGetTensorImpl());
+      INFO(name);
+      CHECK(o.lr() == Approx(0.01 * std::pow(0.5, 3 - ids.at(name))).epsilon(1e-12));
+      CHECK(o.weight_decay() == (p.dim() <= 1 ? 0.0 : 0.05));
+      ++seen;
+    }
+    lrs.insert(o.lr());
+  }
+  CHECK(seen == run.model->parameters().size());
+  CHECK(lrs.size() == 4);
+  // The effective config records it.
+  CHECK(find_arg(optim::optimizer_args(config({"optimizer.layer_decay=0.5"}).optimizer), "layer_decay")->to_string() ==
+        "0.5");
+
+  // Off by default: one group at the optimizer's LR.
+  CHECK(app::build_run(config({}), "test.toml").optimizer->param_groups().size() == 1);
+  // Refused: out of range, and with a scheduler that sets every group to one max_lr.
+  CHECK_THROWS_MATCHES(config({"optimizer.layer_decay=1.5"}), app::ConfigError,
+                       WhatContains("optimizer.layer_decay: expected a number in [0, 1], got 1.5"));
+  CHECK_THROWS_MATCHES(
+      app::build_run(config({"optimizer.layer_decay=0.5", "scheduler.type=\"OneCycleLR\"", "scheduler.max_lr=0.1"}),
+                     "test.toml"),
+      app::ConfigError, WhatContains("optimizer.layer_decay scales each layer's LR, but scheduler OneCycleLR"));
 }

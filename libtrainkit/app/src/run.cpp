@@ -85,6 +85,30 @@ data::ImageSet slice(const data::ImageSet& s, int64_t start, int64_t len) {
   return {s.images.narrow(0, start, len), s.labels.narrow(0, start, len)};
 }
 
+/// The config's optimizer over the model: one group, the no-decay split (optimizer.no_decay_1d), or one
+/// group per layer and decay (optimizer.layer_decay, layers by optim::child_layer_ids).
+std::unique_ptr<torch::optim::Optimizer> make_run_optimizer(const Run& run, const Config& config,
+                                                            const std::string& source) {
+  const optim::OptimizerSpec& spec = config.optimizer;
+  if (spec.layer_decay == 0) {
+    return optim::make_optimizer(spec, run.model->parameters());
+  }
+  // Schedulers that set every group to one absolute LR would undo the layers' scales.
+  if (config.scheduler && (config.scheduler->type == "OneCycleLR" || config.scheduler->type == "CyclicLR")) {
+    throw ConfigError(fmt::format("{}: optimizer.layer_decay scales each layer's LR, but scheduler {} sets every "
+                                  "group to its own max_lr; use a scheduler that scales the LR (e.g. WarmupCosine, "
+                                  "CosineAnnealingLR) or layer_decay = 0",
+                                  source, config.scheduler->type));
+  }
+  const ArgValue* wd = find_arg(optim::optimizer_args(spec), "weight_decay");
+  const auto groups = optim::layer_decay_groups(
+      run.model->named_parameters(), optim::child_layer_ids(*run.model),
+      optim::LayerDecayOptions().layer_decay(spec.layer_decay).weight_decay(wd != nullptr ? *wd->as_number() : 0.0));
+  spdlog::info("optimizer: layer_decay {}, {} param groups (lowest LR scale {:.4g})", spec.layer_decay,
+               groups.size(), groups.empty() ? 1.0 : groups.front().lr_scale);
+  return optim::make_optimizer(spec, groups);
+}
+
 /// (WORLD_SIZE, LOCAL_RANK) of this process when it was started by a launcher and `distributed` runs are
 /// allowed, else (1, 0).
 std::pair<int64_t, int64_t> launch_position(bool distributed) {
@@ -394,7 +418,7 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
     };
   }
 #endif
-  run.optimizer = optim::make_optimizer(config.optimizer, run.model->parameters());
+  run.optimizer = make_run_optimizer(run, config, source);
   const int64_t accumulation = config.trainer.accumulation_steps();
   run.steps_per_epoch = (run.train->num_batches() + accumulation - 1) / accumulation;
   run.trainer = std::make_unique<train::Trainer>(run.model.ptr(), std::move(forward), *run.optimizer, config.trainer);

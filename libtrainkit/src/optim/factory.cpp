@@ -15,6 +15,13 @@ namespace trainkit::optim {
 namespace {
 
 constexpr const char* kNoDecay1d = "no_decay_1d";
+constexpr const char* kLayerDecay = "layer_decay";
+constexpr const char* kLayerDecayDoc =
+    "Layer-wise LR decay (timm's layer_decay): the model's layers get lr x layer_decay^(deepest - layer) and "
+    "parameters with ndim <= 1 weight decay 0 (0 = off)";
+
+/// The rule of layer_decay: 0 (off) or a factor in (0, 1].
+ValueRule<double> layer_decay_rule() { return rule::number(closed_unit_interval()); }
 
 struct Registry {
   std::mutex mutex;
@@ -100,6 +107,14 @@ OptimizerSpec parse_optimizer(const std::string& name, ArgReader& args, const st
                                        line_of(value)));
       }
       spec.no_decay_1d = *b;
+    } else if (key == kLayerDecay) {
+      const auto rule = layer_decay_rule();
+      const auto x = rule.parse(value);
+      if (!x) {
+        args.fail_key(key, fmt::format("{}.{}: expected {}, got {}{}", section, key, rule.expected, value.to_string(),
+                                       line_of(value)));
+      }
+      spec.layer_decay = *x;
     } else if (const OptimizerArg* arg = find_arg(*entry, key)) {
       if (!arg->read(value, *spec.options)) {
         args.fail_key(key, fmt::format("{}.{}: expected {}, got {}{}", section, key, arg->expected,
@@ -121,6 +136,7 @@ OptimizerSpec parse_optimizer(const std::string& name, ArgReader& args, const st
         known.push_back(section + "." + a.key);
       }
       known.push_back(section + "." + kNoDecay1d);
+      known.push_back(section + "." + kLayerDecay);
       args.fail_key(key, fmt::format("unknown key '{}.{}'{} for optimizer \"{}\" (known: {})", section, key,
                                      line_of(value), name, fmt::join(known, ", ")));
     }
@@ -146,6 +162,13 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& spe
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& spec,
+                                                        const std::vector<LayerDecayGroup>& groups) {
+  const auto all = entries();
+  const OptimizerEntry& entry = entry_of(all, spec.name);
+  return entry.make(entry.layer_groups(groups, *spec.options), *spec.options);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& spec,
                                                         const std::vector<torch::optim::OptimizerParamGroup>& groups) {
   const auto all = entries();
   return entry_of(all, spec.name).make(groups, *spec.options);
@@ -161,6 +184,7 @@ ArgTable optimizer_args(const OptimizerSpec& spec) {
     }
   }
   out.emplace_back(kNoDecay1d, ArgValue(spec.no_decay_1d));
+  out.emplace_back(kLayerDecay, ArgValue(spec.layer_decay));
   return out;
 }
 
@@ -222,6 +246,7 @@ std::vector<OptimizerArgDoc> optimizer_arg_docs() {
   docs.push_back({kNoDecay1d, "boolean",
                   "Parameters with ndim <= 1 (biases, norm weights) in a group with weight_decay 0", names_of(all),
                   ArgValue(false)});
+  docs.push_back({kLayerDecay, layer_decay_rule().type, kLayerDecayDoc, names_of(all), ArgValue(0.0)});
   return docs;
 }
 

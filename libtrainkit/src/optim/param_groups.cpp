@@ -68,6 +68,28 @@ std::map<std::string, int64_t> layer_ids(const std::vector<std::string>& names,
   return out;
 }
 
+std::map<std::string, int64_t> child_layer_ids(const torch::nn::Module& model) {
+  std::map<std::string, int64_t> ids;
+  for (const auto& p : model.named_parameters(/*recurse=*/false)) {
+    ids[p.key()] = 0;
+  }
+  int64_t layer = -1;
+  for (const auto& child : model.named_children()) {
+    const auto params = child.value()->named_parameters();
+    if (params.is_empty()) {
+      continue;
+    }
+    const bool starts_layer = std::any_of(params.begin(), params.end(), [](const auto& p) { return p.value().dim() >= 2; });
+    if (starts_layer || layer < 0) {
+      ++layer;
+    }
+    for (const auto& p : params) {
+      ids[child.key() + "." + p.key()] = layer;
+    }
+  }
+  return ids;
+}
+
 bool matches_wildcard(const std::string& name, const std::string& pattern) {
   // Iterative glob with backtracking to the last '*'.
   size_t n = 0, p = 0, star = std::string::npos, mark = 0;

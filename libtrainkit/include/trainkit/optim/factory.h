@@ -38,6 +38,9 @@ struct OptimizerSpec {
   /// Parameters with ndim <= 1 (biases, norm weights) go into a group with weight_decay 0
   /// (weight_decay_param_groups).
   bool no_decay_1d = false;
+  /// Layer-wise LR decay (timm's layer_decay): 0 = off; else each layer's group gets lr × layer_decay^(deepest
+  /// − layer) and the parameters with ndim <= 1 weight decay 0 (make_optimizer over layer_decay_groups).
+  double layer_decay = 0.0;
 };
 
 /// Reads the arguments of optimizer `name` from `args` (every key not read before must be one of its
@@ -55,8 +58,13 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& spe
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& spec,
                                                         const std::vector<torch::optim::OptimizerParamGroup>& groups);
 
+/// The optimizer of `spec` over layer-decay groups (layer_decay_groups): each group spec.options with
+/// lr × lr_scale and the group's weight decay.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& spec,
+                                                        const std::vector<LayerDecayGroup>& groups);
+
 /// The effective value of every argument of spec's optimizer (unset optional ones left out), in
-/// binding order, then `no_decay_1d`: what a run's config.toml records.
+/// binding order, then `no_decay_1d` and `layer_decay`: what a run's config.toml records.
 ArgTable optimizer_args(const OptimizerSpec& spec);
 
 /// The registered optimizer names, sorted.
@@ -76,7 +84,8 @@ struct OptimizerArgDoc {
   /// The default, when every optimizer that takes it has the same one (else the optimizer's own).
   std::optional<ArgValue> default_value;
 };
-/// Every argument name once (in binding order, optimizers taken by name), then `no_decay_1d`.
+/// Every argument name once (in binding order, optimizers taken by name), then `no_decay_1d` and
+/// `layer_decay`.
 std::vector<OptimizerArgDoc> optimizer_arg_docs();
 
 /// One bound argument of one optimizer, type-erased over the Options types (OptimizerBinding writes these).
@@ -100,6 +109,10 @@ struct OptimizerEntry {
   std::function<std::vector<torch::optim::OptimizerParamGroup>(const std::vector<at::Tensor>& params,
                                                                const torch::optim::OptimizerOptions& options)>
       no_decay_groups;
+  /// Layer-decay groups as param groups of the optimizer's options type (to_param_groups with `options`).
+  std::function<std::vector<torch::optim::OptimizerParamGroup>(const std::vector<LayerDecayGroup>& groups,
+                                                               const torch::optim::OptimizerOptions& options)>
+      layer_groups;
 };
 
 /// Adds an optimizer to the factory. Throws std::invalid_argument when the name is taken.
@@ -137,6 +150,9 @@ class OptimizerBinding {
     };
     entry_.no_decay_groups = [](const std::vector<at::Tensor>& params, const torch::optim::OptimizerOptions& o) {
       return weight_decay_param_groups(params, cast(o));
+    };
+    entry_.layer_groups = [](const std::vector<LayerDecayGroup>& groups, const torch::optim::OptimizerOptions& o) {
+      return to_param_groups(groups, cast(o));
     };
   }
 

@@ -18,6 +18,7 @@
 #include <torch/arg.h>
 #include <torch/ordered_dict.h>
 
+#include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
 namespace trainkit::optim {
@@ -64,6 +65,13 @@ constexpr double kMatchPreviousLayer = 99999;
 /// pattern that does not compile (naming it) or a capture that is not a number.
 std::map<std::string, int64_t> layer_ids(const std::vector<std::string>& names,
                                          const std::vector<std::vector<LayerRule>>& groups);
+
+/// Layer ids of `model`'s parameters by its direct children, for a model that is a sequence of layers (a
+/// torch::nn::Sequential of convolutions, blocks, norms, a head): a layer begins at each child that holds a
+/// parameter with ndim >= 2 (a convolution, a linear layer, a residual block), and a child whose parameters
+/// are all 1-D (a norm after a convolution) joins the layer before it, as a stem's norm joins the stem in
+/// timm's matchers. Ids count from 0 at the input; the model's own (not a child's) parameters are layer 0.
+std::map<std::string, int64_t> child_layer_ids(const torch::nn::Module& model);
 
 /// Options of layer_decay_groups(); names and defaults are timm's param_groups_layer_decay.
 struct LayerDecayOptions {
