@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
   tune.option("--direction", tune_options.direction,
               "minimize or maximize (default: maximize for accuracy metrics, else minimize)");
   tune.option("--sampler", tune_options.sampler, "gp or random").show_default();
+  tune.option("--startup-trials", tune_options.startup_trials,
+              "gp: trials of the initial design (Sobol) before the Gaussian process takes over")
+      .show_default();
   tune.option("--seed", tune_options.seed, "Study seed").show_default();
   tune.flag("--prune", tune_options.prune, "Median-stop trials from their per-epoch validation metric");
   tune.option("--log-level", log_level, "trace, debug, info, warn, error or off")

@@ -247,6 +247,24 @@ TEST_CASE("a lock left by a killed writer is broken after the grace period", "[t
   CHECK(journal.study(1).user_attrs.at("after_lock") == "true");
 }
 
+TEST_CASE("a writer waits while another process holds the lock", "[tune][journal]") {
+  trainkit::test::TempDir tmp("journal-held-lock");
+  const std::string path = copy_golden(tmp);
+  app::OptunaJournal journal(path, app::OptunaJournalOptions().grace_period_s(30));
+  REQUIRE(::symlink(path.c_str(), (path + ".lock").c_str()) == 0);  // a live holder
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    journal.transaction([](app::JournalBatch& batch) { batch.set_study_user_attr(1, "waited", "true"); });
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const bool wrote_under_the_lock = done.load();
+  fs::remove(path + ".lock");  // the holder releases it
+  writer.join();
+  CHECK_FALSE(wrote_under_the_lock);
+  CHECK(journal.study(1).user_attrs.at("waited") == "true");
+}
+
 TEST_CASE("a killed study's running trial on this host ends failed and uncounted", "[tune][journal]") {
   trainkit::test::TempDir tmp("journal-stale-trial");
   const std::string path = tmp.str("study.journal");
@@ -399,4 +417,41 @@ TEST_CASE("Python Optuna reads the study trainkit wrote, and extends it", "[.jou
   // The trial Python added is read back by trainkit.
   study.refresh();
   CHECK(study.records().size() == ends.size() + 1);
+}
+
+// Run by the ctest `optuna_dashboard_serves_journal`, which sets TRAINKIT_PYTHON to the project's venv; skipped
+// when that Python has no optuna-dashboard (scripts/setup.sh installs it).
+TEST_CASE("optuna-dashboard serves the study trainkit wrote", "[.journal-dashboard]") {
+  const char* python = python_or_null();
+  if (!python) TRAINKIT_SKIP("TRAINKIT_PYTHON names no Python; run ctest -R optuna_dashboard_serves_journal");
+  const auto quoted = [](const std::string& text) { return "\"" + text + "\""; };
+  const std::string script = quoted(python) + " " + quoted(trainkit::test::source_path("scripts/optuna_dashboard_check.py"));
+  if (std::system((script + " probe").c_str()) != 0) {
+    TRAINKIT_SKIP("optuna-dashboard is not installed in " << python << " (scripts/setup.sh installs it)");
+  }
+  trainkit::test::TempDir tmp("journal-dashboard");
+  const std::string path = tmp.str("study.journal");
+  const SearchSpace space = golden_space();
+  app::StudyJournal study(path, space, setup_of("for_the_dashboard"), random_study(space));
+  nlohmann::json expected = {{"trials", nlohmann::json::array()}};
+  for (int i = 0; i < 3; ++i) {
+    const auto t = study.ask(10, [](const trainkit::tune::Trial&) { return std::vector<std::string>{}; });
+    REQUIRE(t);
+    nlohmann::json params = nlohmann::json::object();
+    for (const auto& [name, value] : t->trial.params) std::visit([&](const auto& v) { params[name] = v; }, value);
+    const bool pruned = i == 1;
+    study.report(t->trial.number, 0, 0.5 + i);
+    study.finish(t->trial.number, pruned ? app::OptunaTrialState::Pruned : app::OptunaTrialState::Complete, 0.5 + i);
+    expected["trials"].push_back({{"number", t->trial.number},
+                                  {"state", pruned ? "PRUNED" : "COMPLETE"},
+                                  {"values", pruned ? nlohmann::json() : nlohmann::json::array({0.5 + i})},
+                                  {"params", params}});
+  }
+  std::ofstream(tmp.str("expected.json")) << expected.dump(1);
+  const std::string log = tmp.str("dashboard.log");
+  const std::string command = script + " serve " + quoted(path) + " for_the_dashboard " +
+                              quoted(tmp.str("expected.json")) + " > " + quoted(log) + " 2>&1";
+  const int code = std::system(command.c_str());
+  INFO(command << "\n" << trainkit::test::read_text(log));
+  CHECK(code == 0);
 }

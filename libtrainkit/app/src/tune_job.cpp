@@ -38,6 +38,9 @@ void check_options(const TuneJobOptions& o) {
   }
   if (o.trials < 1) throw UsageError(fmt::format("tune: --trials must be >= 1, got {}", o.trials));
   if (o.jobs < 1) throw UsageError(fmt::format("tune: --jobs must be >= 1, got {}", o.jobs));
+  if (o.startup_trials < 1) {
+    throw UsageError(fmt::format("tune: --startup-trials must be >= 1, got {}", o.startup_trials));
+  }
   if (o.metric.rfind("val_", 0) != 0 && o.metric.rfind("test_", 0) != 0) {
     throw UsageError(fmt::format("tune: --metric must start with val_ or test_, got \"{}\"", o.metric));
   }
@@ -54,9 +57,9 @@ std::string direction_of(const TuneJobOptions& o) {
   return o.metric.find("accuracy") != std::string::npos ? "maximize" : "minimize";
 }
 
-std::shared_ptr<tune::Sampler> make_sampler(const std::string& name) {
-  if (name == "random") return std::make_shared<tune::RandomSampler>();
-  return std::make_shared<tune::GPSampler>();
+std::shared_ptr<tune::Sampler> make_sampler(const TuneJobOptions& o) {
+  if (o.sampler == "random") return std::make_shared<tune::RandomSampler>();
+  return std::make_shared<tune::GPSampler>(tune::GPSamplerOptions().n_startup_trials(o.startup_trials));
 }
 
 std::string shown_overrides(const tune::ParamSet& params, const char* before) {
@@ -239,7 +242,7 @@ TuneJobResult run_tune_job(const TuneJobOptions& o) {
   }
   std::shared_ptr<tune::Pruner> pruner;
   if (o.prune) pruner = std::make_shared<tune::MedianPruner>();
-  const auto sampler = make_sampler(o.sampler);
+  const auto sampler = make_sampler(o);
   const auto options = tune::StudyOptions().direction(direction).seed(o.seed);
   StudyJournal study(journal_path, space, {study_name_of(o), o.metric, direction, o.space_path},
                      [&] { return tune::Study(space, sampler, options, pruner); });

@@ -18,6 +18,7 @@
 
 #include "trainkit/app/search_space_file.h"
 #include "trainkit/tune/search_space.h"
+#include "trainkit/tune/sampler.h"
 #include "trainkit/tune/study.h"
 
 namespace trainkit::app {
@@ -33,6 +34,8 @@ struct TuneJobOptions {
   std::string metric = "val_loss";     ///< objective: val_loss, val_<metric>, test_loss or test_<metric>
   std::string direction;               ///< minimize or maximize; empty: maximize for accuracy, else minimize
   std::string sampler = "gp";          ///< gp (Bayesian) or random
+  /// gp: trials of the initial design (Sobol) before the Gaussian process takes over
+  int64_t startup_trials = tune::GPSamplerOptions().n_startup_trials();
   uint64_t seed = 0;                   ///< study seed
   bool prune = false;                  ///< median-stop trials from their per-epoch validation metric
   std::string study_name;              ///< the study's name in the journal; empty: the --out directory's name
