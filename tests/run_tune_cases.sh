@@ -7,6 +7,9 @@
 #   failed       every trial's `trainkit train` fails (no data): the trial ends FAIL, the study goes on and
 #                exits 0
 #   nan          every trial diverges (LR 1e30): a NaN objective ends the trial FAIL with no value
+#   convert      a study directory of an older trainkit (study.jsonl: a complete and a failed trial) continued to
+#                3 trials: the 2 are read once into study.journal (states, values, intermediate values, run
+#                directories), one more runs, study.jsonl is left as it was, and a re-run reads nothing again
 #   prune        a study continued from 5 complete trials (written as Optuna template trials) whose epoch-0
 #                value is 0.01: --prune stops the new trial after its first epoch (PRUNED)
 # Usage: run_tune_cases.sh CASE CLI CONFIG SPACE DIVERGE_SPACE OUT [--set ... (a tiny config)]
@@ -46,6 +49,26 @@ case $case_name in
     tune --space "$diverge_space" --trials 1 "$@"
     grep '"op_code":6,' "$journal" | grep -q '"state":3,"values":null' || fail "the NaN trial is not FAIL without a value"
     grep -q "no finite val_loss" "$out/tune.log" || fail "the NaN objective is not reported"
+    ;;
+  convert)
+    fingerprint='optimizer.lr:float:log:[0.0001,0.01];optimizer.weight_decay:float:linear:[0,0.001]'
+    {
+      echo "{\"trainkit_study\":1,\"space\":\"$fingerprint\",\"metric\":\"val_loss\",\"direction\":\"minimize\",\"seed\":0}"
+      echo '{"number":0,"state":"complete","value":0.5,"seconds":1.5,"dir":"trials/trial-0000","params":{"optimizer.lr":"0.001","optimizer.weight_decay":"0.0001"},"intermediate":[[0,0.5]]}'
+      echo '{"number":1,"state":"failed","value":null,"seconds":0.5,"dir":"trials/trial-0001","params":{"optimizer.lr":"0.002","optimizer.weight_decay":"0"},"intermediate":[]}'
+    } > "$out/study.jsonl"
+    cp "$out/study.jsonl" "$out/old.jsonl"
+    tune --space "$space" --trials 3 "$@"
+    grep -q "read 2 trials of .*study.jsonl into" "$out/tune.log" || fail "study.jsonl was not read into the journal"
+    [ "$(grep -c '"op_code":4,' "$journal")" -eq 3 ] || fail "the journal does not hold 2 read + 1 new trials"
+    grep '"op_code":4,' "$journal" | head -1 | grep -q '"optimizer.lr":0.001,.*"trainkit_dir":"trials/trial-0000"' ||
+      fail "trial 0 was not read with its parameters and run directory"
+    grep -q '"trial_id":0,"step":0,"intermediate_value":0.5}' "$journal" || fail "trial 0's intermediate value was lost"
+    grep -q '"trial_id":0,"state":1,"values":\[0.5\]' "$journal" || fail "trial 0 is not COMPLETE with 0.5"
+    grep -q '"trial_id":1,"state":3,"values":null' "$journal" || fail "trial 1 is not FAIL"
+    cmp -s "$out/study.jsonl" "$out/old.jsonl" || fail "study.jsonl was changed"
+    tune --space "$space" --trials 3 "$@"
+    [ "$(grep -c '"op_code":4,' "$journal")" -eq 3 ] || fail "a re-run read study.jsonl again"
     ;;
   prune)
     name=$(basename "$out")
