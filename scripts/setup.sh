@@ -10,7 +10,9 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv="${TRAINKIT_VENV:-$root/.venv}"
 torch_version="2.15.0"
-python_oracles=(timm torch-lr-finder tensorboard scikit-learn optuna safetensors)
+# optuna-dashboard (two pure-Python wheels, with bottle; about 9 MB) serves a `trainkit tune` journal in the
+# ctest optuna_dashboard_serves_journal.
+python_oracles=(timm torch-lr-finder tensorboard scikit-learn optuna safetensors optuna-dashboard)
 
 apt_packages=(build-essential cmake ninja-build ccache pkg-config
               libfmt-dev libspdlog-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev

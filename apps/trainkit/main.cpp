@@ -51,7 +51,9 @@ int main(int argc, char** argv) {
   tune.option("--config", tune_options.config_path, "Base TOML config of every trial").required();
   tune.option("--space", tune_options.space_path, "Search-space TOML file (see docs/tuning.md)").required();
   tune.option("--out", tune_options.out_dir, "Study directory (a re-run continues the study in it)").required();
-  tune.option("--trials", tune_options.trials, "Finished trials wanted in total").show_default();
+  tune.option("--trials", tune_options.trials, "Trials wanted in the study in total (all workers')").show_default();
+  tune.option("--study-name", tune_options.study_name,
+              "The study's name in OUT/study.journal (default: the name of the --out directory)");
   tune.option("--jobs", tune_options.jobs, "Trials run at once").show_default();
   tune.option("--set", tune_options.overrides, "Override one key of every trial: section.key=value (repeatable)");
   tune.option("--metric", tune_options.metric, "Objective: val_loss, val_<metric>, test_loss or test_<metric>")
@@ -59,6 +61,9 @@ int main(int argc, char** argv) {
   tune.option("--direction", tune_options.direction,
               "minimize or maximize (default: maximize for accuracy metrics, else minimize)");
   tune.option("--sampler", tune_options.sampler, "gp or random").show_default();
+  tune.option("--startup-trials", tune_options.startup_trials,
+              "gp: trials of the initial design (Sobol) before the Gaussian process takes over")
+      .show_default();
   tune.option("--seed", tune_options.seed, "Study seed").show_default();
   tune.flag("--prune", tune_options.prune, "Median-stop trials from their per-epoch validation metric");
   tune.option("--log-level", log_level, "trace, debug, info, warn, error or off")

@@ -16,6 +16,7 @@
 
 #include "run_metrics.h"
 #include "study_file.h"
+#include "study_journal.h"
 #include "trainkit/app/main.h"
 #include "trainkit/app/run.h"
 #include "trainkit/log/svg_plot.h"
@@ -37,6 +38,9 @@ void check_options(const TuneJobOptions& o) {
   }
   if (o.trials < 1) throw UsageError(fmt::format("tune: --trials must be >= 1, got {}", o.trials));
   if (o.jobs < 1) throw UsageError(fmt::format("tune: --jobs must be >= 1, got {}", o.jobs));
+  if (o.startup_trials < 1) {
+    throw UsageError(fmt::format("tune: --startup-trials must be >= 1, got {}", o.startup_trials));
+  }
   if (o.metric.rfind("val_", 0) != 0 && o.metric.rfind("test_", 0) != 0) {
     throw UsageError(fmt::format("tune: --metric must start with val_ or test_, got \"{}\"", o.metric));
   }
@@ -53,9 +57,9 @@ std::string direction_of(const TuneJobOptions& o) {
   return o.metric.find("accuracy") != std::string::npos ? "maximize" : "minimize";
 }
 
-std::shared_ptr<tune::Sampler> make_sampler(const std::string& name) {
-  if (name == "random") return std::make_shared<tune::RandomSampler>();
-  return std::make_shared<tune::GPSampler>();
+std::shared_ptr<tune::Sampler> make_sampler(const TuneJobOptions& o) {
+  if (o.sampler == "random") return std::make_shared<tune::RandomSampler>();
+  return std::make_shared<tune::GPSampler>(tune::GPSamplerOptions().n_startup_trials(o.startup_trials));
 }
 
 std::string shown_overrides(const tune::ParamSet& params, const char* before) {
@@ -100,11 +104,12 @@ void write_outputs(const fs::path& out, const SearchSpace& space, const std::vec
   }
   train::write_file_atomic((out / "trials.csv").string(), csv);
   if (best_record) {
-    const fs::path cfg = out / best_record->dir / "config.toml";
+    // A trial that Python Optuna ran has no run directory here.
+    const fs::path cfg = best_record->dir.empty() ? fs::path() : out / best_record->dir / "config.toml";
     std::string text = fmt::format("# The best trial of the study in {}: trial {}, {} = {}\n# Tuned:",
                                    out.string(), best_record->trial.number, metric, best_record->trial.value);
     text += shown_overrides(best_record->trial.params, " --set ") + "\n";
-    if (fs::exists(cfg)) text += read_text(cfg);
+    if (!cfg.empty() && fs::exists(cfg)) text += read_text(cfg);
     train::write_file_atomic((out / "best.toml").string(), text);
   }
   log::SvgPlot plot(log::PlotOptions().title("trainkit tune: best " + metric + " so far").x_label("finished trials")
@@ -128,23 +133,16 @@ struct RunningTrial {
 /// (output to train.log there) and watches them; a killed study takes its trials along.
 class TrialRunner {
  public:
-  TrialRunner(const TuneJobOptions& o, fs::path out, const std::vector<TrialRecord>& finished)
-      : o_(o),
-        out_(std::move(out)),
-        exe_(o.executable.empty() ? fs::read_symlink("/proc/self/exe").string() : o.executable) {
-    for (const auto& r : finished) used_dirs_.insert(r.dir);
+  TrialRunner(const TuneJobOptions& o, fs::path out)
+      : o_(o), out_(std::move(out)), exe_(o.executable.empty() ? fs::read_symlink("/proc/self/exe").string() : o.executable) {
     fs::create_directories(out_ / "trials");
   }
 
   size_t size() const { return running_.size(); }
 
-  void start(const Trial& t) {
-    std::string dir = fmt::format("trials/trial-{:04d}", t.number);
-    for (char suffix = 'b'; used_dirs_.count(dir); ++suffix) {
-      dir = fmt::format("trials/trial-{:04d}{}", t.number, suffix);
-    }
-    used_dirs_.insert(dir);
-    fs::remove_all(out_ / dir);  // an unrecorded directory is what an interrupted run left behind
+  /// Starts trial `t` in `dir` (unique in the study: the journal numbers trials for all workers).
+  void start(const Trial& t, const std::string& dir) {
+    fs::remove_all(out_ / dir);  // an unfinished directory is what an interrupted run left behind
     fs::create_directories(out_ / dir);
     std::vector<std::string> args = {exe_, "train", "--config", o_.config_path, "--out", (out_ / dir).string()};
     for (const auto& s : o_.overrides) args.insert(args.end(), {"--set", s});
@@ -157,7 +155,7 @@ class TrialRunner {
 
   /// Reports the running trials' new per-epoch values to the study's pruner (with `prune`) and stops those
   /// it prunes (SIGTERM); returns the trials whose process has ended, their exit status in `process`.
-  std::vector<RunningTrial> poll(tune::Study& study, bool prune) {
+  std::vector<RunningTrial> poll(StudyJournal& study, bool prune) {
     std::vector<RunningTrial> ended;
     for (auto it = running_.begin(); it != running_.end();) {
       if (it->process.poll()) {
@@ -172,9 +170,9 @@ class TrialRunner {
   }
 
  private:
-  void check_pruned(tune::Study& study, RunningTrial& r) const {
+  void check_pruned(StudyJournal& study, RunningTrial& r) const {
     for (const auto& [epoch, value] : val_history(out_ / r.dir, o_.metric)) {
-      if (study.trials()[static_cast<size_t>(r.trial.number)].intermediate.count(epoch)) continue;
+      if (study.reported(r.trial.number, epoch)) continue;
       if (study.report(r.trial.number, epoch, value)) {
         spdlog::info("tune: trial {} pruned at epoch {} ({} {})", r.trial.number, epoch, o_.metric, value);
         r.pruned = true;
@@ -187,22 +185,19 @@ class TrialRunner {
   const TuneJobOptions& o_;
   fs::path out_;
   std::string exe_;
-  std::set<std::string> used_dirs_;
   std::vector<RunningTrial> running_;
 };
 
 /// Tells the study how an ended trial went (its epochs not yet reported, then pruned, its objective, or
-/// failed) and returns its record.
-TrialRecord finish_trial(tune::Study& study, const RunningTrial& r, const TuneJobOptions& o, const fs::path& out) {
-  const double seconds = std::chrono::duration<double>(Clock::now() - r.start).count();
+/// failed). A trial that `trainkit train` rejected as a configuration error (exit code 2) ends failed and
+/// uncounted: a corrected config runs it again.
+void finish_trial(StudyJournal& study, const RunningTrial& r, const TuneJobOptions& o, const fs::path& out) {
   const int code = r.process.status()->shell_code();
   for (const auto& [epoch, value] : val_history(out / r.dir, o.metric)) {
-    if (!study.trials()[static_cast<size_t>(r.trial.number)].intermediate.count(epoch)) {
-      study.report(r.trial.number, epoch, value);
-    }
+    if (!study.reported(r.trial.number, epoch)) study.report(r.trial.number, epoch, value);
   }
   if (r.pruned) {
-    study.prune(r.trial.number);
+    study.finish(r.trial.number, OptunaTrialState::Pruned, NAN);
   } else if (code == 0) {
     double value = NAN;
     try {
@@ -211,13 +206,21 @@ TrialRecord finish_trial(tune::Study& study, const RunningTrial& r, const TuneJo
       spdlog::warn("tune: trial {}: {}", r.trial.number, e.what());
     }
     if (std::isnan(value)) spdlog::warn("tune: trial {}: no finite {} in {}", r.trial.number, o.metric, r.dir);
-    study.tell(r.trial.number, value);
+    study.finish(r.trial.number, OptunaTrialState::Complete, value);
+  } else if (code == kExitUsage) {
+    study.finish(r.trial.number, OptunaTrialState::Fail, NAN, "trainkit train rejected its configuration");
   } else {
     spdlog::warn("tune: trial {} failed (exit code {}); see {}", r.trial.number, code,
                  (out / r.dir / "train.log").string());
-    study.tell_failed(r.trial.number);
+    study.finish(r.trial.number, OptunaTrialState::Fail, NAN);
   }
-  return {study.trials()[static_cast<size_t>(r.trial.number)], seconds, r.dir};
+}
+
+/// The study's name in the journal: --study-name, else the study directory's name.
+std::string study_name_of(const TuneJobOptions& o) {
+  if (!o.study_name.empty()) return o.study_name;
+  const fs::path dir = fs::weakly_canonical(fs::absolute(o.out_dir));
+  return dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
 }
 
 }  // namespace
@@ -229,46 +232,81 @@ TuneJobResult run_tune_job(const TuneJobOptions& o) {
   check_space_against_config(space, o.space_path, o.config_path, o.overrides);
 
   const fs::path out(o.out_dir);
-  StudyFile file(out / "study.jsonl", space, {space.fingerprint(), o.metric, direction, o.seed}, o.space_path);
-  if (file.continued()) {
-    spdlog::info("tune: continuing the study in {} ({} finished trials)", out.string(), file.records().size());
+  fs::create_directories(out);
+  const fs::path journal_path = out / "study.journal", old_path = out / "study.jsonl";
+  // An older trainkit's study.jsonl is read once (and checked like the journal) into a new journal; it is left
+  // in place, unread from then on.
+  std::optional<StudyFile> old_study;
+  if (!fs::exists(journal_path) && fs::exists(old_path)) {
+    old_study.emplace(old_path, space, StudyHeader{space.fingerprint(), o.metric, direction, o.seed}, o.space_path);
   }
   std::shared_ptr<tune::Pruner> pruner;
   if (o.prune) pruner = std::make_shared<tune::MedianPruner>();
-  tune::Study study(space, make_sampler(o.sampler), tune::StudyOptions().direction(direction).seed(o.seed), pruner);
-  for (const auto& r : file.records()) study.add_trial(r.trial);
+  const auto sampler = make_sampler(o);
+  const auto options = tune::StudyOptions().direction(direction).seed(o.seed);
+  StudyJournal study(journal_path, space, {study_name_of(o), o.metric, direction, o.space_path},
+                     [&] { return tune::Study(space, sampler, options, pruner); });
+  if (old_study && !study.continued()) {
+    study.import(old_study->records());
+    spdlog::info("tune: read {} trials of {} into {}", old_study->records().size(), old_path.string(),
+                 journal_path.string());
+  }
+  if (study.continued() || old_study) {
+    spdlog::info("tune: continuing the study in {} ({} trials)", journal_path.string(), study.counted());
+  }
 
-  TrialRunner runner(o, out, file.records());
+  const auto trial_overrides = [&](const Trial& t) {
+    std::vector<std::string> all = o.overrides;
+    for (const auto& s : param_overrides(t.params)) all.push_back(s);
+    return all;
+  };
+  TrialRunner runner(o, out);
   std::string config_failure;  // a trial's configuration was rejected: start no more, then stop
+  bool full = false;           // the study holds --trials trials (all workers')
   while (true) {
-    while (config_failure.empty() && static_cast<int64_t>(runner.size()) < o.jobs &&
-           static_cast<int64_t>(file.records().size() + runner.size()) < o.trials) {
-      runner.start(study.ask());
+    while (config_failure.empty() && !full && static_cast<int64_t>(runner.size()) < o.jobs) {
+      const auto asked = study.ask(o.trials, trial_overrides);
+      if (!asked) {
+        full = true;
+        break;
+      }
+      runner.start(asked->trial, asked->dir);
     }
     if (runner.size() == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    study.refresh();
     for (const RunningTrial& r : runner.poll(study, o.prune)) {
-      const TrialRecord record = finish_trial(study, r, o, out);
+      finish_trial(study, r, o, out);
       if (!r.pruned && r.process.status()->shell_code() == kExitUsage) {
         if (config_failure.empty()) {
           config_failure = fmt::format("tune: trial {}: trainkit train rejected its configuration (exit code 2); "
                                        "see {}", r.trial.number, (out / r.dir / "train.log").string());
         }
-        continue;  // not recorded: a corrected config can run it again
+        continue;
       }
-      file.append(record);
-      spdlog::info("tune: trial {} {}: {} = {} ({:.1f} s); {} of {} finished", record.trial.number,
-                   tune::to_string(record.trial.state), o.metric, record.trial.value, record.seconds,
-                   file.records().size(), o.trials);
-      write_outputs(out, space, file.records(), study.minimize(), o.metric);
+      const auto records = study.records();
+      for (const auto& rec : records) {
+        if (rec.trial.number != r.trial.number) continue;
+        spdlog::info("tune: trial {} {}: {} = {} ({:.1f} s); {} of {} finished", rec.trial.number,
+                     tune::to_string(rec.trial.state), o.metric, rec.trial.value, rec.seconds, records.size(), o.trials);
+      }
+      write_outputs(out, space, records, options.direction() == "minimize", o.metric);
     }
   }
   if (!config_failure.empty()) throw UsageError(config_failure);
 
-  if (!file.records().empty()) write_outputs(out, space, file.records(), study.minimize(), o.metric);
+  study.refresh();
+  const auto records = study.records();
+  const bool minimize = direction == "minimize";
+  if (!records.empty()) write_outputs(out, space, records, minimize, o.metric);
   TuneJobResult result;
-  for (const auto& r : file.records()) result.trials.push_back(r.trial);
-  result.best = study.best_trial();
+  for (const auto& r : records) {
+    result.trials.push_back(r.trial);
+    if (r.trial.state == TrialState::Complete &&
+        (!result.best || (minimize ? r.trial.value < result.best->value : r.trial.value > result.best->value))) {
+      result.best = r.trial;
+    }
+  }
   if (result.best) {
     spdlog::info("tune: best trial {}: {} = {}; {}/best.toml;{}", result.best->number, o.metric, result.best->value,
                  out.string(), shown_overrides(result.best->params, " --set "));

@@ -4,9 +4,10 @@
 ///
 /// Each trial is a child process `trainkit train --config BASE --set key=value ... --out OUT/trials/trial-NNNN`;
 /// its objective is read from the finished run (`val_*`: the last epoch row of metrics.jsonl; `test_*`:
-/// summary.json). Output directory: `study.jsonl` (a header line, then one line per finished trial, appended
-/// and flushed as each finishes: a re-run with the same --out continues the study), `trials.csv`,
-/// `best.toml` (the best trial's effective config), `best_so_far.svg` and `trials/`.
+/// summary.json). Output directory: `study.journal` (the study as an Optuna JournalStorage file, which Python
+/// Optuna, optuna-dashboard and other `trainkit tune` processes read and extend at once: a re-run with the same
+/// --out continues the study; see trainkit/app/optuna_journal.h), `trials.csv`, `best.toml` (the best trial's
+/// effective config), `best_so_far.svg` and `trials/`.
 ///
 /// The search-space file and its checks against the base config: trainkit/app/search_space_file.h.
 
@@ -17,6 +18,7 @@
 
 #include "trainkit/app/search_space_file.h"
 #include "trainkit/tune/search_space.h"
+#include "trainkit/tune/sampler.h"
 #include "trainkit/tune/study.h"
 
 namespace trainkit::app {
@@ -27,13 +29,16 @@ struct TuneJobOptions {
   std::vector<std::string> overrides;  ///< `--set` applied to every trial before the tuned keys
   std::string space_path;              ///< search-space TOML file
   std::string out_dir;                 ///< study directory
-  int64_t trials = 20;                 ///< finished trials wanted in total (a re-run counts earlier ones)
+  int64_t trials = 20;                 ///< trials wanted in the study in total (all workers', earlier runs')
   int64_t jobs = 1;                    ///< trials run at once (child processes)
   std::string metric = "val_loss";     ///< objective: val_loss, val_<metric>, test_loss or test_<metric>
   std::string direction;               ///< minimize or maximize; empty: maximize for accuracy, else minimize
   std::string sampler = "gp";          ///< gp (Bayesian) or random
+  /// gp: trials of the initial design (Sobol) before the Gaussian process takes over
+  int64_t startup_trials = tune::GPSamplerOptions().n_startup_trials();
   uint64_t seed = 0;                   ///< study seed
   bool prune = false;                  ///< median-stop trials from their per-epoch validation metric
+  std::string study_name;              ///< the study's name in the journal; empty: the --out directory's name
   std::string executable;              ///< the trainkit program that runs `train` (the CLI passes itself)
 };
 

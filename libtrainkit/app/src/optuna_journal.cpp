@@ -1,0 +1,708 @@
+#include "trainkit/app/optuna_journal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace trainkit::app {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+using tune::Param;
+
+// Optuna's JournalOperation (optuna/storages/journal/_storage.py).
+enum Op : int {
+  kCreateStudy = 0,
+  kDeleteStudy = 1,
+  kSetStudyUserAttr = 2,
+  kSetStudySystemAttr = 3,
+  kCreateTrial = 4,
+  kSetTrialParam = 5,
+  kSetTrialStateValues = 6,
+  kSetTrialIntermediateValue = 7,
+  kSetTrialUserAttr = 8,
+  kSetTrialSystemAttr = 9,
+  kDiscardTrials = 10,
+};
+
+// Python's json writes NaN and infinities as bare NaN, Infinity and -Infinity (not JSON); nlohmann reads
+// neither, so outside strings they become the strings "NaN", "Infinity", "-Infinity", which number() reads.
+std::string quote_non_finite(const std::string& line) {
+  std::string out;
+  out.reserve(line.size() + 8);
+  bool in_string = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < line.size()) {
+        out += line[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (const char* token : {"NaN", "Infinity", "-Infinity"}) {
+      const size_t n = std::strlen(token);
+      if (line.compare(i, n, token) == 0) {
+        out += fmt::format("\"{}\"", token);
+        i += n - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
+// A marker no writer puts in a string (a control character): dump() escapes it as \u0001, so that
+// `"\u0001NaN"` in the text can only be a non-finite number, written back bare as Python writes it.
+constexpr const char* kNonFinite = "\x01";
+
+ordered_json number_value(double v) {
+  if (std::isfinite(v)) return v;
+  return std::string(kNonFinite) + (std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
+}
+
+std::string dump_op(const ordered_json& op) {
+  std::string text = op.dump(-1, ' ', true, ordered_json::error_handler_t::replace);
+  for (const char* token : {"NaN", "Infinity", "-Infinity"}) {
+    const std::string marked = fmt::format("\"\\u0001{}\"", token);
+    for (size_t at = text.find(marked); at != std::string::npos; at = text.find(marked, at)) {
+      text.replace(at, marked.size(), token);
+    }
+  }
+  return text + "\n";
+}
+
+double number(const json& j, const char* what) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (s == "NaN") return NAN;
+    if (s == "Infinity") return INFINITY;
+    if (s == "-Infinity") return -INFINITY;
+  }
+  throw std::runtime_error(fmt::format("{}: expected a number, got {}", what, j.dump()));
+}
+
+const json& field(const json& op, const char* key) {
+  const auto it = op.find(key);
+  if (it == op.end()) throw std::runtime_error(fmt::format("no \"{}\"", key));
+  return *it;
+}
+
+int64_t integer(const json& op, const char* key) {
+  const json& v = field(op, key);
+  if (!v.is_number_integer()) throw std::runtime_error(fmt::format("\"{}\": expected an integer, got {}", key, v.dump()));
+  return v.get<int64_t>();
+}
+
+std::string text_field(const json& op, const char* key) {
+  const json& v = field(op, key);
+  if (!v.is_string()) throw std::runtime_error(fmt::format("\"{}\": expected a string, got {}", key, v.dump()));
+  return v.get<std::string>();
+}
+
+void merge_attrs(std::map<std::string, std::string>& attrs, const json& op, const char* key) {
+  const json& a = field(op, key);
+  if (!a.is_object()) throw std::runtime_error(fmt::format("\"{}\": expected an object", key));
+  for (const auto& [k, v] : a.items()) attrs[k] = v.dump();
+}
+
+OptunaTrialState trial_state(int64_t v) {
+  if (v < 0 || v > 4) throw std::runtime_error(fmt::format("unknown trial state {}", v));
+  return static_cast<OptunaTrialState>(v);
+}
+
+bool is_finished(OptunaTrialState s) {
+  return s == OptunaTrialState::Complete || s == OptunaTrialState::Pruned || s == OptunaTrialState::Fail;
+}
+
+std::string now_iso() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:06d}+00:00", buf, us);
+}
+
+std::string new_worker_id() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  const uint64_t hi = (gen() & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;  // version 4
+  const uint64_t lo = (gen() & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;  // variant 10
+  return fmt::format("{:08x}-{:04x}-{:04x}-{:04x}-{:012x}-{}", hi >> 32, (hi >> 16) & 0xffff, hi & 0xffff, lo >> 48,
+                     lo & 0xffffffffffffULL, ::getpid());
+}
+
+/// A distribution JSON in either of Optuna's forms ({"name":..,"attributes":..} or the abbreviated
+/// {"type":"float",..}), reduced to what compatibility and equality look at.
+struct Distribution {
+  std::string kind;  // "float", "int", "categorical"
+  double low = 0, high = 0;
+  bool log = false;
+  json step;     // null or a number
+  json choices;  // categorical
+};
+
+Distribution parse_distribution(const std::string& text) {
+  const json j = json::parse(quote_non_finite(text));
+  Distribution d;
+  const json* a = &j;
+  if (j.contains("name")) {
+    const std::string name = j.at("name").get<std::string>();
+    if (name == "FloatDistribution") d.kind = "float";
+    else if (name == "IntDistribution") d.kind = "int";
+    else if (name == "CategoricalDistribution") d.kind = "categorical";
+    else throw std::runtime_error(fmt::format("unknown distribution {}", name));
+    a = &j.at("attributes");
+  } else {
+    d.kind = j.at("type").get<std::string>();
+    if (d.kind == "int") d.step = 1;
+  }
+  if (d.kind == "categorical") {
+    d.choices = a->at("choices");
+    return d;
+  }
+  d.low = number(a->at("low"), "low");
+  d.high = number(a->at("high"), "high");
+  d.log = a->value("log", false);
+  if (a->contains("step")) d.step = a->at("step");
+  return d;
+}
+
+// optuna.distributions.check_distribution_compatibility: same class; same log flag; same choices.
+bool compatible(const std::string& old_text, const std::string& new_text) {
+  const Distribution a = parse_distribution(old_text), b = parse_distribution(new_text);
+  if (a.kind != b.kind) return false;
+  if (a.kind == "categorical") return a.choices == b.choices;
+  return a.log == b.log;
+}
+
+/// Optuna's JournalFileSymlinkLock (optuna/storages/journal/_file.py), held for the object's lifetime.
+class SymlinkLock {
+ public:
+  SymlinkLock(const std::string& target, double grace_period_s) : target_(target), lock_(target + ".lock") {
+    using Clock = std::chrono::steady_clock;
+    double sleep_s = 0.001;
+    auto last_change = Clock::now();
+    auto last_warning = Clock::now();
+    std::optional<std::pair<int64_t, int64_t>> mtime;
+    while (::symlink(target_.c_str(), lock_.c_str()) != 0) {
+      if (errno != EEXIST) throw std::runtime_error(fmt::format("{}: cannot lock: {}", lock_, std::strerror(errno)));
+      if (Clock::now() - last_warning > std::chrono::seconds(10)) {
+        spdlog::warn("{}: waiting more than 10 s for the lock; retrying", lock_);
+        last_warning = Clock::now();
+      }
+      // As Optuna: stat() follows the link, so this is the journal's own modification time.
+      struct stat st {};
+      if (::stat(lock_.c_str(), &st) != 0) continue;
+      const std::pair<int64_t, int64_t> now_mtime{st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+      if (mtime != now_mtime) {
+        mtime = now_mtime;
+        last_change = Clock::now();
+      }
+      if (std::chrono::duration<double>(Clock::now() - last_change).count() > grace_period_s) {
+        spdlog::warn("{}: the lock has stood for {} s with no change to the journal (a killed writer's); breaking it",
+                     lock_, grace_period_s);
+        last_warning = Clock::now();
+        if (release()) sleep_s = 0.001;
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
+      sleep_s = std::min(sleep_s * 2, 1.0);
+    }
+  }
+  ~SymlinkLock() {
+    if (!release()) spdlog::warn("{}: the lock was gone when released (broken by another process)", lock_);
+  }
+  SymlinkLock(const SymlinkLock&) = delete;
+  SymlinkLock& operator=(const SymlinkLock&) = delete;
+
+ private:
+  // Rename, then unlink: of several processes breaking one stale lock, only one renames it.
+  bool release() const {
+    const std::string renamed = lock_ + new_worker_id() + ".rename";
+    if (::rename(lock_.c_str(), renamed.c_str()) != 0) return false;
+    ::unlink(renamed.c_str());
+    return true;
+  }
+  std::string target_;
+  std::string lock_;
+};
+
+/// Cuts a last line without its newline (a write a killed process left torn); called under the lock.
+void cut_torn_tail(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const std::streamoff size = in.tellg();
+  if (size <= 0) return;
+  std::streamoff keep = size;
+  const std::streamoff block = 4096;
+  std::string buf;
+  bool torn = false;
+  for (std::streamoff end = size; end > 0; end -= block) {
+    const std::streamoff start = std::max<std::streamoff>(0, end - block);
+    buf.resize(static_cast<size_t>(end - start));
+    in.seekg(start);
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (end == size && buf.back() == '\n') return;
+    torn = true;
+    const size_t nl = buf.rfind('\n');
+    if (nl != std::string::npos) {
+      keep = start + static_cast<std::streamoff>(nl) + 1;
+      break;
+    }
+    keep = 0;
+  }
+  if (!torn) return;
+  spdlog::warn("{}: cutting {} bytes of a last line without its newline (a write interrupted by a killed process)",
+               path, size - keep);
+  if (::truncate(path.c_str(), keep) != 0) {
+    throw std::runtime_error(fmt::format("{}: cannot cut a torn last line: {}", path, std::strerror(errno)));
+  }
+}
+
+void append_text(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot open for appending: {}", path, std::strerror(errno)));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      throw std::runtime_error(fmt::format("{}: cannot write: {}", path, std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!synced) throw std::runtime_error(fmt::format("{}: cannot fsync: {}", path, std::strerror(err)));
+}
+
+}  // namespace
+
+const char* to_string(OptunaTrialState state) {
+  switch (state) {
+    case OptunaTrialState::Running: return "RUNNING";
+    case OptunaTrialState::Complete: return "COMPLETE";
+    case OptunaTrialState::Pruned: return "PRUNED";
+    case OptunaTrialState::Fail: return "FAIL";
+    case OptunaTrialState::Waiting: return "WAITING";
+  }
+  return "?";
+}
+
+std::string json_text(const std::string& value) { return json(value).dump(-1, ' ', true, json::error_handler_t::replace); }
+
+std::string json_text(const std::vector<std::string>& values) {
+  return json(values).dump(-1, ' ', true, json::error_handler_t::replace);
+}
+
+// ---- JournalBatch: one line per op, fields in Optuna's order.
+
+namespace {
+ordered_json op_head(int op, const std::string& worker_id) { return {{"op_code", op}, {"worker_id", worker_id}}; }
+
+json parse_value(const std::string& json_value) { return json::parse(quote_non_finite(json_value)); }
+
+// SET_{STUDY,TRIAL}_{USER,SYSTEM}_ATTR: one key per op, as Optuna writes them.
+std::string attr_line(int code, const std::string& worker_id, const char* id_field, int64_t id, const char* attr_field,
+                      const std::string& key, const std::string& json_value) {
+  ordered_json op = op_head(code, worker_id);
+  op[id_field] = id;
+  op[attr_field] = {{key, parse_value(json_value)}};
+  return dump_op(op);
+}
+}  // namespace
+
+void JournalBatch::create_study(const std::string& name, const std::string& direction) {
+  if (direction != "minimize" && direction != "maximize") {
+    throw std::invalid_argument(fmt::format("create_study: direction must be minimize or maximize, got {}", direction));
+  }
+  ordered_json op = op_head(kCreateStudy, worker_id_);
+  op["study_name"] = name;
+  op["directions"] = {direction == "minimize" ? 1 : 2};
+  lines_.push_back(dump_op(op));
+}
+
+void JournalBatch::delete_study(int64_t study_id) {
+  ordered_json op = op_head(kDeleteStudy, worker_id_);
+  op["study_id"] = study_id;
+  lines_.push_back(dump_op(op));
+}
+
+void JournalBatch::set_study_user_attr(int64_t study_id, const std::string& key, const std::string& json_value) {
+  lines_.push_back(attr_line(kSetStudyUserAttr, worker_id_, "study_id", study_id, "user_attr", key, json_value));
+}
+
+void JournalBatch::set_study_system_attr(int64_t study_id, const std::string& key, const std::string& json_value) {
+  lines_.push_back(attr_line(kSetStudySystemAttr, worker_id_, "study_id", study_id, "system_attr", key, json_value));
+}
+
+void JournalBatch::create_trial(int64_t study_id, const std::map<std::string, double>& params,
+                                const std::map<std::string, std::string>& distributions,
+                                const std::map<std::string, std::string>& user_attrs) {
+  ordered_json op = op_head(kCreateTrial, worker_id_);
+  op["study_id"] = study_id;
+  op["datetime_start"] = now_iso();
+  op["state"] = static_cast<int>(OptunaTrialState::Running);
+  op["value"] = nullptr;
+  op["values"] = nullptr;
+  ordered_json dists = ordered_json::object(), internal = ordered_json::object(), attrs = ordered_json::object();
+  for (const auto& [name, value] : params) {
+    dists[name] = distributions.at(name);
+    internal[name] = number_value(value);
+  }
+  for (const auto& [k, v] : user_attrs) attrs[k] = parse_value(v);
+  op["distributions"] = dists;
+  op["params"] = internal;
+  op["user_attrs"] = attrs;
+  op["system_attrs"] = ordered_json::object();
+  op["intermediate_values"] = ordered_json::object();
+  lines_.push_back(dump_op(op));
+}
+
+void JournalBatch::set_trial_param(int64_t trial_id, const std::string& name, double internal,
+                                   const std::string& distribution) {
+  ordered_json op = op_head(kSetTrialParam, worker_id_);
+  op["trial_id"] = trial_id;
+  op["param_name"] = name;
+  op["param_value_internal"] = number_value(internal);
+  op["distribution"] = distribution;
+  lines_.push_back(dump_op(op));
+}
+
+void JournalBatch::set_trial_state_values(int64_t trial_id, OptunaTrialState state, const std::vector<double>& values) {
+  ordered_json op = op_head(kSetTrialStateValues, worker_id_);
+  op["trial_id"] = trial_id;
+  op["state"] = static_cast<int>(state);
+  if (values.empty()) {
+    op["values"] = nullptr;
+  } else {
+    op["values"] = ordered_json::array();
+    for (double v : values) op["values"].push_back(number_value(v));
+  }
+  if (state == OptunaTrialState::Running) op["datetime_start"] = now_iso();
+  if (is_finished(state)) op["datetime_complete"] = now_iso();
+  lines_.push_back(dump_op(op));
+}
+
+void JournalBatch::set_trial_intermediate_value(int64_t trial_id, int64_t step, double value) {
+  ordered_json op = op_head(kSetTrialIntermediateValue, worker_id_);
+  op["trial_id"] = trial_id;
+  op["step"] = step;
+  op["intermediate_value"] = number_value(value);
+  lines_.push_back(dump_op(op));
+}
+
+void JournalBatch::set_trial_user_attr(int64_t trial_id, const std::string& key, const std::string& json_value) {
+  lines_.push_back(attr_line(kSetTrialUserAttr, worker_id_, "trial_id", trial_id, "user_attr", key, json_value));
+}
+
+void JournalBatch::set_trial_system_attr(int64_t trial_id, const std::string& key, const std::string& json_value) {
+  lines_.push_back(attr_line(kSetTrialSystemAttr, worker_id_, "trial_id", trial_id, "system_attr", key, json_value));
+}
+
+std::string JournalBatch::text() const {
+  std::string all;
+  for (const auto& l : lines_) all += l;
+  return all;
+}
+
+// ---- OptunaJournal
+
+OptunaJournal::OptunaJournal(std::string path, OptunaJournalOptions options)
+    : path_(std::move(path)), options_(std::move(options)) {
+  if (options_.worker_id().empty()) options_.worker_id(new_worker_id());
+  if (!(options_.grace_period_s() > 0)) {
+    throw std::invalid_argument(fmt::format("OptunaJournal: grace_period_s must be > 0, got {}", options_.grace_period_s()));
+  }
+  append_text(path_, "");  // creates the file when there is none, as JournalFileBackend does
+  sync();
+}
+
+void OptunaJournal::sync() {
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) throw std::runtime_error(fmt::format("{}: cannot open", path_));
+  in.seekg(offset_);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t start = 0;
+  for (size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', start)) {
+    const int64_t line_number = lines_read_ + 1;
+    try {
+      apply(text.substr(start, nl - start), line_number);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("{}:{}: damaged journal line ({}); Optuna cannot read this study either. "
+                                           "Remove or repair that line to go on",
+                                           path_, line_number, e.what()));
+    }
+    ++lines_read_;
+    offset_ += static_cast<int64_t>(nl + 1 - start);
+    start = nl + 1;
+  }
+}
+
+void OptunaJournal::transaction(const std::function<void(JournalBatch&)>& fill) {
+  JournalBatch batch(worker_id());
+  {
+    SymlinkLock lock(path_, options_.grace_period_s());
+    cut_torn_tail(path_);
+    sync();
+    fill(batch);
+    if (!batch.empty()) append_text(path_, batch.text());
+  }
+  sync();
+}
+
+std::optional<int64_t> OptunaJournal::find_study(const std::string& name) const {
+  for (const auto& [id, s] : studies_) {
+    if (s.name == name) return id;
+  }
+  return std::nullopt;
+}
+
+std::vector<const JournalTrial*> OptunaJournal::trials_of(int64_t study_id) const {
+  std::vector<const JournalTrial*> out;
+  for (int64_t id : studies_.at(study_id).trial_ids) out.push_back(&trials_[static_cast<size_t>(id)]);
+  return out;
+}
+
+// The replay of optuna/storages/journal/_storage.py (JournalStorageReplayResult.apply_logs), without the
+// errors Optuna raises only to the worker that wrote an op.
+void OptunaJournal::apply(const std::string& line, int64_t line_number) {
+  if (!line.empty() && line.back() == '\r') return apply(line.substr(0, line.size() - 1), line_number);
+  json op;
+  try {
+    op = json::parse(quote_non_finite(line));
+  } catch (const json::exception& e) {
+    throw std::runtime_error(fmt::format("not JSON: {}", e.what()));
+  }
+  if (!op.is_object()) throw std::runtime_error("not a JSON object");
+  const int64_t code = integer(op, "op_code");
+  const std::string worker = text_field(op, "worker_id");
+  auto updatable = [&](int64_t trial_id) {
+    return trial_id >= 0 && trial_id < next_trial_id() && !is_finished(trials_[static_cast<size_t>(trial_id)].state);
+  };
+  switch (code) {
+    case kCreateStudy: {
+      const std::string name = text_field(op, "study_name");
+      const json& dirs = field(op, "directions");
+      if (!dirs.is_array()) throw std::runtime_error("\"directions\": expected an array");
+      if (find_study(name)) return;
+      JournalStudy s;
+      s.study_id = next_study_id_++;
+      s.name = name;
+      for (const auto& d : dirs) s.directions.push_back(d.get<int>());
+      studies_[s.study_id] = std::move(s);
+      return;
+    }
+    case kDeleteStudy: studies_.erase(integer(op, "study_id")); return;
+    case kSetStudyUserAttr:
+    case kSetStudySystemAttr: {
+      const auto it = studies_.find(integer(op, "study_id"));
+      if (it == studies_.end()) return;
+      if (code == kSetStudyUserAttr) merge_attrs(it->second.user_attrs, op, "user_attr");
+      else merge_attrs(it->second.system_attrs, op, "system_attr");
+      return;
+    }
+    case kCreateTrial: {
+      const auto it = studies_.find(integer(op, "study_id"));
+      if (it == studies_.end()) return;
+      JournalTrial t;
+      t.trial_id = next_trial_id();
+      t.number = static_cast<int64_t>(it->second.trial_ids.size());
+      t.study_id = it->first;
+      t.worker_id = worker;
+      t.line = line_number;
+      const json& start = field(op, "datetime_start");
+      if (!start.is_null()) t.datetime_start = start.get<std::string>();
+      if (op.contains("datetime_complete") && op["datetime_complete"].is_string()) {
+        t.datetime_complete = op["datetime_complete"].get<std::string>();
+      }
+      if (op.contains("state")) t.state = trial_state(op["state"].get<int64_t>());
+      if (op.contains("distributions")) {
+        for (const auto& [k, v] : op["distributions"].items()) {
+          t.distributions[k] = v.get<std::string>();
+          parse_distribution(t.distributions[k]);
+        }
+      }
+      if (op.contains("params")) {
+        for (const auto& [k, v] : op["params"].items()) {
+          if (!t.distributions.count(k)) throw std::runtime_error(fmt::format("param {} has no distribution", k));
+          t.params[k] = number(v, k.c_str());
+          t.param_lines[k] = line_number;
+        }
+      }
+      if (op.contains("user_attrs")) merge_attrs(t.user_attrs, op, "user_attrs");
+      if (op.contains("system_attrs")) merge_attrs(t.system_attrs, op, "system_attrs");
+      if (op.contains("intermediate_values")) {
+        for (const auto& [k, v] : op["intermediate_values"].items()) t.intermediate[std::stoll(k)] = number(v, "value");
+      }
+      if (op.contains("values") && op["values"].is_array()) {
+        for (const auto& v : op["values"]) t.values.push_back(number(v, "values"));
+      } else if (op.contains("value") && !op["value"].is_null()) {
+        t.values.push_back(number(op["value"], "value"));
+      }
+      it->second.trial_ids.push_back(t.trial_id);
+      trials_.push_back(std::move(t));
+      return;
+    }
+    case kSetTrialParam: {
+      const int64_t id = integer(op, "trial_id");
+      const std::string name = text_field(op, "param_name");
+      const double internal = number(field(op, "param_value_internal"), "param_value_internal");
+      const std::string dist = text_field(op, "distribution");
+      parse_distribution(dist);
+      if (!updatable(id)) return;
+      JournalTrial& t = trials_[static_cast<size_t>(id)];
+      for (int64_t prev : studies_.count(t.study_id) ? studies_[t.study_id].trial_ids : std::vector<int64_t>{}) {
+        const auto& p = trials_[static_cast<size_t>(prev)];
+        const auto d = p.distributions.find(name);
+        if (d == p.distributions.end() || !p.params.count(name)) continue;
+        if (!compatible(d->second, dist)) return;
+        break;
+      }
+      t.params[name] = internal;
+      t.distributions[name] = dist;
+      t.param_lines[name] = line_number;
+      return;
+    }
+    case kSetTrialStateValues: {
+      const int64_t id = integer(op, "trial_id");
+      const OptunaTrialState state = trial_state(integer(op, "state"));
+      if (!updatable(id)) return;
+      JournalTrial& t = trials_[static_cast<size_t>(id)];
+      if (state == OptunaTrialState::Running && t.state == OptunaTrialState::Running) return;
+      if (state == OptunaTrialState::Running) t.datetime_start = text_field(op, "datetime_start");
+      if (is_finished(state)) t.datetime_complete = text_field(op, "datetime_complete");
+      t.state = state;
+      const json& values = field(op, "values");
+      if (values.is_array()) {
+        t.values.clear();
+        for (const auto& v : values) t.values.push_back(number(v, "values"));
+      }
+      return;
+    }
+    case kSetTrialIntermediateValue: {
+      const int64_t id = integer(op, "trial_id");
+      const int64_t step = integer(op, "step");
+      const double value = number(field(op, "intermediate_value"), "intermediate_value");
+      if (updatable(id)) trials_[static_cast<size_t>(id)].intermediate[step] = value;
+      return;
+    }
+    case kSetTrialUserAttr:
+    case kSetTrialSystemAttr: {
+      const int64_t id = integer(op, "trial_id");
+      if (!updatable(id)) return;
+      JournalTrial& t = trials_[static_cast<size_t>(id)];
+      if (code == kSetTrialUserAttr) merge_attrs(t.user_attrs, op, "user_attr");
+      else merge_attrs(t.system_attrs, op, "system_attr");
+      return;
+    }
+    case kDiscardTrials: return;  // Optuna 5 skips it too (written only by Rustuna)
+    default: throw std::runtime_error(fmt::format("unknown op_code {}", code));
+  }
+}
+
+// ---- Search-space parameters as Optuna's distributions.
+
+std::string optuna_distribution(const Param& p) {
+  ordered_json attrs;
+  std::string name;
+  switch (p.kind) {
+    case Param::Kind::Float:
+      name = "FloatDistribution";
+      attrs = {{"step", nullptr}, {"low", p.low}, {"high", p.high}, {"log", p.log}};
+      break;
+    case Param::Kind::Int:
+      name = "IntDistribution";
+      attrs = {{"log", p.log}, {"step", 1}, {"low", static_cast<int64_t>(p.low)}, {"high", static_cast<int64_t>(p.high)}};
+      break;
+    case Param::Kind::Categorical:
+      name = "CategoricalDistribution";
+      attrs = {{"choices", p.choices}};
+      break;
+  }
+  return ordered_json{{"name", name}, {"attributes", attrs}}.dump(-1, ' ', true, ordered_json::error_handler_t::replace);
+}
+
+bool same_distribution(const std::string& distribution, const Param& p, std::string* why) {
+  Distribution d;
+  try {
+    d = parse_distribution(distribution);
+  } catch (const std::exception& e) {
+    if (why) *why = fmt::format("unreadable distribution {}: {}", distribution, e.what());
+    return false;
+  }
+  const Distribution want = parse_distribution(optuna_distribution(p));
+  std::string differs;
+  if (d.kind != want.kind) {
+    differs = fmt::format("a {} parameter, not {}", d.kind, want.kind);
+  } else if (d.kind == "categorical") {
+    if (d.choices != want.choices) differs = fmt::format("choices {}, not {}", d.choices.dump(), want.choices.dump());
+  } else if (d.low != want.low || d.high != want.high || d.log != want.log) {
+    differs = fmt::format("[{}, {}]{}, not [{}, {}]{}", d.low, d.high, d.log ? " log" : "", want.low, want.high,
+                          want.log ? " log" : "");
+  } else if (!(d.kind == "float" ? d.step.is_null() : d.step == json(1))) {
+    differs = fmt::format("step {}, not {}", d.step.dump(), want.step.dump());
+  }
+  if (why) *why = differs;
+  return differs.empty();
+}
+
+double optuna_internal(const Param& p, const tune::ParamValue& value) {
+  switch (p.kind) {
+    case Param::Kind::Float: return std::get<double>(value);
+    case Param::Kind::Int: return static_cast<double>(std::get<int64_t>(value));
+    case Param::Kind::Categorical: {
+      const auto& s = std::get<std::string>(value);
+      for (size_t i = 0; i < p.choices.size(); ++i) {
+        if (p.choices[i] == s) return static_cast<double>(i);
+      }
+      throw std::invalid_argument(fmt::format("{}: \"{}\" is not a choice", p.name, s));
+    }
+  }
+  return NAN;
+}
+
+tune::ParamValue optuna_external(const Param& p, double internal) {
+  switch (p.kind) {
+    case Param::Kind::Float: return internal;
+    case Param::Kind::Int: return static_cast<int64_t>(std::llround(internal));
+    case Param::Kind::Categorical: {
+      const auto i = static_cast<int64_t>(internal);
+      if (internal != static_cast<double>(i) || i < 0 || i >= static_cast<int64_t>(p.choices.size())) {
+        throw std::invalid_argument(fmt::format("{}: choice index {} out of range", p.name, internal));
+      }
+      return p.choices[static_cast<size_t>(i)];
+    }
+  }
+  return internal;
+}
+
+}  // namespace trainkit::app

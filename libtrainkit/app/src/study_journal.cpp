@@ -1,0 +1,296 @@
+#include "study_journal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <ctime>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "trainkit/app/run.h"
+
+namespace trainkit::app {
+namespace {
+
+using tune::TrialState;
+
+constexpr const char* kDirAttr = "trainkit_dir";
+constexpr const char* kOverridesAttr = "trainkit_overrides";
+constexpr const char* kWorkerAttr = "trainkit_worker";
+constexpr const char* kUncountedAttr = "trainkit_uncounted";
+constexpr const char* kMetricAttr = "trainkit_metric";
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
+  return name;
+}
+
+std::string this_worker() { return fmt::format("{}:{}", host_name(), ::getpid()); }
+
+// A JSON text attribute that is a string, unquoted.
+std::optional<std::string> string_attr(const std::map<std::string, std::string>& attrs, const char* key) {
+  const auto it = attrs.find(key);
+  if (it == attrs.end()) return std::nullopt;
+  const auto j = nlohmann::json::parse(it->second, nullptr, false);
+  if (!j.is_string()) return std::nullopt;
+  return j.get<std::string>();
+}
+
+// Seconds since the epoch of an ISO 8601 time as Python's isoformat writes it ("2026-01-02T03:04:05.123456+00:00").
+std::optional<double> epoch_seconds(const std::string& iso) {
+  std::tm tm{};
+  int us = 0, oh = 0, om = 0;
+  char sign = '+';
+  const int n = std::sscanf(iso.c_str(), "%d-%d-%dT%d:%d:%d.%d%c%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                            &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &us, &sign, &oh, &om);
+  if (n < 6) return std::nullopt;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  double t = static_cast<double>(timegm(&tm)) + (n >= 7 ? us * 1e-6 : 0.0);
+  if (n == 10) t -= (sign == '-' ? -1 : 1) * (oh * 3600.0 + om * 60.0);
+  return t;
+}
+
+TrialState trainkit_state(OptunaTrialState s) {
+  switch (s) {
+    case OptunaTrialState::Complete: return TrialState::Complete;
+    case OptunaTrialState::Pruned: return TrialState::Pruned;
+    case OptunaTrialState::Fail: return TrialState::Failed;
+    default: return TrialState::Running;
+  }
+}
+
+}  // namespace
+
+StudyJournal::StudyJournal(const std::filesystem::path& path, const tune::SearchSpace& space, StudyJournalSetup setup,
+                           std::function<tune::Study()> make_study)
+    : journal_(path.string(), OptunaJournalOptions().grace_period_s(setup.grace_period_s)),
+      space_(space),
+      setup_(std::move(setup)),
+      make_study_(std::move(make_study)),
+      study_(make_study_()) {
+  if (auto id = journal_.find_study(setup_.study_name)) {
+    study_id_ = *id;
+    continued_ = !journal_.study(*id).trial_ids.empty();
+    rebuild();  // checks the trials against the space before anything is written
+  }
+  // Created under the lock: two workers starting at once create one study.
+  journal_.transaction([&](JournalBatch& batch) {
+    if (auto id = journal_.find_study(setup_.study_name)) {
+      study_id_ = *id;
+      return;
+    }
+    study_id_ = journal_.next_study_id();
+    batch.create_study(setup_.study_name, setup_.direction);
+    batch.set_study_user_attr(study_id_, kMetricAttr, json_text(setup_.metric));
+  });
+  rebuild();
+
+  // Running trials of this host's trainkit workers that are gone: a killed study. They end as failed and
+  // uncounted, so that --trials runs them again, as a killed study that was not in a journal did.
+  const std::string host = host_name();
+  journal_.transaction([&](JournalBatch& batch) {
+    for (const JournalTrial* t : journal_.trials_of(study_id_)) {
+      if (t->state != OptunaTrialState::Running) continue;
+      const auto worker = string_attr(t->system_attrs, kWorkerAttr);
+      if (!worker || worker->rfind(host + ":", 0) != 0) continue;
+      const pid_t pid = static_cast<pid_t>(std::stol(worker->substr(host.size() + 1)));
+      if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+      spdlog::warn("{}: trial {} was left running by a trainkit tune process that is gone ({}); marking it failed",
+                   journal_.path(), t->number, *worker);
+      batch.set_trial_system_attr(t->trial_id, kUncountedAttr, json_text("its worker " + *worker + " was gone"));
+      batch.set_trial_state_values(t->trial_id, OptunaTrialState::Fail, {});
+    }
+  });
+  rebuild();
+}
+
+const JournalTrial& StudyJournal::trial(int64_t number) const {
+  return journal_.trial(journal_.study(study_id_).trial_ids.at(static_cast<size_t>(number)));
+}
+
+int64_t StudyJournal::counted() const {
+  int64_t n = 0;
+  for (const JournalTrial* t : journal_.trials_of(study_id_)) n += t->system_attrs.count(kUncountedAttr) ? 0 : 1;
+  return n;
+}
+
+std::optional<tune::Trial> StudyJournal::to_trial(const JournalTrial& t) const {
+  tune::Trial out;
+  out.number = t.number;
+  out.state = trainkit_state(t.state);
+  if (out.state == TrialState::Complete) out.value = t.values.empty() ? NAN : t.values.front();
+  out.intermediate = t.intermediate;
+  for (const auto& p : space_.params()) {
+    const auto v = t.params.find(p.name);
+    if (v == t.params.end()) return std::nullopt;
+    out.params[p.name] = optuna_external(p, v->second);
+  }
+  return out;
+}
+
+void StudyJournal::rebuild() {
+  if (built_at_ == journal_.lines_read()) return;
+  const std::string file = journal_.path();
+  const JournalStudy& s = journal_.study(study_id_);
+  const std::string want = setup_.direction == "minimize" ? "[1]" : "[2]";
+  if (nlohmann::json(s.directions).dump() != want) {
+    throw UsageError(fmt::format("{}: study \"{}\" has directions {} (1 minimize, 2 maximize); this run {}s one value",
+                                 file, s.name, nlohmann::json(s.directions).dump(), setup_.direction));
+  }
+  if (const auto metric = string_attr(s.user_attrs, kMetricAttr); metric && *metric != setup_.metric) {
+    throw UsageError(fmt::format("{}: study \"{}\" tunes {}, this run's metric is {}", file, s.name, *metric,
+                                 setup_.metric));
+  }
+  tune::Study study = make_study_();
+  std::map<int64_t, int64_t> local_of;
+  for (const JournalTrial* t : journal_.trials_of(study_id_)) {
+    for (const auto& [name, dist] : t->distributions) {
+      const auto* p = [&]() -> const tune::Param* {
+        for (const auto& q : space_.params()) {
+          if (q.name == name) return &q;
+        }
+        return nullptr;
+      }();
+      std::string why;
+      if (!p) why = "a parameter the space does not have";
+      else if (same_distribution(dist, *p, &why)) continue;
+      throw UsageError(fmt::format("{}:{}: the study was run on another search space: trial {}'s {} is {} ({})", file,
+                                   t->param_lines.at(name), t->number, name, why, setup_.space_path));
+    }
+    std::optional<tune::Trial> trial;
+    try {
+      trial = to_trial(*t);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(fmt::format("{}:{}: trial {}: {}", file, t->line, t->number, e.what()));
+    }
+    if (!trial) {
+      // A trial that Python Optuna created and has not given every parameter yet (or that failed before): not
+      // a point of this space. A finished, non-failed one is from another space.
+      if (t->state == OptunaTrialState::Complete || t->state == OptunaTrialState::Pruned) {
+        throw UsageError(fmt::format("{}:{}: the study was run on another search space: trial {} lacks parameters "
+                                     "of {}",
+                                     file, t->line, t->number, setup_.space_path));
+      }
+      continue;
+    }
+    trial->number = static_cast<int64_t>(study.trials().size());
+    local_of[t->number] = trial->number;
+    study.add_trial(std::move(*trial));
+  }
+  study_ = std::move(study);
+  local_of_ = std::move(local_of);
+  built_at_ = journal_.lines_read();
+}
+
+void StudyJournal::refresh() {
+  journal_.sync();
+  rebuild();
+}
+
+std::optional<TrialRecord> StudyJournal::ask(
+    int64_t max_trials, const std::function<std::vector<std::string>(const tune::Trial&)>& overrides) {
+  std::optional<TrialRecord> asked;
+  journal_.transaction([&](JournalBatch& batch) {
+    rebuild();
+    if (counted() >= max_trials) return;
+    tune::Trial t = study_.ask();
+    t.number = static_cast<int64_t>(journal_.study(study_id_).trial_ids.size());
+    const std::string dir = fmt::format("trials/trial-{:04d}", t.number);
+    std::map<std::string, double> params;
+    std::map<std::string, std::string> dists;
+    for (const auto& p : space_.params()) {
+      params[p.name] = optuna_internal(p, t.params.at(p.name));
+      dists[p.name] = optuna_distribution(p);
+    }
+    batch.create_trial(study_id_, params, dists,
+                       {{kDirAttr, json_text(dir)}, {kOverridesAttr, json_text(overrides(t))}});
+    batch.set_trial_system_attr(journal_.next_trial_id(), kWorkerAttr, json_text(this_worker()));
+    asked = TrialRecord{t, 0, dir};
+  });
+  if (asked) {
+    const JournalTrial& created = trial(asked->trial.number);
+    if (created.worker_id != journal_.worker_id()) {
+      throw std::runtime_error(fmt::format("{}: trial {} was created by another worker while this one held the lock "
+                                           "(a writer that does not take the lock?)",
+                                           journal_.path(), asked->trial.number));
+    }
+  }
+  rebuild();
+  return asked;
+}
+
+bool StudyJournal::reported(int64_t number, int64_t step) const { return trial(number).intermediate.count(step) > 0; }
+
+bool StudyJournal::report(int64_t number, int64_t step, double value) {
+  const int64_t id = trial(number).trial_id;
+  journal_.transaction([&](JournalBatch& batch) { batch.set_trial_intermediate_value(id, step, value); });
+  rebuild();
+  const auto local = local_of_.find(number);
+  if (local == local_of_.end() || study_.trials()[static_cast<size_t>(local->second)].state != TrialState::Running) {
+    return false;
+  }
+  return study_.report(local->second, step, value);
+}
+
+void StudyJournal::finish(int64_t number, OptunaTrialState state, double value, const std::string& uncounted) {
+  const int64_t id = trial(number).trial_id;
+  journal_.transaction([&](JournalBatch& batch) {
+    if (!uncounted.empty()) {
+      batch.set_trial_system_attr(id, kUncountedAttr, json_text(uncounted));
+      batch.set_trial_state_values(id, OptunaTrialState::Fail, {});
+    } else if (state == OptunaTrialState::Complete && std::isfinite(value)) {
+      batch.set_trial_state_values(id, OptunaTrialState::Complete, {value});
+    } else {
+      // Optuna's own rule: a NaN or infinite objective fails the trial, its value left null.
+      batch.set_trial_state_values(id, state == OptunaTrialState::Complete ? OptunaTrialState::Fail : state, {});
+    }
+  });
+  rebuild();
+}
+
+std::vector<TrialRecord> StudyJournal::records() {
+  std::vector<TrialRecord> out;
+  for (const JournalTrial* t : journal_.trials_of(study_id_)) {
+    if (t->state == OptunaTrialState::Running || t->state == OptunaTrialState::Waiting) continue;
+    if (t->system_attrs.count(kUncountedAttr)) continue;
+    auto trial = to_trial(*t);
+    if (!trial) continue;
+    TrialRecord r{*trial, 0, string_attr(t->user_attrs, kDirAttr).value_or("")};
+    const auto start = epoch_seconds(t->datetime_start), end = epoch_seconds(t->datetime_complete);
+    if (start && end) r.seconds = *end - *start;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void StudyJournal::import(const std::vector<TrialRecord>& records) {
+  journal_.transaction([&](JournalBatch& batch) {
+    int64_t id = journal_.next_trial_id();
+    for (const auto& r : records) {
+      std::map<std::string, double> params;
+      std::map<std::string, std::string> dists;
+      for (const auto& p : space_.params()) {
+        params[p.name] = optuna_internal(p, r.trial.params.at(p.name));
+        dists[p.name] = optuna_distribution(p);
+      }
+      batch.create_trial(study_id_, params, dists, {{kDirAttr, json_text(r.dir)}});
+      for (const auto& [step, v] : r.trial.intermediate) batch.set_trial_intermediate_value(id, step, v);
+      const OptunaTrialState state = r.trial.state == TrialState::Complete ? OptunaTrialState::Complete
+                                     : r.trial.state == TrialState::Pruned ? OptunaTrialState::Pruned
+                                                                           : OptunaTrialState::Fail;
+      batch.set_trial_state_values(id, state, state == OptunaTrialState::Complete ? std::vector<double>{r.trial.value}
+                                                                                  : std::vector<double>{});
+      ++id;
+    }
+  });
+  rebuild();
+}
+
+}  // namespace trainkit::app
