@@ -219,9 +219,12 @@ TEST_CASE("trainkit train: EMA, SWA and best-k files equal their oracles from th
     std::vector<std::string> expected;
     for (size_t i = 0; i < 2; ++i) {
       const nlohmann::json& row = ranked[i].second;
-      expected.push_back(fmt::format("epoch={}-step={}.pt", row["epoch"].get<int64_t>(), row["step"].get<int64_t>()));
+      const std::string stem = fmt::format("epoch={}-step={}", row["epoch"].get<int64_t>(), row["step"].get<int64_t>());
+      expected.push_back(stem + ".pt");
+      expected.push_back(stem + ".safetensors");  // checkpoint.export's default, deleted with its .pt
     }
     expected.emplace_back("last.pt");
+    expected.emplace_back("last.safetensors");
     std::sort(expected.begin(), expected.end());
     std::vector<std::string> files;
     for (const auto& entry : fs::directory_iterator(fs::path(dir) / "best")) {
@@ -235,8 +238,14 @@ TEST_CASE("trainkit train: EMA, SWA and best-k files equal their oracles from th
                             fmt::format("epoch={}-step={}.pt", ranked[i].second["epoch"].get<int64_t>(), step);
       INFO(file);
       CHECK(bitwise_equal(weights_file(run, file), raw.at(step)));
+      io::load_safetensors(*run.model, fs::path(file).replace_extension(".safetensors").string(),
+                           io::LoadOptions().strict(true));
+      CHECK(bitwise_equal(copy_of(*run.model), raw.at(step)));
     }
     CHECK(bitwise_equal(weights_file(run, fs::path(dir) / "best" / "last.pt"), raw.at(16)));
+    io::load_safetensors(*run.model, (fs::path(dir) / "best" / "last.safetensors").string(),
+                         io::LoadOptions().strict(true));
+    CHECK(bitwise_equal(copy_of(*run.model), raw.at(16)));
   }
   SECTION("the raw weights are bitwise those of the same run without EMA and SWA") {
     const app::TrainJobResult plain = train_job(tmp, "plain", kAveragingConfig);

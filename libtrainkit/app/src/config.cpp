@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "trainkit/app/toml_args.h"
+#include "trainkit/io/export.h"
 #include "trainkit/nn/init.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/train/metric.h"
@@ -166,10 +167,10 @@ const std::vector<Section>& plain_sections() {
         .bind(TRAINKIT_KEY(checkpoint, keep_last), rule::integer(1), "Checkpoints kept; older ones are deleted")
         .include(train::ModelCheckpointOptions::binding(), [](auto& c) -> auto& { return c.checkpoint.best; })
         .bind("export", [](auto& c) -> auto& { return c.checkpoint.export_formats; },
-              rule::distinct_of({"safetensors", "state_dict"}),
-              "Interchange copies of the final weights (<run>/model.*) and of the EMA and SWA weights (ema.*, swa.*) "
-              "that Python reads: safetensors (.safetensors) and torch.save state_dicts (.pth, torch.load with "
-              "weights_only=True)")});
+              rule::distinct_of(io::export_formats()),
+              "Interchange copies of the final weights (<run>/model.*), of the EMA and SWA weights (ema.*, swa.*) "
+              "and of every best/ file that Python reads: safetensors (.safetensors) and torch.save state_dicts "
+              "(.pth, torch.load with weights_only=True)")});
     s.push_back({"early_stopping", OptionBinding<Config>()
         .bind(TRAINKIT_KEY(early_stopping, enabled), rule::boolean(), "Stop when early_stopping.monitor stops improving")
         .include(train::EarlyStoppingOptions::binding(), [](auto& c) -> auto& { return c.early_stopping.options; })});

@@ -11,8 +11,7 @@
 
 #include "trainkit/compat.h"
 #include "trainkit/data/transforms.h"
-#include "trainkit/io/safetensors.h"
-#include "trainkit/io/torch_save.h"
+#include "trainkit/io/export.h"
 #include "trainkit/log/metrics.h"
 #include "trainkit/train/checkpoint.h"
 #include "trainkit/train/summary.h"
@@ -91,18 +90,6 @@ RunPlan plan_run(const TrainJobOptions& options) {
   return plan;
 }
 
-/// The interchange copies of `model`'s weights in `dir`: <stem>.safetensors and/or <stem>.pth (torch.save).
-void export_weights(const torch::nn::Module& model, const std::string& dir, const std::string& stem,
-                    const std::vector<std::string>& formats) {
-  for (const std::string& format : formats) {
-    if (format == "safetensors") {
-      io::save_safetensors((fs::path(dir) / (stem + ".safetensors")).string(), model, {{"format", "pt"}});
-    } else if (format == "state_dict") {
-      io::save_pt((fs::path(dir) / (stem + ".pth")).string(), model);
-    }
-  }
-}
-
 }  // namespace
 
 TrainJobResult run_train_job(const TrainJobOptions& options) {
@@ -170,11 +157,11 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     spdlog::info("{} weights: test loss {:.4f}{}", what, r.loss, text);
     if (run.main_rank() && !plan.dir.empty()) {
       train::save_weights(*run.model, (fs::path(plan.dir) / fmt::format("{}.pt", what)).string());
-      export_weights(*run.model, plan.dir, what, config.checkpoint.export_formats);
+      io::export_weights(*run.model, plan.dir, what, config.checkpoint.export_formats);
     }
   };
   if (run.main_rank() && !plan.dir.empty()) {
-    export_weights(*run.model, plan.dir, "model", config.checkpoint.export_formats);  // the raw final weights
+    io::export_weights(*run.model, plan.dir, "model", config.checkpoint.export_formats);  // the raw final weights
   }
   if (run.ema) {
     report_averaged("ema", run.ema->ema().values(), false);

@@ -298,7 +298,9 @@ void attach_hooks(Run& run, const Config& config, const RunOptions& options, con
   if (config.checkpoint.best.save_top_k() != 0 && !options.dir().empty() && run.main_rank()) {
     check_monitor("checkpoint.monitor", config.checkpoint.best.monitor());
     run.trainer->add_callback(std::make_shared<train::ModelCheckpoint>(
-        train::ModelCheckpointOptions(config.checkpoint.best).dir((std::filesystem::path(options.dir()) / "best").string())));
+        train::ModelCheckpointOptions(config.checkpoint.best)
+            .dir((std::filesystem::path(options.dir()) / "best").string())
+            .export_formats(config.checkpoint.export_formats)));
   }
 }
 

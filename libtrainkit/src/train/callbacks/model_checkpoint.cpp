@@ -1,4 +1,5 @@
 #include "trainkit/train/callbacks/model_checkpoint.h"
+#include "trainkit/io/export.h"
 
 #include <cmath>
 #include <filesystem>
@@ -86,15 +87,21 @@ bool ModelCheckpoint::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
   if (saved || options_.save_last()) {
     fs::create_directories(options_.dir());
   }
+  const auto stem = [](const std::string& file) { return fs::path(file).stem().string(); };
   if (saved) {
     save_weights(trainer.module(), (fs::path(options_.dir()) / name).string());
+    io::export_weights(trainer.module(), options_.dir(), stem(name), options_.export_formats());
   }
   if (!deleted.empty()) {
     std::error_code ec;
     fs::remove(fs::path(options_.dir()) / deleted, ec);
+    for (const std::string& copy : io::export_paths(options_.dir(), stem(deleted), options_.export_formats())) {
+      fs::remove(copy, ec);
+    }
   }
   if (options_.save_last()) {
     save_weights(trainer.module(), (fs::path(options_.dir()) / "last.pt").string());
+    io::export_weights(trainer.module(), options_.dir(), "last", options_.export_formats());
   }
   return false;
 }

@@ -31,6 +31,9 @@ struct ModelCheckpointOptions {
   TORCH_ARG(int64_t, save_top_k) = 1;
   /// Also write "last.pt" at every epoch end.
   TORCH_ARG(bool, save_last) = false;
+  /// Beside every file written, interchange copies of the same weights (io::export_weights: "safetensors",
+  /// "state_dict"), deleted with it.
+  TORCH_ARG(std::vector<std::string>, export_formats) = {};
 
  public:
   /// The options by key, with their rules and help (`trainkit train`'s [checkpoint]; `dir` is the run's).
