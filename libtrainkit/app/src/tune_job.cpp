@@ -140,13 +140,13 @@ class TrialRunner {
 
   size_t size() const { return running_.size(); }
 
-  /// Starts trial `t` in `dir` (unique in the study: the journal numbers trials for all workers).
-  void start(const Trial& t, const std::string& dir) {
+  /// Starts trial `t` in `dir` (unique in the study: the journal numbers trials for all workers) with
+  /// `overrides` (the study's --set, then the trial's parameters: what the journal records for it).
+  void start(const Trial& t, const std::string& dir, const std::vector<std::string>& overrides) {
     fs::remove_all(out_ / dir);  // an unfinished directory is what an interrupted run left behind
     fs::create_directories(out_ / dir);
     std::vector<std::string> args = {exe_, "train", "--config", o_.config_path, "--out", (out_ / dir).string()};
-    for (const auto& s : o_.overrides) args.insert(args.end(), {"--set", s});
-    for (const auto& s : param_overrides(t.params)) args.insert(args.end(), {"--set", s});
+    for (const auto& s : overrides) args.insert(args.end(), {"--set", s});
     Subprocess process(
         SubprocessOptions().argv(args).log_file((out_ / dir / "train.log").string()).parent_death_signal(SIGTERM));
     spdlog::info("tune: trial {} started:{}", t.number, shown_overrides(t.params, " "));
@@ -270,7 +270,7 @@ TuneJobResult run_tune_job(const TuneJobOptions& o) {
         full = true;
         break;
       }
-      runner.start(asked->trial, asked->dir);
+      runner.start(asked->trial, asked->dir, trial_overrides(asked->trial));
     }
     if (runner.size() == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -264,7 +264,7 @@ int launch(const LaunchOptions& options) {
                  static_cast<long long>(restart + 1), static_cast<long long>(options.max_restarts()),
                  attempt.failed_rank, attempt.failed_status.to_string().c_str());
     std::fflush(stderr);
-    // The old rendezvous port is released when rank 0's store closed; wait for it as torchrun's agent does.
+    // The next start binds the same rendezvous port: wait (up to 10 s) until rank 0's old store has let it go.
     for (int i = 0; i < 100 && !port_is_free(port); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
