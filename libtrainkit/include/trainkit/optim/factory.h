@@ -165,7 +165,7 @@ class OptimizerBinding {
       options_.bind(std::move(key), field, rule::number_pair(range), std::move(doc));
     } else if constexpr (std::is_same_v<T, std::optional<double>>) {
       ValueRule<double> number = rule::number(range);
-      options_.bind(std::move(key), [field](auto& o) -> auto& { return field(o); },
+      options_.bind(std::move(key), field,
                     ValueRule<std::optional<double>>{
                         number.type, number.expected,
                         [parse = number.parse](const ArgValue& v) -> std::optional<std::optional<double>> {
