@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
         torch::manual_seed(static_cast<uint64_t>(config.train.seed) * 1000003 + static_cast<uint64_t>(step));  // same dropout masks
         run->setup.model->train();
         run->setup.optimizer->zero_grad();
-        const auto loss = torch::nn::functional::cross_entropy(run->setup.model->forward(batch.input()), batch.target());
+        const auto loss = torch::nn::functional::cross_entropy(run->setup.forward(batch), batch.target());
         loss.backward();
         const auto start = Clock::now();
         run->setup.optimizer->step();

@@ -1,8 +1,10 @@
-// custom_data: trainkit inside your own LibTorch project. Your CSV file becomes your own
-// torch::data Dataset (features standardized with the training split's statistics), a torch::data loader
-// feeds trainkit through data::from_torch_data, and your own MLP is trained by the LR finder's suggestion,
-// the Trainer, a 1cycle schedule and the MSE/MAE metrics. The validation MSE is printed next to the
-// data's noise variance, the error no model can beat. `--recipe` runs README's short version instead.
+// custom_data: your own data set and module in trainkit's training job. Your CSV file becomes your own
+// torch::data Dataset (features standardized with the training split's statistics), whose torch::data
+// loader reaches trainkit through data::from_torch_data inside a data provider; your own MLP comes from a
+// model provider with the MSE loss. With both in the catalog, the LR finder's job suggests the peak LR and
+// trainkit train's job trains with a 1cycle schedule and the MSE/MAE metrics ([configs/custom_data.toml]);
+// the validation MSE is printed next to the data's noise variance, the error no model can beat. `--recipe`
+// runs README's short version (the library without the app layer) instead.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,10 +22,11 @@
 
 #include "recipe.h"
 #include "trainkit/app/cli.h"
+#include "trainkit/app/jobs.h"
 #include "trainkit/app/main.h"
+#include "trainkit/app/providers.h"
 #include "trainkit/data.h"
-#include "trainkit/log.h"
-#include "trainkit/sched.h"
+#include "trainkit/options.h"
 #include "trainkit/train.h"
 #include "trainkit/tune.h"
 
@@ -179,52 +182,133 @@ struct RegressorImpl : torch::nn::Module {
 };
 TORCH_MODULE(Regressor);
 
-/// Prints one table row every `every` epochs (and the last), and writes every epoch to `metrics`.
-class EpochTable : public tk::train::Callback {
- public:
-  EpochTable(int64_t every, int64_t epochs, std::shared_ptr<tk::log::MetricsWriter> metrics)
-      : every_(every), epochs_(epochs), metrics_(std::move(metrics)) {}
-  void on_train_begin(tk::train::Trainer&) override { start_ = Clock::now(); }
-  bool on_epoch_end(tk::train::Trainer& trainer, const tk::train::EpochEvent& e) override {
-    const double lr = trainer.optimizer().param_groups().front().options().get_lr();
-    const auto& val = e.val.value();
-    if (metrics_) {
-      tk::log::MetricRow row;
-      row.kind = "epoch";
-      row.step = e.step;
-      row.epoch = e.epoch;
-      row.loss = e.train_loss;
-      row.lr = lr;
-      row.val_loss = val.loss;
-      row.val_metrics = {{"mse", val.metric("mse")}, {"mae", val.metric("mae")}};
-      metrics_->write(row);
-    }
-    if ((e.epoch + 1) % every_ == 0 || e.epoch + 1 == epochs_) {
-      fmt::print("{:>6} {:>10.2e} {:>10.4f} {:>10.4f} {:>10.4f} {:>8.2f}\n", e.epoch + 1, lr, e.train_loss,
-                 val.metric("mse"), val.metric("mae"), seconds_since(start_));
-    }
-    return false;
+/// A training/validation split of the table's rows: a permutation drawn from `seed`, the first `n_val`
+/// rows of it held out; the last column is the target.
+struct Split {
+  at::Tensor train_x, train_y, val_x, val_y;
+};
+
+Split split_rows(const CsvTable& table, int64_t n_val, uint64_t seed) {
+  const int64_t n = table.values.size(0);
+  const int64_t features = table.values.size(1) - 1;
+  at::Tensor order;
+  {
+    tk::data::ScopedSeed seeded(seed);
+    order = torch::randperm(n);
   }
+  const at::Tensor train_rows = table.values.index_select(0, order.slice(0, n_val));
+  const at::Tensor val_rows = table.values.index_select(0, order.slice(0, 0, n_val));
+  return {train_rows.slice(1, 0, features), train_rows.slice(1, features), val_rows.slice(1, 0, features),
+          val_rows.slice(1, features)};
+}
+
+/// A torch::data loader that the BatchSource owns.
+template <class Loader>
+class OwnedTorchData : public tk::data::BatchSource {
+ public:
+  OwnedTorchData(std::unique_ptr<Loader> loader, tk::data::TorchDataOptions options)
+      : loader_(std::move(loader)), source_(tk::data::from_torch_data(*loader_, options)) {}
+  void set_epoch(int64_t epoch) override { source_.set_epoch(epoch); }
+  std::optional<tk::data::Batch> next() override { return source_.next(); }
+  int64_t num_batches() const override { return source_.num_batches(); }
 
  private:
-  int64_t every_;
-  int64_t epochs_;
-  std::shared_ptr<tk::log::MetricsWriter> metrics_;
-  Clock::time_point start_;
+  std::unique_ptr<Loader> loader_;
+  decltype(tk::data::from_torch_data(std::declval<Loader&>(), tk::data::TorchDataOptions())) source_;
+};
+
+template <class Loader>
+std::unique_ptr<tk::data::BatchSource> own(std::unique_ptr<Loader> loader, tk::data::TorchDataOptions options = {}) {
+  return std::make_unique<OwnedTorchData<Loader>>(std::move(loader), options);
+}
+
+/// The CSV data set's own `[data]` key.
+struct CsvOptions {
+  TORCH_ARG(std::string, file) = "";
+ public:
+  static const tk::OptionBinding<CsvOptions>& binding() {
+    static const auto b = tk::OptionBinding<CsvOptions>().bind(
+        TRAINKIT_OPTION(file), tk::rule::text(),
+        "The numeric CSV file: a header, then rows; the last column is the target; '#' lines are comments");
+    return b;
+  }
+};
+
+/// data.dataset = "csv": data.val_size rows held out (a permutation drawn from train.seed), both splits
+/// standardized with the training rows' statistics, read through your own torch::data Dataset. The held-out
+/// rows are the validation and the test set.
+class CsvData : public tk::app::DataProvider {
+ public:
+  std::vector<std::string> datasets() const override { return {"csv"}; }
+  std::vector<tk::app::ConfigKeys> keys() const override {
+    return {tk::app::ConfigKeys::of("data", CsvOptions::binding(), "data.dataset = \"csv\"")};
+  }
+  tk::app::RunData load(const tk::app::DataRequest& request) const override {
+    const tk::app::Config& c = request.config;
+    const std::string file = tk::app::read_extra(c, "data", CsvOptions::binding()).file();
+    const CsvTable table = read_csv(file);
+    const int64_t n = table.values.size(0);
+    const int64_t n_val = c.data.val_size;
+    if (n_val < 1 || n - n_val < 1) {
+      throw tk::app::ConfigError(fmt::format("{}: data.val_size = {}: {} has {} rows; hold out between 1 and {}",
+                                             request.source, n_val, file, n, n - 1));
+    }
+    const Split split = split_rows(table, n_val, static_cast<uint64_t>(c.train.seed));
+    const Standardizer scale(split.train_x);
+    const auto loader = [&](const at::Tensor& x, const at::Tensor& y, bool train) {
+      const int64_t rows = x.size(0);
+      const int64_t batch = train ? c.train.batch_size : c.train.eval_batch_size;
+      auto dataset = RegressionRows(x, y, scale).map(torch::data::transforms::Stack<>());
+      auto options = tk::data::TorchDataOptions().num_batches((rows + batch - 1) / batch);
+      std::unique_ptr<tk::data::BatchSource> host =
+          train ? own(torch::data::make_data_loader(std::move(dataset), torch::data::samplers::RandomSampler(rows),
+                                                    torch::data::DataLoaderOptions().batch_size(batch)),
+                      options.seed(static_cast<uint64_t>(c.train.seed)))
+                : own(torch::data::make_data_loader(std::move(dataset),
+                                                    torch::data::samplers::SequentialSampler(rows),
+                                                    torch::data::DataLoaderOptions().batch_size(batch)),
+                      options);
+      return std::make_unique<tk::data::DeviceSource>(std::shared_ptr<tk::data::BatchSource>(std::move(host)),
+                                                      request.device);
+    };
+    tk::app::RunData run;
+    run.train = loader(split.train_x, split.train_y, true);
+    run.val = loader(split.val_x, split.val_y, false);
+    run.test = loader(split.val_x, split.val_y, false);
+    run.train_examples = n - n_val;
+    run.val_examples = n_val;
+    run.test_examples = n_val;
+    run.info.sample_shape = {split.train_x.size(1)};
+    return run;
+  }
+};
+
+/// model.name = "regressor": your MLP (model.hidden wide), trained with the MSE loss.
+class RegressorModel : public tk::app::ModelProvider {
+ public:
+  std::vector<std::string> models() const override { return {"regressor"}; }
+  tk::app::ModelParts build(const tk::app::Config& config, const tk::app::DataInfo& data,
+                            const std::string& source) const override {
+    if (data.sample_shape.size() != 1) {
+      throw tk::app::ConfigError(fmt::format("{}: model.name = \"regressor\" takes feature rows; data.dataset = "
+                                             "\"{}\" gives other inputs",
+                                             source, config.data.dataset));
+    }
+    Regressor model(data.sample_shape[0], config.model.hidden);
+    return {model.ptr(), [model](const tk::data::Batch& b) mutable { return model->forward(b.input()); },
+            tk::train::mse_loss()};
+  }
 };
 
 struct Options {
+  std::string config = std::string(TRAINKIT_SOURCE_DIR) + "/configs/custom_data.toml";
+  std::vector<std::string> sets;
   std::string csv = std::string(TRAINKIT_SOURCE_DIR) + "/tests/fixtures/regression.csv";
   int64_t epochs = 60;
-  int64_t batch_size = 32;
-  int64_t hidden = 64;
   double val_fraction = 0.2;
-  uint64_t seed = 0;
   double lr = 0;
   std::string suggestion = "valley";
   int64_t finder_iters = 100;
-  int threads = 1;
-  int64_t print_every = 0;
   std::string out;
   bool recipe = false;
   double max_val_mse = 0;
@@ -249,128 +333,65 @@ int check_bound(double mse, double bound) {
 }
 
 int run(const Options& o) {
-  torch::set_num_threads(o.threads);
-  torch::manual_seed(o.seed);
-  const CsvTable table = read_csv(o.csv);
+  const CsvTable table = read_csv(o.csv);  // for its size and noise level; the provider reads it again
   const int64_t n = table.values.size(0);
-  const int64_t features = table.values.size(1) - 1;
   const auto n_val = static_cast<int64_t>(std::llround(static_cast<double>(n) * o.val_fraction));
   if (n_val < 1 || n - n_val < 1) {
     throw tk::data::DataError(fmt::format("{}: {} rows cannot be split into training and validation rows with "
                                           "--val-fraction {}",
                                           o.csv, n, o.val_fraction));
   }
-  at::Tensor order;
-  {
-    tk::data::ScopedSeed seeded(o.seed);
-    order = torch::randperm(n);
-  }
-  const at::Tensor train_rows = table.values.index_select(0, order.slice(0, n_val));
-  const at::Tensor val_rows = table.values.index_select(0, order.slice(0, 0, n_val));
-  const at::Tensor train_x = train_rows.slice(1, 0, features), train_y = train_rows.slice(1, features);
-  const at::Tensor val_x = val_rows.slice(1, 0, features), val_y = val_rows.slice(1, features);
-  const Standardizer scale(train_x);
-  const double mean_baseline = (val_y - train_y.mean()).square().mean().item<double>();
+  const tk::app::Catalog catalog =
+      tk::app::Catalog::builtin().add(std::make_shared<CsvData>()).add(std::make_shared<RegressorModel>());
+  std::vector<std::string> overrides = {"data.file=" + o.csv, fmt::format("data.val_size={}", n_val),
+                                        fmt::format("train.epochs={}", o.epochs)};
+  overrides.insert(overrides.end(), o.sets.begin(), o.sets.end());
+  const tk::app::Config config = tk::app::load_config(o.config, overrides, catalog.extensions());
+  torch::set_num_threads(static_cast<int>(std::max<int64_t>(config.train.threads, 1)));
 
+  const Split split = split_rows(table, n_val, static_cast<uint64_t>(config.train.seed));
+  const double mean_baseline = (split.val_y - split.train_y.mean()).square().mean().item<double>();
   fmt::print("data     {}: {} rows, {} features -> target \"{}\"; {} training / {} validation rows (seed {})\n",
-             o.csv, n, features, table.columns.back(), n - n_val, n_val, o.seed);
+             o.csv, n, split.train_x.size(1), table.columns.back(), n - n_val, n_val, config.train.seed);
   fmt::print("baseline predicting the training mean: val MSE {:.4f}; irreducible error: {}\n", mean_baseline,
              table.noise_sigma ? fmt::format("sigma^2 = {:.4f}", *table.noise_sigma * *table.noise_sigma)
                                : std::string("unknown (no noise_sigma comment in the file)"));
 
   const auto start = Clock::now();
   if (o.recipe) {
-    const double mse = fit_regression(scale(train_x), train_y, scale(val_x), val_y, o.epochs);
+    torch::manual_seed(static_cast<uint64_t>(config.train.seed));
+    const Standardizer scale(split.train_x);
+    const double mse = fit_regression(scale(split.train_x), split.train_y, scale(split.val_x), split.val_y, o.epochs);
     fmt::print("README recipe, {} epochs: final val MSE {:.4f} {}; {:.1f} s\n", o.epochs, mse,
                against_noise(mse, table.noise_sigma), seconds_since(start));
     return check_bound(mse, o.max_val_mse);
   }
 
-  // Your data through torch::data, handed to trainkit as a BatchSource.
-  auto train_loader = torch::data::make_data_loader(
-      RegressionRows(train_x, train_y, scale).map(torch::data::transforms::Stack<>()),
-      torch::data::samplers::RandomSampler(n - n_val), torch::data::DataLoaderOptions().batch_size(o.batch_size));
-  auto val_loader = torch::data::make_data_loader(
-      RegressionRows(val_x, val_y, scale).map(torch::data::transforms::Stack<>()),
-      torch::data::samplers::SequentialSampler(n_val), torch::data::DataLoaderOptions().batch_size(256));
-  const int64_t steps_per_epoch = (n - n_val + o.batch_size - 1) / o.batch_size;
-  auto train = tk::data::from_torch_data(*train_loader,
-                                         tk::data::TorchDataOptions().seed(o.seed).num_batches(steps_per_epoch));
-  auto val = tk::data::from_torch_data(*val_loader);
-
-  // Your module, with a forward over trainkit's Batch (any number of inputs would fit here).
-  Regressor model(features, o.hidden);
-  tk::train::ForwardFn forward = [model](const tk::data::Batch& b) mutable { return model->forward(b.input()); };
-  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
-
+  const std::string out = o.out.empty() ? fmt::format("runs/custom_data-{}", std::time(nullptr)) : o.out;
   double lr = o.lr;
-  std::optional<tk::tune::LRFinderResult> curve;
-  std::vector<tk::tune::Suggestion> suggestions;
   if (lr <= 0) {
-    const auto finder_start = Clock::now();
-    tk::tune::LRFinder finder(model.ptr(), forward, optimizer, tk::train::mse_loss());
-    curve = finder.range_test(train, nullptr, tk::tune::LRFinderOptions().num_iter(o.finder_iters));
-    std::string why_valley, why_steepest;
-    const auto valley = tk::tune::suggest_valley(*curve, &why_valley);
-    const auto steepest = tk::tune::suggest_steepest(*curve, &why_steepest);
-    for (const auto& s : {valley, steepest}) {
-      if (s) {
-        suggestions.push_back(*s);
-      }
-    }
-    const auto& chosen = o.suggestion == "valley" ? valley : steepest;
-    if (!chosen) {
-      throw std::runtime_error(fmt::format("the LR finder gave no {} suggestion: {} (pass --lr)", o.suggestion,
-                                           o.suggestion == "valley" ? why_valley : why_steepest));
+    // The LR range test's job on the same data and model (it restores both after); lr_find.csv/.svg in out.
+    tk::app::LrFindJobOptions finder;
+    finder.out_dir = out;
+    finder.finder.num_iter(o.finder_iters);
+    const auto found = tk::app::run_lr_find_job(config, o.config, finder, catalog);
+    const auto chosen = std::find_if(found.suggestions.begin(), found.suggestions.end(),
+                                     [&](const tk::tune::Suggestion& s) { return s.method == o.suggestion; });
+    if (chosen == found.suggestions.end()) {
+      throw std::runtime_error(fmt::format("the LR finder gave no {} suggestion (pass --lr)", o.suggestion));
     }
     lr = chosen->lr;
-    fmt::print("lr find  {} steps{} in {:.2f} s: valley {}, steepest {} -> OneCycleLR max_lr {:.2e} ({})\n",
-               curve->lrs.size(), curve->diverged ? " (stopped: diverged)" : "", seconds_since(finder_start),
-               valley ? fmt::format("{:.2e}", valley->lr) : "none",
-               steepest ? fmt::format("{:.2e}", steepest->lr) : "none", lr, o.suggestion);
+    fmt::print("lr find  {} steps{} -> OneCycleLR max_lr {:.2e} ({})\n", found.curve.lrs.size(),
+               found.curve.diverged ? " (stopped: diverged)" : "", lr, o.suggestion);
   } else {
     fmt::print("lr       {:.2e} (--lr; LR finder skipped)\n", lr);
   }
-
-  std::shared_ptr<tk::log::MetricsWriter> metrics;
-  if (!o.out.empty()) {
-    std::filesystem::create_directories(o.out);
-    metrics = std::make_shared<tk::log::MetricsWriter>(o.out, false, std::vector<std::string>{"mse", "mae"});
-    if (curve) {
-      tk::tune::write_lr_finder_csv(*curve, o.out + "/lr_find.csv");
-      tk::tune::write_lr_finder_svg(*curve, suggestions, o.out + "/lr_find.svg", "custom_data: LR range test");
-    }
-  }
-
-  tk::train::Trainer trainer(model.ptr(), forward, optimizer, tk::train::TrainerOptions().epochs(o.epochs));
-  trainer.set_loss(tk::train::mse_loss());
-  trainer.set_metrics({tk::train::mean_squared_error(), tk::train::mean_absolute_error()});
-  trainer.set_scheduler(std::make_shared<tk::sched::OneCycleLR>(
-                            optimizer, tk::sched::OneCycleLROptions({lr}).epochs(o.epochs).steps_per_epoch(
-                                           steps_per_epoch)),
-                        /*per_step=*/true);
-  const int64_t every = o.print_every > 0 ? o.print_every : std::max<int64_t>(1, o.epochs / 10);
-  trainer.add_callback(std::make_shared<EpochTable>(every, o.epochs, metrics));
-
-  const auto untrained = trainer.evaluate(val);
-  fmt::print("\n{:>6} {:>10} {:>10} {:>10} {:>10} {:>8}\n", "epoch", "lr", "train mse", "val mse", "val mae",
-             "seconds");
-  fmt::print("{:>6} {:>10} {:>10} {:>10.4f} {:>10.4f} {:>8}\n", 0, "-", "-", untrained.metric("mse"),
-             untrained.metric("mae"), "-");
-  const auto train_start = Clock::now();
-  trainer.fit(train, &val);
-  const double train_seconds = seconds_since(train_start);
-  const auto final_result = trainer.evaluate(val);
-  const double mse = final_result.metric("mse");
+  overrides.push_back(fmt::format("scheduler.max_lr={}", lr));
+  const tk::app::TrainJobResult result = tk::app::run_train_job({o.config, overrides, out, "", catalog});
+  const double mse = result.test_metrics.at("mse");
   fmt::print("\nfinal val MSE {:.4f} {}\n", mse, against_noise(mse, table.noise_sigma));
-  fmt::print("      untrained {:.4f}, training-mean baseline {:.4f}; {} epochs in {:.2f} s, {:.2f} s in all\n",
-             untrained.metric("mse"), mean_baseline, o.epochs, train_seconds, seconds_since(start));
-  if (metrics) {
-    metrics.reset();  // flush and close before drawing
-    tk::log::write_curves_svg(o.out + "/metrics.csv", o.out + "/curves.svg", "custom_data: " + o.csv);
-    fmt::print("wrote {0}/metrics.csv, {0}/metrics.jsonl, {0}/curves.svg{1}\n", o.out,
-               curve ? fmt::format(", {0}/lr_find.csv, {0}/lr_find.svg", o.out) : "");
-  }
+  fmt::print("      training-mean baseline {:.4f}; {} epochs, {:.2f} s in all; run directory {}\n", mean_baseline,
+             result.epochs, seconds_since(start), result.run_dir);
   return check_bound(mse, o.max_val_mse);
 }
 
@@ -378,31 +399,27 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   trainkit::app::Cli cli{
-      "Your own CSV data set and your own LibTorch module, trained with trainkit's LR finder, Trainer, "
-      "1cycle schedule and regression metrics; the validation MSE is compared with the data's noise "
-      "variance"};
+      "Your own CSV data set (your torch::data Dataset) and your own LibTorch module, as a data and a model "
+      "provider of trainkit's jobs: the LR finder's suggestion, then trainkit train with a 1cycle schedule and "
+      "regression metrics; the validation MSE is compared with the data's noise variance"};
   Options o;
+  cli.option("--config", o.config, "TOML config: trainkit train's sections (docs/config.md) and data.file")
+      .show_default();
+  cli.option("--set", o.sets, "Override a config key: section.key=value (repeatable)");
   cli.option("--csv", o.csv,
              "Numeric CSV: a header, then rows; the last column is the target; '#' lines are comments, "
-             "one may state noise_sigma=S")
+             "one may state noise_sigma=S (= data.file)")
       .show_default();
-  cli.option("--epochs", o.epochs, "Training epochs").show_default().range(1, 100000);
-  cli.option("--batch-size", o.batch_size, "Training batch size").show_default().range(1, 1 << 20);
-  cli.option("--hidden", o.hidden, "Width of the MLP's two hidden layers").show_default().range(1, 1 << 16);
-  cli.option("--val-fraction", o.val_fraction, "Fraction of the rows held out for validation").show_default()
+  cli.option("--epochs", o.epochs, "Training epochs (= train.epochs)").show_default().range(1, 100000);
+  cli.option("--val-fraction", o.val_fraction, "Fraction of the rows held out for validation (sets data.val_size)")
+      .show_default()
       .range(0.0, 1.0);
-  cli.option("--seed", o.seed, "Seed of the split, the initialization and the batch order").show_default();
   cli.option("--lr", o.lr, "Peak LR of the 1cycle schedule (0: the LR finder's suggestion)").show_default()
       .non_negative();
   cli.option("--suggestion", o.suggestion, "Which LR finder suggestion to train with").show_default()
       .one_of({"valley", "steepest"});
   cli.option("--finder-iters", o.finder_iters, "Steps of the LR range test").show_default().range(2, 100000);
-  cli.option("--threads", o.threads,
-             "Intra-op threads (ops of a small MLP on batches of 32 are too small to be worth splitting)")
-      .show_default()
-      .range(1, 1024);
-  cli.option("--print-every", o.print_every, "Print every N epochs (0: about ten rows)").show_default();
-  cli.option("--out", o.out, "Directory for metrics.csv/.jsonl, curves.svg and lr_find.csv/.svg (optional)");
+  cli.option("--out", o.out, "Run directory (trainkit train's files, lr_find.csv/.svg); default runs/custom_data-<time>");
   cli.flag("--recipe", o.recipe,
            "Run README's \"Using the library\" recipe (recipe.cpp) on the same split instead: its own "
            "model, batch size and LR finder; --epochs applies");

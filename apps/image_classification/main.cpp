@@ -146,7 +146,8 @@ int main(int argc, char** argv) {
     app::Run run = app::build_run(config, config_path, app::RunOptions().dir(out_dir).progress("lines"));
     train::Trainer& trainer = *run.trainer;
     const at::Tensor example = run.val_split.images.narrow(0, 0, 1).to(run.device);
-    fmt::print("{}\n", train::summary(run.model, example).to_string());
+    torch::nn::Sequential model(std::dynamic_pointer_cast<torch::nn::SequentialImpl>(run.model));  // an image model
+    fmt::print("{}\n", train::summary(model, example).to_string());
 
     auto trace = std::make_shared<LrTrace>();
     trainer.add_callback(trace);

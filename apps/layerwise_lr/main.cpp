@@ -21,11 +21,11 @@ struct Group {
 };
 
 /// Splits the CNN into conv1, conv2, ... (each convolution with its batch norm) and fc (the head).
-std::vector<Group> layer_groups(torch::nn::Sequential& model) {
+std::vector<Group> layer_groups(const torch::nn::Module& model) {
   std::vector<Group> groups;
   Group fc{"fc", {}};
   int conv = 0;
-  for (const auto& child : model->children()) {
+  for (const auto& child : model.children()) {
     auto params = child->parameters();
     if (child->as<torch::nn::Conv2d>() != nullptr) {
       groups.push_back({fmt::format("conv{}", ++conv), params});
@@ -69,7 +69,7 @@ double train(const trainkit::app::Config& config, const std::string& source, con
   // Same seed: same weights and data order. The run's data and model are used; the optimizer with one
   // param group per layer is built here, which is what this demo shows.
   trainkit::app::Run setup = trainkit::app::build_run(config, source);
-  auto groups = layer_groups(setup.model);
+  auto groups = layer_groups(*setup.model);
   if (!lrs.empty() && lrs.size() != groups.size()) {
     throw trainkit::app::ConfigError(fmt::format("--lrs: the model has {} layer groups, got {} learning rates",
                                                    groups.size(), lrs.size()));
@@ -88,7 +88,8 @@ double train(const trainkit::app::Config& config, const std::string& source, con
   }
   trainkit::optim::Sgd optimizer(param_groups, base);
   report->decay_epoch = decay_epoch;
-  trainkit::train::Trainer trainer(setup.model, optimizer, trainkit::train::TrainerOptions().epochs(config.trainer.epochs()));
+  trainkit::train::Trainer trainer(setup.model, setup.forward, optimizer,
+                                   trainkit::train::TrainerOptions().epochs(config.trainer.epochs()));
   trainer.add_callback(report);
   trainer.fit(*setup.train, setup.val.get());
   return trainer.evaluate(*setup.test).metric("accuracy");

@@ -147,7 +147,7 @@ TEST_CASE("build_run: data.dataset = \"cifar10\" trains on CIFAR-10's binary bat
         (trainkit::test::cifar_pixel(5, c, 7, 11) / 255.0 - data::kCifar10Mean[c]) / data::kCifar10Std[c];
     CHECK(run.train_split.images[5][c][7][11].item<double>() == Approx(expected).epsilon(1e-6));
   }
-  const at::Tensor logits = run.model->forward(run.train_split.images.narrow(0, 0, 4));
+  const at::Tensor logits = run.forward(data::Batch(run.train_split.images.narrow(0, 0, 4), run.train_split.labels.narrow(0, 0, 4)));
   CHECK(logits.sizes() == at::IntArrayRef({4, 10}));
 
   SECTION("normalized on the device: the same batches") {
@@ -161,11 +161,11 @@ TEST_CASE("build_run: data.dataset = \"cifar10\" trains on CIFAR-10's binary bat
     for (size_t i = 0; i < a.size(); ++i) {
       CHECK(torch::allclose(a[i].input(), b[i].input(), 0.0, 1e-5));
     }
-    CHECK(host.model->forward(a[0].input()).sizes() == at::IntArrayRef({10, 10}));  // 3x32x32 inputs
+    CHECK(host.forward(a[0]).sizes() == at::IntArrayRef({10, 10}));  // 3x32x32 inputs
   }
   SECTION("the CNN sizes itself to 3x32x32 images") {
     app::Run cnn = cifar_run({"model.name=\"cnn\"", "model.channels=[4, 8]", "model.hidden=8"});
-    CHECK(cnn.model->forward(cnn.val_split.images).sizes() == at::IntArrayRef({10, 10}));
+    CHECK(cnn.forward(data::Batch(cnn.val_split.images, cnn.val_split.labels)).sizes() == at::IntArrayRef({10, 10}));
   }
   SECTION("a missing batch file is named") {
     std::filesystem::remove(dir.path() / "data_batch_3.bin");

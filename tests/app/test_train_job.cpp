@@ -176,7 +176,7 @@ TEST_CASE("trainkit train: EMA, SWA and best-k files equal their oracles from th
       double loss_sum = 0;
       int64_t count = 0;
       while (const auto batch = run.val->next()) {
-        const at::Tensor logits = run.model->forward(batch->input());
+        const at::Tensor logits = run.forward(*batch);
         loss_sum += torch::nn::functional::cross_entropy(
                         logits, batch->target(), torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                         .item<double>();

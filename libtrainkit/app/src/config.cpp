@@ -220,12 +220,71 @@ const OptionField<Config>* find_key(const std::string& section, const std::strin
   return s == nullptr ? nullptr : s->keys.find(name);
 }
 
-/// The tables of a config file, in the order the effective config prints them.
-const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"data", "model", "optimizer", "train", "grad", "amp",
-                                                 "checkpoint", "early_stopping", "ema", "swa", "log",
-                                                 "profile", "distributed", "scheduler"};
+/// A program's key `section.name` (ConfigExtensions::keys), or null.
+const OptionField<ArgTable>* find_extra_key(const ConfigExtensions& extensions, const std::string& section,
+                                            const std::string& name) {
+  for (const auto& keys : extensions.keys) {
+    if (keys.section == section) {
+      if (const auto* field = keys.keys.find(name)) {
+        return field;
+      }
+    }
+  }
+  return nullptr;
+}
+
+/// Every key of `section`, the built-in ones first.
+std::vector<std::string> section_keys(const ConfigExtensions& extensions, const std::string& section) {
+  std::vector<std::string> out;
+  if (const Section* s = find_section(section)) {
+    out = s->keys.keys();
+  }
+  for (const auto& keys : extensions.keys) {
+    if (keys.section == section) {
+      const auto more = keys.keys.keys();
+      out.insert(out.end(), more.begin(), more.end());
+    }
+  }
+  return out;
+}
+
+/// The tables of a config file, in the order the effective config prints them: the built-in ones, a
+/// program's own sections, then [scheduler].
+std::vector<std::string> sections(const ConfigExtensions& extensions = {}) {
+  std::vector<std::string> names = {"data", "model", "optimizer", "train", "grad", "amp", "checkpoint",
+                                    "early_stopping", "ema", "swa", "log", "profile", "distributed"};
+  for (const auto& keys : extensions.keys) {
+    if (std::find(names.begin(), names.end(), keys.section) == names.end()) {
+      names.push_back(keys.section);
+    }
+  }
+  names.emplace_back("scheduler");
   return names;
+}
+
+/// The value a program adds to `section.key`'s choices (data.dataset, model.name), when `value` is one.
+bool is_extension_choice(const ConfigExtensions& extensions, const std::string& section, const std::string& key,
+                         const ArgValue& value) {
+  const auto* text = value.get_if<std::string>();
+  const auto& choices = section == "data" && key == "dataset" ? extensions.datasets
+                        : section == "model" && key == "name" ? extensions.models
+                                                              : std::vector<std::string>{};
+  return text != nullptr && std::find(choices.begin(), choices.end(), *text) != choices.end();
+}
+
+/// Every extension key with its default, by section; throws std::logic_error for a key defined twice.
+std::map<std::string, ArgTable> extension_defaults(const ConfigExtensions& extensions) {
+  std::map<std::string, ArgTable> out;
+  for (const auto& keys : extensions.keys) {
+    ArgTable& table = out[keys.section];
+    for (const auto& [key, value] : keys.defaults) {
+      if (find_arg(table, key) != nullptr || find_key(keys.section, key) != nullptr) {
+        throw std::logic_error(fmt::format("config key {}.{} is defined twice", keys.section, key));
+      }
+      table.emplace_back(key, value);
+    }
+  }
+  return out;
 }
 
 /// The table `section` of `root`, created when absent; `where` names the override in errors.
@@ -262,7 +321,8 @@ ArgTable canonical(ArgTable table) {
 }
 
 /// Applies one `--set section.key=value` to the document; remembers where the value came from.
-void apply_override(ArgTable& root, const std::string& text, std::map<std::string, Where>& origin) {
+void apply_override(ArgTable& root, const std::string& text, const ConfigExtensions& extensions,
+                    std::map<std::string, Where>& origin) {
   const Where where = fmt::format("--set {}", text);
   const auto eq = text.find('=');
   if (eq == std::string::npos) {
@@ -276,7 +336,7 @@ void apply_override(ArgTable& root, const std::string& text, std::map<std::strin
   const std::string section = path.substr(0, dot);
   const std::string name = path.substr(dot + 1);
   const bool open_table = section == "optimizer" || section == "scheduler";  // their readers know their keys
-  if (!open_table && find_key(section, name) == nullptr) {
+  if (!open_table && find_key(section, name) == nullptr && find_extra_key(extensions, section, name) == nullptr) {
     throw ConfigError(fmt::format("{}: unknown key '{}'", where, path));
   }
   set_arg(section_table(root, section, where), name, parse_toml_value(text.substr(eq + 1)));
@@ -285,11 +345,12 @@ void apply_override(ArgTable& root, const std::string& text, std::map<std::strin
 
 /// Reads the plain sections (everything but [optimizer] and [scheduler]) into `config`.
 void read_plain_sections(Config& config, const ArgTable& root, const std::string& source,
-                         const std::map<std::string, Where>& origin) {
+                         const ConfigExtensions& extensions, const std::map<std::string, Where>& origin) {
+  const std::vector<std::string> known = sections(extensions);
   for (const auto& [section, value] : root) {
-    if (std::find(sections().begin(), sections().end(), section) == sections().end()) {
+    if (std::find(known.begin(), known.end(), section) == known.end()) {
       throw ConfigError(fmt::format("{}: unknown table or key '{}' (line {}); known tables: [{}]", source, section,
-                                    value.line(), fmt::join(sections(), "], [")));
+                                    value.line(), fmt::join(known, "], [")));
     }
     const auto* table = value.get_if<ArgTable>();
     if (table == nullptr) {
@@ -300,20 +361,25 @@ void read_plain_sections(Config& config, const ArgTable& root, const std::string
     }
     for (const auto& [name, node] : *table) {
       const OptionField<Config>* key = find_key(section, name);
-      if (key == nullptr) {
+      const OptionField<ArgTable>* extra = key == nullptr ? find_extra_key(extensions, section, name) : nullptr;
+      if (key == nullptr && extra == nullptr) {
         throw ConfigError(fmt::format("{}: unknown key '{}.{}' (line {}); known keys in [{}]: {}", source, section,
-                                      name, node.line(), section, fmt::join(find_section(section)->keys.keys(), ", ")));
+                                      name, node.line(), section, fmt::join(section_keys(extensions, section), ", ")));
       }
       const auto it = origin.find(section + "." + name);
       const Where where = it != origin.end() ? it->second : fmt::format("{}: {}.{}", source, section, name);
+      if (key != nullptr && is_extension_choice(extensions, section, name, node)) {
+        (section == "data" ? config.data.dataset : config.model.name) = *node.get_if<std::string>();
+        continue;
+      }
       bool read = false;
       try {
-        read = key->read(node, config);
+        read = key != nullptr ? key->read(node, config) : extra->read(node, config.extra[section]);
       } catch (const std::invalid_argument& e) {  // a rule that says why (an unknown metric)
         throw ConfigError(fmt::format("{}: {}", where, e.what()));
       }
       if (!read) {
-        fail(where, key->expected, node);
+        fail(where, key != nullptr ? key->expected : extra->expected, node);
       }
     }
   }
@@ -333,15 +399,16 @@ Config::Config() {
 }
 
 Config parse_config(const std::string& toml_text, const std::string& source,
-                    const std::vector<std::string>& overrides) {
+                    const std::vector<std::string>& overrides, const ConfigExtensions& extensions) {
   try {
     ArgTable root = parse_toml(toml_text, source);
     std::map<std::string, Where> origin;
     for (const auto& o : overrides) {
-      apply_override(root, o, origin);
+      apply_override(root, o, extensions, origin);
     }
     Config config;
-    read_plain_sections(config, root, source, origin);
+    config.extra = extension_defaults(extensions);
+    read_plain_sections(config, root, source, extensions, origin);
     // An error about a key that a --set gave names that --set, not the file (the table merged both).
     const auto named = [&origin](const std::string& section, const std::string& where, const auto& parse) {
       try {
@@ -378,31 +445,39 @@ Config parse_config(const std::string& toml_text, const std::string& source,
   }
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   const ConfigExtensions& extensions) {
   std::ifstream in(path);
   if (!in) {
     throw ConfigError(fmt::format("{}: cannot read config file", path));
   }
   std::stringstream text;
   text << in.rdbuf();
-  return parse_config(text.str(), path, overrides);
+  return parse_config(text.str(), path, overrides, extensions);
 }
 
 std::string to_toml(const Config& config) {
+  ConfigExtensions own;  // the program's own sections, from the values held
+  for (const auto& [section, table] : config.extra) {
+    own.keys.push_back(ConfigKeys{section, "", {}, {}});
+  }
   std::string out;
-  for (const auto& section : sections()) {
-    std::string body;
+  for (const auto& section : sections(own)) {
+    ArgTable table;
     if (section == "optimizer") {
-      ArgTable table{{"name", ArgValue(config.optimizer.name)}};
+      table = {{"name", ArgValue(config.optimizer.name)}};
       for (auto& kv : optim::optimizer_args(config.optimizer)) {
         set_arg(table, kv.first, kv.second);
       }
-      body = to_toml_lines(table);
     } else if (section == "scheduler") {
-      body = to_toml_lines(config.scheduler_args);
-    } else {
-      body = to_toml_lines(options_table(find_section(section)->keys, config));
+      table = config.scheduler_args;
+    } else if (const Section* s = find_section(section)) {
+      table = options_table(s->keys, config);
     }
+    if (const auto extra = config.extra.find(section); extra != config.extra.end()) {
+      table.insert(table.end(), extra->second.begin(), extra->second.end());
+    }
+    const std::string body = to_toml_lines(table);
     if (!body.empty()) {
       out += fmt::format("{}[{}]\n{}", out.empty() ? "" : "\n", section, body);
     }
@@ -410,12 +485,12 @@ std::string to_toml(const Config& config) {
   return out;
 }
 
-std::string config_keys_markdown() {
+std::string config_keys_markdown(const ConfigExtensions& extensions) {
   const Config defaults;
   std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
   const auto row = [&out](const std::string& key, const std::string& type, const std::string& def,
                           const std::string& doc) { out += fmt::format("| `{}` | {} | {} | {} |\n", key, type, def, doc); };
-  for (const auto& section : sections()) {
+  for (const auto& section : sections(extensions)) {
     if (section == "optimizer") {
       row("optimizer.name", fmt::format("\"{}\"", fmt::join(optim::optimizer_names(), "\", \"")),
           fmt::format("`\"{}\"`", defaults.optimizer.name), "Optimizer (trainkit's own, fused CPU kernels; docs/optimizers.md)");
@@ -426,13 +501,40 @@ std::string config_keys_markdown() {
                 ? arg.doc
                 : fmt::format("{} (only {})", arg.doc, fmt::join(arg.optimizers, ", ")));
       }
-    } else if (section == "scheduler") {
+      continue;
+    }
+    if (section == "scheduler") {
       row("scheduler.*", "table", "none (constant LR)",
           "An LR scheduler: `type` (PyTorch's class name), its arguments by PyTorch's names, and `interval` = "
           "\"step\" or \"epoch\"; see docs/schedulers.md");
-    } else {
-      for (const auto& k : find_section(section)->keys.fields()) {
-        row(section + "." + k.key, k.type, fmt::format("`{}`", k.show(defaults)->to_string()), k.doc);
+      continue;
+    }
+    if (const Section* s = find_section(section)) {
+      for (const auto& k : s->keys.fields()) {
+        std::string type = k.type;
+        const auto& more = section == "data" && k.key == "dataset" ? extensions.datasets
+                           : section == "model" && k.key == "name" ? extensions.models
+                                                                   : std::vector<std::string>{};
+        std::vector<std::string> added;  // the program's own choices
+        for (const auto& choice : more) {
+          if (type.find(fmt::format("\"{}\"", choice)) == std::string::npos) {
+            added.push_back(fmt::format("\"{}\"", choice));
+          }
+        }
+        if (!added.empty()) {
+          type += fmt::format("; also {}", fmt::join(added, ", "));
+        }
+        row(section + "." + k.key, type, fmt::format("`{}`", k.show(defaults)->to_string()), k.doc);
+      }
+    }
+    for (const auto& keys : extensions.keys) {
+      if (keys.section != section) {
+        continue;
+      }
+      for (const auto& k : keys.keys.fields()) {
+        const auto value = k.show(keys.defaults);
+        row(section + "." + k.key, k.type, value ? fmt::format("`{}`", value->to_string()) : "unset",
+            keys.applies.empty() ? k.doc : fmt::format("{} (when {})", k.doc, keys.applies));
       }
     }
   }

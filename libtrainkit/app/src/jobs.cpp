@@ -94,7 +94,7 @@ RunPlan plan_run(const TrainJobOptions& options) {
 
 TrainJobResult run_train_job(const TrainJobOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
-  const Config config = load_config(options.config_path, options.overrides);
+  const Config config = load_config(options.config_path, options.overrides, options.catalog.extensions());
   const RunPlan plan = plan_run(options);
 
   // The checkpoint is read before the run is built, so that the metrics files know whether they continue
@@ -111,7 +111,8 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     }
   }
   Run run = build_run(config, options.config_path,
-                      RunOptions().dir(plan.dir).append_metrics(!resume_path.empty()).distributed(true));
+                      RunOptions().dir(plan.dir).append_metrics(!resume_path.empty()).distributed(true),
+                      options.catalog);
   train::Trainer& trainer = *run.trainer;
   if (!resume_path.empty()) {
     const auto mismatch = [&resume_path](const char* why) {
@@ -131,14 +132,18 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     train::write_file_atomic((fs::path(plan.dir) / "config.toml").string(), to_toml(config));
   }
 
-  run.test->set_epoch(0);  // one test batch as the example for the output shapes (evaluate() restarts it)
-  if (const auto example = run.test->next()) {
-    spdlog::info("model {}:\n{}", config.model.name,
-                 train::summary(run.model, example->input().narrow(0, 0, 1)).to_string());
+  if (auto sequential = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(run.model)) {
+    run.test->set_epoch(0);  // one test batch as the example for the output shapes (evaluate() restarts it)
+    if (const auto example = run.test->next()) {
+      torch::nn::Sequential model(sequential);
+      spdlog::info("model {}:\n{}", config.model.name,
+                   train::summary(model, example->input().narrow(0, 0, 1)).to_string());
+    }
+  } else {
+    spdlog::info("model {}:\n{}", config.model.name, train::summary(*run.model).to_string());
   }
   spdlog::info("training {} on {} ({} train, {} val, {} test examples) with {}, run directory {}",
-               config.model.name, run.device.str(), run.train_split.labels.size(0), config.data.val_size,
-               run.test_split.labels.size(0),
+               config.model.name, run.device.str(), run.train_examples, run.val_examples, run.test_examples,
                config.optimizer.name, plan.dir);
   trainer.fit(*run.train, run.val.get());
 
@@ -147,7 +152,7 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   const auto report_averaged = [&](const char* what, const std::vector<at::Tensor>& values, bool bn) {
     train::ScopedWeights scope(*run.model, values);
     if (bn) {
-      train::update_bn(*run.model, [&run](const data::Batch& b) { return run.model->forward(b.input()); }, *run.train);
+      train::update_bn(*run.model, run.forward, *run.train);
     }
     const train::EvalResult r = trainer.evaluate(*run.test);
     std::string text;
@@ -224,12 +229,13 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
 }
 
 
-LrFindJobResult run_lr_find_job(const Config& config, const std::string& source, const LrFindJobOptions& options) {
+LrFindJobResult run_lr_find_job(const Config& config, const std::string& source, const LrFindJobOptions& options,
+                                const Catalog& catalog) {
   if (options.use_val && config.data.val_size == 0) {
     throw ConfigError(source + ": --val needs data.val_size > 0");
   }
-  Run run = build_run(config, source);
-  tune::LRFinder finder(run.model, *run.optimizer);
+  Run run = build_run(config, source, {}, catalog);
+  tune::LRFinder finder(run.model, run.forward, *run.optimizer, run.loss);
   spdlog::info("LR range test: {} to {} over {} steps ({}), batch {}", options.finder.start_lr(),
                options.finder.end_lr(), options.finder.num_iter(), options.finder.step_mode(), config.train.batch_size);
   LrFindJobResult result;
@@ -261,15 +267,20 @@ LrFindJobResult run_lr_find_job(const Config& config, const std::string& source,
 }
 
 tune::BatchSizeFinderResult run_batch_size_job(const Config& config, const std::string& source,
-                                               const BatchSizeJobOptions& options) {
-  Run run = build_run(config, source);
+                                               const BatchSizeJobOptions& options, const Catalog& catalog) {
+  Run run = build_run(config, source, {}, catalog);
+  if (!run.train_split.images.defined()) {
+    throw UsageError(fmt::format("{}: the batch-size finder slices a training split held as tensors; data.dataset = "
+                                 "\"{}\" is not held that way",
+                                 source, config.data.dataset));
+  }
   // The finder slices the samples itself, so it takes the training split's tensors.
   // The finder slices preloaded tensors: normalized here when the run normalizes on the device.
   const at::Tensor& images = run.train_split.images;
   const at::Tensor x = (images.is_floating_point() ? images : data::normalize(images, {data::kFashionMnistMean}, {data::kFashionMnistStd})).to(run.device);
   const at::Tensor y = run.train_split.labels.to(run.device);
   const int64_t n_train = x.size(0);
-  tune::BatchSizeFinder finder(run.model, *run.optimizer);
+  tune::BatchSizeFinder finder(run.model, run.forward, *run.optimizer, run.loss);
   tune::BatchSizeFinderOptions finder_options = options.finder;
   if (run.device.is_cuda()) {
     finder_options.memory_budget(0);

@@ -11,17 +11,8 @@
 
 #include "trainkit/amp/autocast.h"
 #include "trainkit/amp/grad_scaler.h"
-#include "trainkit/data/device_source.h"
-#include "trainkit/data/cifar.h"
-#include "trainkit/data/idx.h"
-#include "trainkit/data/parallel_loader.h"
-#include "trainkit/data/tensor_loader.h"
-#include "trainkit/data/transforms.h"
 #include "trainkit/log/progress.h"
-#include "trainkit/nn/activation_checkpoint.h"
 #include "trainkit/nn/init.h"
-#include "trainkit/nn/models.h"
-#include "trainkit/nn/resnet.h"
 #include "trainkit/train/callbacks/early_stopping.h"
 #include "trainkit/train/callbacks/model_checkpoint.h"
 #include "trainkit/train/callbacks/norm_monitor.h"
@@ -30,60 +21,6 @@
 
 namespace trainkit::app {
 namespace {
-
-/// What the model and the normalization need to know about data.dataset's images.
-struct ImageFormat {
-  int64_t channels;
-  int64_t size;
-  std::vector<double> mean;
-  std::vector<double> std;
-};
-
-ImageFormat image_format(const std::string& dataset) {
-  if (dataset == "cifar10") {
-    return {3, 32, {std::begin(data::kCifar10Mean), std::end(data::kCifar10Mean)},
-            {std::begin(data::kCifar10Std), std::end(data::kCifar10Std)}};
-  }
-  return {1, 28, {data::kFashionMnistMean}, {data::kFashionMnistStd}};
-}
-
-torch::nn::Sequential make_model(const ModelConfig& m, const ImageFormat& image, const std::string& source) {
-  const auto resnet =
-      nn::ResNetOptions().depth(m.depth).in_channels(image.channels).zero_init_residual(m.zero_init_residual);
-  torch::nn::Sequential model =
-      m.name == "mlp"        ? nn::make_mlp(nn::MlpOptions()
-                                                .in_features(image.channels * image.size * image.size)
-                                                .hidden({m.hidden})
-                                                .dropout(m.dropout))
-      : m.name == "resnet"   ? nn::make_cifar_resnet(resnet)
-      : m.name == "resnet18" ? nn::make_resnet18(resnet)
-                             : nn::make_cnn(nn::CnnOptions()
-                                                .in_channels(image.channels)
-                                                .image_size(image.size)
-                                                .channels(m.channels)
-                                                .hidden(m.hidden)
-                                                .dropout(m.dropout)
-                                                .batch_norm(m.batch_norm));
-  nn::init::apply(*model, nn::init::scheme(m.init));
-  if (m.checkpoint_segments > static_cast<int64_t>(model->size())) {
-    throw ConfigError(fmt::format("{}: model.checkpoint_segments ({}) must be at most the model's {} modules", source,
-                                  m.checkpoint_segments, model->size()));
-  }
-  return model;
-}
-
-/// The model's forward: checkpoint_sequential when model.checkpoint_segments > 0 (a plain forward when grad
-/// is disabled, as in evaluation).
-train::ForwardFn model_forward(const torch::nn::Sequential& model, int64_t segments) {
-  if (segments == 0) {
-    return train::forward_first_input(model);
-  }
-  return [model, segments](const data::Batch& batch) { return nn::checkpoint_sequential(model, segments, batch.input()); };
-}
-
-data::ImageSet slice(const data::ImageSet& s, int64_t start, int64_t len) {
-  return {s.images.narrow(0, start, len), s.labels.narrow(0, start, len)};
-}
 
 /// The config's optimizer over the model: one group, the no-decay split (optimizer.no_decay_1d), or one
 /// group per layer and decay (optimizer.layer_decay, layers by optim::child_layer_ids).
@@ -153,88 +90,6 @@ void join_group(Run& run, const Config& config) {
 #endif
 }
 
-/// The samples stay on the host (uint8 when normalized on the device); each batch is moved to the training
-/// device by a DeviceSource, which also normalizes and augments there when the config asks for it.
-void load_data(Run& run, const Config& config, const std::string& source) {
-  const bool on_device = config.data.normalize_on_device;
-  const ImageFormat image = image_format(config.data.dataset);
-  const auto load = [&](bool train, int64_t limit) {
-    if (config.data.dataset == "cifar10") {
-      data::ImageSet set = data::load_cifar10_split(config.data.dir, train, limit);
-      if (!on_device) {
-        set.images = data::normalize(set.images, image.mean, image.std);
-      }
-      return set;
-    }
-    return on_device ? data::load_mnist_split_uint8(config.data.dir, train, limit)
-                     : data::load_mnist_split(config.data.dir, train, limit, image.mean[0], image.std[0]);
-  };
-  const data::ImageSet full_train = load(true, config.data.limit_train);
-  const int64_t n_all = full_train.images.size(0);
-  if (config.data.val_size >= n_all) {
-    throw ConfigError(fmt::format("{}: data.val_size ({}) must be smaller than the {} training examples", source,
-                                  config.data.val_size, n_all));
-  }
-  const int64_t n_train = n_all - config.data.val_size;
-  run.train_split = slice(full_train, 0, n_train);
-  run.val_split = slice(full_train, n_train, config.data.val_size);
-  run.test_split = load(false, config.data.limit_test);
-
-  const bool augment = config.data.crop_padding > 0 || config.data.horizontal_flip;
-  const auto to_device = [&](std::shared_ptr<data::BatchSource> host, bool train) -> std::unique_ptr<data::BatchSource> {
-    data::DeviceTransformOptions transform;
-    transform.seed(static_cast<uint64_t>(config.train.seed));
-    if (on_device) {
-      transform.normalize(image.mean, image.std);
-    }
-    if (train) {
-      transform.crop_padding(config.data.crop_padding).horizontal_flip(config.data.horizontal_flip);
-    }
-    return std::make_unique<data::DeviceSource>(std::move(host), run.device, transform);
-  };
-  const auto train_options = data::ParallelLoaderOptions()
-                                 .batch_size(config.train.batch_size)
-                                 .shuffle(true)
-                                 .seed(static_cast<uint64_t>(config.train.seed))
-                                 .num_replicas(run.world_size)
-                                 .rank(run.rank);
-  std::shared_ptr<data::BatchSource> train;
-  if (config.data.workers > 0) {
-    const data::ImageSet split = run.train_split;
-    train = std::make_shared<data::ParallelLoader>(
-        n_train,
-        [split](int64_t i, at::Generator&) { return data::Batch(split.images[i], split.labels[i]); },
-        data::ParallelLoaderOptions(train_options).num_workers(config.data.workers).pin_memory(run.device.is_cuda()));
-  } else {
-    train = std::make_shared<data::TensorLoader>(run.train_split.images, run.train_split.labels,
-                                                 data::TensorLoaderOptions()
-                                                     .batch_size(train_options.batch_size())
-                                                     .shuffle(true)
-                                                     .seed(train_options.seed())
-                                                     .num_replicas(run.world_size)
-                                                     .rank(run.rank));
-  }
-  run.train = to_device(std::move(train), true);
-  const auto eval = [&](const data::ImageSet& s) {
-    return to_device(std::make_shared<data::TensorLoader>(
-                         s.images, s.labels,
-                         data::TensorLoaderOptions()
-                             .batch_size(config.train.eval_batch_size)
-                             .shuffle(false)
-                             .num_replicas(run.world_size)  // each rank evaluates its part; the sums are reduced
-                             .rank(run.rank)
-                             .even_shards(false)),
-                     false);
-  };
-  if (config.data.val_size > 0) {
-    run.val = eval(run.val_split);
-  }
-  run.test = eval(run.test_split);
-  spdlog::info("data: {} loader{}, batches moved to {}{}{}", config.data.workers > 0 ? "parallel" : "tensor",
-               config.data.workers > 0 ? fmt::format(" ({} workers)", config.data.workers) : "", run.device.str(),
-               on_device ? ", normalized there" : "", augment ? ", augmented there" : "");
-}
-
 /// Metrics and what a metric-driven scheduler watches, checked against what the run measures.
 void attach_metrics(Run& run, const Config& config, const std::string& source) {
   std::vector<std::shared_ptr<train::Metric>> metrics;
@@ -250,7 +105,7 @@ void attach_metrics(Run& run, const Config& config, const std::string& source) {
       throw ConfigError(fmt::format("{}: train.monitor = \"{}\" but train.metrics does not measure \"{}\"", source,
                                     monitor, name));
     }
-    if (name != "loss" && config.data.val_size == 0) {
+    if (name != "loss" && run.val == nullptr) {
       throw ConfigError(fmt::format("{}: train.monitor = \"{}\" needs a validation set (data.val_size > 0)", source,
                                     monitor));
     }
@@ -275,7 +130,7 @@ void attach_precision(Run& run, const Config& config, const std::string& source)
 /// their update of the same step or epoch.
 void attach_hooks(Run& run, const Config& config, const RunOptions& options, const std::string& source) {
   const auto check_monitor = [&](const std::string& key, const std::string& monitor) {
-    if (monitor.rfind("val", 0) == 0 && config.data.val_size == 0) {
+    if (monitor.rfind("val", 0) == 0 && run.val == nullptr) {
       throw ConfigError(fmt::format("{}: {} = \"{}\" needs a validation set (data.val_size > 0)", source, key,
                                     monitor));
     }
@@ -315,7 +170,7 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
   }
   std::filesystem::create_directories(options.dir());
   std::vector<std::string> columns = train::MetricsLogger::monitor_columns(*run.optimizer, config.trainer.clip_grad_norm() > 0);
-  if (config.ema.enabled && config.data.val_size > 0) {  // the EMA weights' validation, in every epoch row
+  if (config.ema.enabled && run.val != nullptr) {  // the EMA weights' validation, in every epoch row
     columns.emplace_back("val_ema/loss");
     for (const std::string& metric : config.train.metrics) {
       columns.push_back("val_ema/" + metric);
@@ -382,7 +237,7 @@ torch::Device choose_device(const std::string& setting, int64_t world_size, int6
   return {torch::kCUDA, static_cast<c10::DeviceIndex>(index)};
 }
 
-Run build_run(const Config& config, const std::string& source, const RunOptions& options) {
+Run build_run(const Config& config, const std::string& source, const RunOptions& options, const Catalog& catalog) {
   Run run;
   const auto [world_size, local_rank] = launch_position(options.distributed());
   run.device = choose_device(config.train.device, world_size, local_rank,
@@ -401,16 +256,21 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
     spdlog::info("train.device = \"auto\": training on {}{}", run.device.str(),
                  run.device.is_cuda() ? "" : " (no CUDA device available)");
   }
-  load_data(run, config, source);
+  const DataRequest request{config, source, run.device, run.rank, run.world_size};
+  static_cast<RunData&>(run) = catalog.data(config.data.dataset, source).load(request);
   torch::manual_seed(static_cast<uint64_t>(config.train.seed));
-  run.model = make_model(config.model, image_format(config.data.dataset), source);
+  ModelParts parts = catalog.model(config.model.name, source).build(config, run.info, source);
+  run.model = std::move(parts.module);
+  nn::init::apply(*run.model, nn::init::scheme(config.model.init));
   run.model->to(run.device);
-  train::ForwardFn forward = model_forward(run.model, config.model.checkpoint_segments);
+  run.forward = parts.forward;
+  run.loss = parts.loss;
+  train::ForwardFn forward = std::move(parts.forward);
 #if TRAINKIT_WITH_DISTRIBUTED
   // Built before any resume: the broadcast from rank 0 happens here, so every rank that then loads the same
   // checkpoint agrees on parameters and optimizer states.
   if (run.group) {
-    run.ddp = std::make_unique<dist::DistributedDataParallel>(run.model.ptr(), run.group, config.distributed.ddp);
+    run.ddp = std::make_unique<dist::DistributedDataParallel>(run.model, run.group, config.distributed.ddp);
     spdlog::info("distributed: {} ranks, backend {}, {} gradient buckets", run.world_size,
                  run.group->backend_name(run.device), run.ddp->bucket_indices().size());
     // Buffers (BatchNorm statistics) from rank 0 before a forward, as PyTorch's DDP.forward does.
@@ -423,7 +283,10 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   run.optimizer = make_run_optimizer(run, config, source);
   const int64_t accumulation = config.trainer.accumulation_steps();
   run.steps_per_epoch = (run.train->num_batches() + accumulation - 1) / accumulation;
-  run.trainer = std::make_unique<train::Trainer>(run.model.ptr(), std::move(forward), *run.optimizer, config.trainer);
+  run.trainer = std::make_unique<train::Trainer>(run.model, std::move(forward), *run.optimizer, config.trainer);
+  if (parts.loss) {
+    run.trainer->set_loss(parts.loss);
+  }
   attach_precision(run, config, source);
   attach_metrics(run, config, source);
   if (config.scheduler) {

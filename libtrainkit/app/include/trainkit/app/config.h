@@ -6,6 +6,7 @@
 /// nothing of the config.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,7 @@
 #include "trainkit/dist/ddp.h"
 #include "trainkit/dist/process_group.h"
 #include "trainkit/optim/factory.h"
+#include "trainkit/options.h"
 #include "trainkit/sched/factory.h"
 #include "trainkit/train/callbacks/early_stopping.h"
 #include "trainkit/train/callbacks/model_checkpoint.h"
@@ -31,6 +33,52 @@ namespace trainkit::app {
 class ConfigError : public ArgError {
  public:
   using ArgError::ArgError;
+};
+
+/// Config keys that a program adds, bound once to an Options struct of its own (trainkit/options.h): in an
+/// existing section (a data set's `[data]` keys, a model's `[model]` keys) or in a section of their own.
+/// They are read, checked, printed and listed like the built-in keys; their values live in Config::extra
+/// (every key, defaults filled in) and read_extra gives them back typed.
+struct ConfigKeys {
+  std::string section;  ///< "data", "model", ... or a new section's name
+  /// When the keys apply, for the key table ("data.dataset = \"fortunes\""); empty = always.
+  std::string applies;
+  /// One field per key: reading checks the value by the Options' rule and stores it in a section table.
+  OptionBinding<ArgTable> keys;
+  ArgTable defaults;  ///< every key and its default value
+
+  /// The keys of `binding` in `section`, with the defaults of `defaults`.
+  template <class Options>
+  static ConfigKeys of(std::string section, const OptionBinding<Options>& binding, std::string applies = "",
+                       const Options& defaults = Options{}) {
+    ConfigKeys out{std::move(section), std::move(applies), {}, options_table(binding, defaults)};
+    for (const auto& f : binding.fields()) {
+      OptionField<ArgTable> g{f.key, f.type, f.expected, f.doc, {}, {}};
+      g.read = [key = f.key, read = f.read, show = f.show, defaults](const ArgValue& value, ArgTable& table) {
+        Options options = defaults;
+        if (!read(value, options)) {
+          return false;
+        }
+        if (auto shown = show(options)) {
+          set_arg(table, key, std::move(*shown));
+        }
+        return true;
+      };
+      g.show = [key = f.key](const ArgTable& table) -> std::optional<ArgValue> {
+        const ArgValue* v = find_arg(table, key);
+        return v != nullptr ? std::optional<ArgValue>(*v) : std::nullopt;
+      };
+      out.keys.bind(std::move(g));
+    }
+    return out;
+  }
+};
+
+/// What a program adds to the config beyond the built-in data sets, models and keys.
+struct ConfigExtensions {
+  std::vector<std::string> datasets;  ///< further values of data.dataset
+  std::vector<std::string> models;    ///< further values of model.name
+  std::vector<ConfigKeys> keys;       ///< further keys and sections
 };
 
 /// `[data]`: where the data set is and how it is split.
@@ -153,21 +201,37 @@ struct Config {
   ArgTable scheduler_args;
   /// `[scheduler]` parsed and checked (sched::parse_scheduler); unset = constant LR.
   std::optional<sched::SchedulerSpec> scheduler;
+  /// The values of a program's own keys (ConfigExtensions::keys) by section, every key present.
+  std::map<std::string, ArgTable> extra;
 };
 
+/// The values of `binding`'s keys in `section` of `config` (ConfigKeys::of(section, binding) was among the
+/// extensions the config was read with; keys not there keep `options`' values).
+template <class Options>
+Options read_extra(const Config& config, const std::string& section, const OptionBinding<Options>& binding,
+                   Options options = Options{}) {
+  const auto it = config.extra.find(section);
+  if (it != config.extra.end()) {
+    ArgReader args(it->second, "[" + section + "]");
+    read_options(binding, args, options);
+  }
+  return options;
+}
+
 /// Parses `path` and then applies `overrides` (each `section.key=value`, value in TOML syntax or a
-/// bare string), validating every key; each table is read once. Throws ConfigError naming the file or
-/// override, the key and what was expected.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+/// bare string), validating every key, the built-in ones and those of `extensions`; each table is read once.
+/// Throws ConfigError naming the file or override, the key and what was expected.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                   const ConfigExtensions& extensions = {});
 
 /// Same as load_config, from TOML text; `source` names it in errors.
 Config parse_config(const std::string& toml_text, const std::string& source,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {}, const ConfigExtensions& extensions = {});
 
 /// The configuration as TOML text that parse_config reads back to the same values.
 std::string to_toml(const Config& config);
 
-/// A Markdown table of every key: `key | type | default | meaning`.
-std::string config_keys_markdown();
+/// A Markdown table of every key, the built-in ones and those of `extensions`: `key | type | default | meaning`.
+std::string config_keys_markdown(const ConfigExtensions& extensions = {});
 
 }  // namespace trainkit::app

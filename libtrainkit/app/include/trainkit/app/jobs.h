@@ -25,6 +25,7 @@ struct TrainJobOptions {
   std::vector<std::string> overrides;  ///< `section.key=value` applied after the file
   std::string out_dir;                 ///< run directory; empty = runs/<config name>-<time>
   std::string resume;                  ///< "" (fresh run), "auto" (newest good checkpoint in out_dir) or a path
+  Catalog catalog = Catalog::builtin();  ///< the data sets, models and config keys the config may use
 };
 
 /// What the job measured (also written to summary.json, a JSON object whose non-finite numbers, such as a
@@ -63,7 +64,8 @@ struct LrFindJobResult {
 
 /// Runs the LR range test on the model, optimizer and data of `config` (read from `source`) and writes
 /// lr_find.csv and lr_find.svg to out_dir. Throws like run_train_job.
-LrFindJobResult run_lr_find_job(const Config& config, const std::string& source, const LrFindJobOptions& options);
+LrFindJobResult run_lr_find_job(const Config& config, const std::string& source, const LrFindJobOptions& options,
+                                const Catalog& catalog = Catalog::builtin());
 
 /// What `trainkit batch-size` was asked to do (beyond the training config).
 struct BatchSizeJobOptions {
@@ -71,8 +73,10 @@ struct BatchSizeJobOptions {
 };
 
 /// Runs the batch-size finder on the model, optimizer and training split of `config` (the validation split
-/// excluded) and logs every trial. Throws like run_train_job.
+/// excluded) and logs every trial. The data set must be held as tensors (RunData::train_split; the image
+/// sets are). Throws like run_train_job, and UsageError for other data sets.
 tune::BatchSizeFinderResult run_batch_size_job(const Config& config, const std::string& source,
-                                               const BatchSizeJobOptions& options);
+                                               const BatchSizeJobOptions& options,
+                                               const Catalog& catalog = Catalog::builtin());
 
 }  // namespace trainkit::app

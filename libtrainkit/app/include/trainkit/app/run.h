@@ -1,8 +1,9 @@
 #pragma once
 /// @file
-/// One function builds a training run from a Config: data, model, optimizer, scheduler, and a Trainer with
-/// clipping, accumulation, autocast, GradScaler, DDP, checkpoints and logging, as the config says. The CLI
-/// and every app that trains use it, so every app honours every config section.
+/// One function builds a training run from a Config: data and model (from the Catalog's providers),
+/// optimizer, scheduler, and a Trainer with clipping, accumulation, autocast, GradScaler, DDP, checkpoints
+/// and logging, as the config says. The CLI and every app that trains use it, so every app honours every
+/// config section.
 
 #include <cstdint>
 #include <memory>
@@ -10,12 +11,10 @@
 #include <string>
 
 #include <torch/arg.h>
-#include <torch/nn/modules/container/sequential.h>
 #include <torch/optim/optimizer.h>
 
 #include "trainkit/app/config.h"
-#include "trainkit/data/batch_source.h"
-#include "trainkit/data/idx.h"
+#include "trainkit/app/providers.h"
 #include "trainkit/features.h"
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/summary_writer.h"
@@ -55,21 +54,15 @@ struct RunOptions {
   TORCH_ARG(bool, distributed) = false;
 };
 
-/// A training run: its parts are ready to use and owned here (the Trainer refers to the model and the
-/// optimizer, so a Run is moved, never copied).
-struct Run {
+/// A training run: its data (RunData: train/val/test batch sources, sizes, DataInfo) and its parts, ready
+/// to use and owned here (the Trainer refers to the model and the optimizer, so a Run is moved, never copied).
+struct Run : RunData {
   torch::Device device = torch::kCPU;
   int64_t rank = 0;        ///< this process's rank (0 when not distributed)
   int64_t world_size = 1;  ///< ranks in the job
-  data::ImageSet train_split;  ///< the training samples (this process's copy, on the host)
-  data::ImageSet val_split;    ///< the validation samples (empty tensors when data.val_size is 0)
-  data::ImageSet test_split;   ///< the test samples
-  std::unique_ptr<data::BatchSource> train;  ///< this rank's shard, batches on `device`
-  /// Validation batches, null when data.val_size is 0. Under DDP each rank holds its part (uneven shards,
-  /// every sample once) and the Trainer's metric reducer sums the evaluation over the ranks.
-  std::unique_ptr<data::BatchSource> val;
-  std::unique_ptr<data::BatchSource> test;   ///< test batches, split over the ranks like `val`
-  torch::nn::Sequential model{nullptr};
+  std::shared_ptr<torch::nn::Module> model;  ///< on `device`
+  train::ForwardFn forward;  ///< the model's forward (without DDP's buffer broadcast; the Trainer's has it)
+  train::LossFn loss;        ///< the model provider's loss; null = the Trainer's cross-entropy
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::optional<sched::BuiltScheduler> scheduler;  ///< built with the real steps per epoch
   int64_t steps_per_epoch = 0;                     ///< optimizer steps per epoch (accumulation included)
@@ -97,9 +90,10 @@ struct Run {
 torch::Device choose_device(const std::string& setting, int64_t world_size, int64_t local_rank,
                             int64_t cuda_devices, const std::string& source);
 
-/// Loads the data, seeds, builds model, optimizer, scheduler and Trainer of `config` and attaches what
-/// the config asks for; errors name `source` (the config file). Throws ConfigError, UsageError (e.g. CUDA
-/// requested but absent), data::DataError.
-Run build_run(const Config& config, const std::string& source, const RunOptions& options = {});
+/// Loads the data (catalog's provider of data.dataset), seeds, builds the model (provider of model.name),
+/// optimizer, scheduler and Trainer of `config` and attaches what the config asks for; errors name `source`
+/// (the config file). Throws ConfigError, UsageError (e.g. CUDA requested but absent), data::DataError.
+Run build_run(const Config& config, const std::string& source, const RunOptions& options = {},
+              const Catalog& catalog = Catalog::builtin());
 
 }  // namespace trainkit::app

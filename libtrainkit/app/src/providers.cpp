@@ -1,0 +1,266 @@
+#include "trainkit/app/providers.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "trainkit/data/cifar.h"
+#include "trainkit/data/device_source.h"
+#include "trainkit/data/parallel_loader.h"
+#include "trainkit/data/tensor_loader.h"
+#include "trainkit/data/transforms.h"
+#include "trainkit/nn/activation_checkpoint.h"
+#include "trainkit/nn/models.h"
+#include "trainkit/nn/resnet.h"
+
+namespace trainkit::app {
+namespace {
+
+/// What the model and the normalization need to know about data.dataset's images.
+struct ImageFormat {
+  int64_t channels;
+  int64_t size;
+  std::vector<double> mean;
+  std::vector<double> std;
+};
+
+ImageFormat image_format(const std::string& dataset) {
+  if (dataset == "cifar10") {
+    return {3, 32, {std::begin(data::kCifar10Mean), std::end(data::kCifar10Mean)},
+            {std::begin(data::kCifar10Std), std::end(data::kCifar10Std)}};
+  }
+  return {1, 28, {data::kFashionMnistMean}, {data::kFashionMnistStd}};
+}
+
+data::ImageSet slice(const data::ImageSet& s, int64_t start, int64_t len) {
+  return {s.images.narrow(0, start, len), s.labels.narrow(0, start, len)};
+}
+
+/// fashion-mnist and cifar10. The samples stay on the host (uint8 when normalized on the device); each
+/// batch is moved to the training device by a DeviceSource, which also normalizes and augments there when
+/// the config asks for it.
+class ImageData : public DataProvider {
+ public:
+  std::vector<std::string> datasets() const override { return {"fashion-mnist", "cifar10"}; }
+
+  RunData load(const DataRequest& request) const override {
+    const Config& config = request.config;
+    const std::string& source = request.source;
+    RunData run;
+    const bool on_device = config.data.normalize_on_device;
+    const ImageFormat image = image_format(config.data.dataset);
+    run.info.classes = 10;
+    run.info.sample_shape = {image.channels, image.size, image.size};
+    const auto load = [&](bool train, int64_t limit) {
+      if (config.data.dataset == "cifar10") {
+        data::ImageSet set = data::load_cifar10_split(config.data.dir, train, limit);
+        if (!on_device) {
+          set.images = data::normalize(set.images, image.mean, image.std);
+        }
+        return set;
+      }
+      return on_device ? data::load_mnist_split_uint8(config.data.dir, train, limit)
+                       : data::load_mnist_split(config.data.dir, train, limit, image.mean[0], image.std[0]);
+    };
+    const data::ImageSet full_train = load(true, config.data.limit_train);
+    const int64_t n_all = full_train.images.size(0);
+    if (config.data.val_size >= n_all) {
+      throw ConfigError(fmt::format("{}: data.val_size ({}) must be smaller than the {} training examples", source,
+                                    config.data.val_size, n_all));
+    }
+    const int64_t n_train = n_all - config.data.val_size;
+    run.train_split = slice(full_train, 0, n_train);
+    run.val_split = slice(full_train, n_train, config.data.val_size);
+    run.test_split = load(false, config.data.limit_test);
+    run.train_examples = n_train;
+    run.val_examples = config.data.val_size;
+    run.test_examples = run.test_split.images.size(0);
+
+    const bool augment = config.data.crop_padding > 0 || config.data.horizontal_flip;
+    const auto to_device = [&](std::shared_ptr<data::BatchSource> host,
+                               bool train) -> std::unique_ptr<data::BatchSource> {
+      data::DeviceTransformOptions transform;
+      transform.seed(static_cast<uint64_t>(config.train.seed));
+      if (on_device) {
+        transform.normalize(image.mean, image.std);
+      }
+      if (train) {
+        transform.crop_padding(config.data.crop_padding).horizontal_flip(config.data.horizontal_flip);
+      }
+      return std::make_unique<data::DeviceSource>(std::move(host), request.device, transform);
+    };
+    const auto train_options = data::ParallelLoaderOptions()
+                                   .batch_size(config.train.batch_size)
+                                   .shuffle(true)
+                                   .seed(static_cast<uint64_t>(config.train.seed))
+                                   .num_replicas(request.world_size)
+                                   .rank(request.rank);
+    std::shared_ptr<data::BatchSource> train;
+    if (config.data.workers > 0) {
+      const data::ImageSet split = run.train_split;
+      train = std::make_shared<data::ParallelLoader>(
+          n_train, [split](int64_t i, at::Generator&) { return data::Batch(split.images[i], split.labels[i]); },
+          data::ParallelLoaderOptions(train_options)
+              .num_workers(config.data.workers)
+              .pin_memory(request.device.is_cuda()));
+    } else {
+      train = std::make_shared<data::TensorLoader>(run.train_split.images, run.train_split.labels,
+                                                   data::TensorLoaderOptions()
+                                                       .batch_size(train_options.batch_size())
+                                                       .shuffle(true)
+                                                       .seed(train_options.seed())
+                                                       .num_replicas(request.world_size)
+                                                       .rank(request.rank));
+    }
+    run.train = to_device(std::move(train), true);
+    const auto eval = [&](const data::ImageSet& s) {
+      return to_device(std::make_shared<data::TensorLoader>(
+                           s.images, s.labels,
+                           data::TensorLoaderOptions()
+                               .batch_size(config.train.eval_batch_size)
+                               .shuffle(false)
+                               .num_replicas(request.world_size)  // each rank evaluates its part; sums are reduced
+                               .rank(request.rank)
+                               .even_shards(false)),
+                       false);
+    };
+    if (config.data.val_size > 0) {
+      run.val = eval(run.val_split);
+    }
+    run.test = eval(run.test_split);
+    spdlog::info("data: {} loader{}, batches moved to {}{}{}", config.data.workers > 0 ? "parallel" : "tensor",
+                 config.data.workers > 0 ? fmt::format(" ({} workers)", config.data.workers) : "",
+                 request.device.str(), on_device ? ", normalized there" : "", augment ? ", augmented there" : "");
+    return run;
+  }
+};
+
+/// cnn, mlp, resnet and resnet18 over images of DataInfo::sample_shape.
+class ImageModels : public ModelProvider {
+ public:
+  std::vector<std::string> models() const override { return {"cnn", "mlp", "resnet", "resnet18"}; }
+
+  ModelParts build(const Config& config, const DataInfo& data, const std::string& source) const override {
+    const ModelConfig& m = config.model;
+    if (data.sample_shape.size() != 3) {
+      throw ConfigError(fmt::format("{}: model.name = \"{}\" takes images (channels x height x width), but "
+                                    "data.dataset = \"{}\" gives inputs of shape [{}]",
+                                    source, m.name, config.data.dataset, fmt::join(data.sample_shape, ", ")));
+    }
+    const int64_t channels = data.sample_shape[0];
+    const int64_t size = data.sample_shape[1];
+    const auto resnet =
+        nn::ResNetOptions().depth(m.depth).in_channels(channels).zero_init_residual(m.zero_init_residual);
+    torch::nn::Sequential model =
+        m.name == "mlp" ? nn::make_mlp(nn::MlpOptions().in_features(channels * size * size).hidden({m.hidden}).dropout(m.dropout))
+        : m.name == "resnet"   ? nn::make_cifar_resnet(resnet)
+        : m.name == "resnet18" ? nn::make_resnet18(resnet)
+                               : nn::make_cnn(nn::CnnOptions()
+                                                  .in_channels(channels)
+                                                  .image_size(size)
+                                                  .channels(m.channels)
+                                                  .hidden(m.hidden)
+                                                  .dropout(m.dropout)
+                                                  .batch_norm(m.batch_norm));
+    if (m.checkpoint_segments > static_cast<int64_t>(model->size())) {
+      throw ConfigError(fmt::format("{}: model.checkpoint_segments ({}) must be at most the model's {} modules",
+                                    source, m.checkpoint_segments, model->size()));
+    }
+    ModelParts parts{model.ptr(), train::forward_first_input(model), nullptr};
+    if (m.checkpoint_segments > 0) {
+      // checkpoint_sequential; a plain forward when grad is disabled, as in evaluation.
+      parts.forward = [model, segments = m.checkpoint_segments](const data::Batch& batch) {
+        return nn::checkpoint_sequential(model, segments, batch.input());
+      };
+    }
+    return parts;
+  }
+};
+
+template <class Provider>
+std::vector<std::string> names_of(const std::vector<std::shared_ptr<const Provider>>& providers) {
+  std::vector<std::string> out;
+  for (const auto& p : providers) {
+    const auto names = [&] {
+      if constexpr (std::is_same_v<Provider, DataProvider>) {
+        return p->datasets();
+      } else {
+        return p->models();
+      }
+    }();
+    for (const auto& name : names) {
+      if (std::find(out.begin(), out.end(), name) == out.end()) {
+        out.push_back(name);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Catalog Catalog::builtin() {
+  Catalog c;
+  c.add(std::make_shared<ImageData>());
+  c.add(std::make_shared<ImageModels>());
+  return c;
+}
+
+Catalog& Catalog::add(std::shared_ptr<const DataProvider> provider) {
+  data_.push_back(std::move(provider));
+  return *this;
+}
+
+Catalog& Catalog::add(std::shared_ptr<const ModelProvider> provider) {
+  models_.push_back(std::move(provider));
+  return *this;
+}
+
+Catalog& Catalog::add(ConfigKeys keys) {
+  keys_.push_back(std::move(keys));
+  return *this;
+}
+
+const DataProvider& Catalog::data(const std::string& dataset, const std::string& source) const {
+  for (auto it = data_.rbegin(); it != data_.rend(); ++it) {
+    const auto names = (*it)->datasets();
+    if (std::find(names.begin(), names.end(), dataset) != names.end()) {
+      return **it;
+    }
+  }
+  throw ConfigError(fmt::format("{}: data.dataset = \"{}\" is not a data set this program loads (known: {})", source,
+                                dataset, fmt::join(names_of(data_), ", ")));
+}
+
+const ModelProvider& Catalog::model(const std::string& name, const std::string& source) const {
+  for (auto it = models_.rbegin(); it != models_.rend(); ++it) {
+    const auto names = (*it)->models();
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      return **it;
+    }
+  }
+  throw ConfigError(fmt::format("{}: model.name = \"{}\" is not a model this program builds (known: {})", source,
+                                name, fmt::join(names_of(models_), ", ")));
+}
+
+ConfigExtensions Catalog::extensions() const {
+  ConfigExtensions out{names_of(data_), names_of(models_), {}};
+  for (const auto& p : data_) {
+    for (auto& k : p->keys()) {
+      out.keys.push_back(std::move(k));
+    }
+  }
+  for (const auto& p : models_) {
+    for (auto& k : p->keys()) {
+      out.keys.push_back(std::move(k));
+    }
+  }
+  out.keys.insert(out.keys.end(), keys_.begin(), keys_.end());
+  return out;
+}
+
+}  // namespace trainkit::app
