@@ -621,11 +621,14 @@ TEST_CASE("trainkit launch --max-restarts: a rank killed twice mid-run, restarte
 
 TEST_CASE("trainkit launch --max-restarts: restarts used up, the launcher fails naming the rank", "[dist][launch]") {
   TempDir tmp("launch-restarts");
-  // Every start fails (rank 1 exits 3): 1 + 2 starts, then the failure with the restarts counted.
+  // Every start fails (rank 1 exits 3 once rank 0 has said it started): 1 + 2 starts, then the failure
+  // with the restarts counted.
   const Run run = shell("timeout -s KILL 120 " + std::string(TRAINKIT_CLI_PATH) +
                             " launch --nproc 2 --master-port 0 --max-restarts 2 -- bash -c "
-                            "'echo start $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS; "
-                            "[ $RANK = 1 ] && exit 3; sleep 30'",
+                            "'echo start $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS; f=" +
+                            tmp.str("started") +
+                            ".$TORCHELASTIC_RESTART_COUNT; if [ $RANK = 1 ]; then while [ ! -e $f ]; do sleep 0.05; "
+                            "done; exit 3; fi; touch $f; sleep 30'",
                         tmp);
   INFO(run.output);
   CHECK(run.code == 1);
