@@ -25,7 +25,8 @@ struct RunResult {
   double test_accuracy = 0;
 };
 
-RunResult run(const trainkit::data::ImageSet& train, const trainkit::data::ImageSet& test, torch::Device device,
+/// Trains `steps` steps and evaluates on `test` (none when `test` is null, as in the warm-up runs).
+RunResult run(const trainkit::data::ImageSet& train, const trainkit::data::ImageSet* test, torch::Device device,
               std::optional<c10::ScalarType> autocast_dtype, bool scaler_on, int64_t steps) {
   torch::manual_seed(0);
   auto model = trainkit::nn::make_cnn();
@@ -60,19 +61,22 @@ RunResult run(const trainkit::data::ImageSet& train, const trainkit::data::Image
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   r.final_loss = loss_sum / static_cast<double>(std::min<int64_t>(50, steps));
+  if (test == nullptr) {
+    return r;
+  }
   model->eval();
   torch::NoGradGuard no_grad;
   int64_t correct = 0;
-  for (int64_t i = 0; i < test.images.size(0); i += 1000) {
-    const int64_t n = std::min<int64_t>(1000, test.images.size(0) - i);
+  for (int64_t i = 0; i < test->images.size(0); i += 1000) {
+    const int64_t n = std::min<int64_t>(1000, test->images.size(0) - i);
     std::optional<trainkit::amp::Autocast> guard;
     if (autocast_dtype) {
       guard.emplace(device.type(), *autocast_dtype);
     }
-    const at::Tensor pred = model->forward(test.images.narrow(0, i, n).to(device)).argmax(1);
-    correct += pred.eq(test.labels.narrow(0, i, n).to(device)).sum().item<int64_t>();
+    const at::Tensor pred = model->forward(test->images.narrow(0, i, n).to(device)).argmax(1);
+    correct += pred.eq(test->labels.narrow(0, i, n).to(device)).sum().item<int64_t>();
   }
-  r.test_accuracy = static_cast<double>(correct) / static_cast<double>(test.images.size(0));
+  r.test_accuracy = static_cast<double>(correct) / static_cast<double>(test->images.size(0));
   return r;
 }
 
@@ -84,9 +88,12 @@ int main(int argc, char** argv) {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t steps = 300;
   std::string device_name = "cpu";
+  int64_t limit_test = 0;
   cli.option("--data-dir", data_dir, "Fashion-MNIST directory").show_default();
   cli.option("--steps", steps, "Training steps per run (batch 128)").show_default().positive();
   cli.option("--device", device_name, "cpu, or cuda (float16 + GradScaler)").one_of({"cpu", "cuda"}).show_default();
+  cli.option("--limit-test", limit_test, "Evaluate on the first N test images (0 = all 10,000)").show_default()
+      .non_negative();
   if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
 
@@ -97,17 +104,17 @@ int main(int argc, char** argv) {
     }
     const torch::Device device(device_name == "cuda" ? torch::kCUDA : torch::kCPU);
     const auto train = trainkit::data::load_mnist_split(data_dir, true);
-    const auto test = trainkit::data::load_mnist_split(data_dir, false);
+    const auto test = trainkit::data::load_mnist_split(data_dir, false, limit_test);
     const auto low = device.is_cuda() ? torch::kFloat16 : torch::kBFloat16;
     fmt::print("Fashion-MNIST CNN, Adam 1e-3, batch 128, {} steps on {} ({} threads)\n", steps, device.str(),
                torch::get_num_threads());
     fmt::print("{:<34} {:>10} {:>12} {:>14}\n", "precision", "seconds", "loss (last 50)", "test accuracy");
     // Warm-up runs first, so that neither measurement pays for creating the kernels' primitives.
-    run(train, test, device, std::nullopt, false, 10);
-    run(train, test, device, low, device.is_cuda(), 10);
-    const RunResult f32 = run(train, test, device, std::nullopt, false, steps);
+    run(train, nullptr, device, std::nullopt, false, 10);
+    run(train, nullptr, device, low, device.is_cuda(), 10);
+    const RunResult f32 = run(train, &test, device, std::nullopt, false, steps);
     fmt::print("{:<34} {:>10.2f} {:>12.4f} {:>14.4f}\n", "float32", f32.seconds, f32.final_loss, f32.test_accuracy);
-    const RunResult mixed = run(train, test, device, low, device.is_cuda(), steps);
+    const RunResult mixed = run(train, &test, device, low, device.is_cuda(), steps);
     fmt::print("{:<34} {:>10.2f} {:>12.4f} {:>14.4f}\n",
                device.is_cuda() ? "float16 autocast + GradScaler" : "bfloat16 autocast", mixed.seconds,
                mixed.final_loss, mixed.test_accuracy);
