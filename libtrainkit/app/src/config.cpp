@@ -120,9 +120,9 @@ const std::vector<Section>& plain_sections() {
         .bind(TRAINKIT_KEY(data, horizontal_flip), rule::boolean(),
               "Training augmentation: random horizontal flip (p = 0.5)")});
     s.push_back({"model", OptionBinding<Config>()
-        .bind(TRAINKIT_KEY(model, name), rule::one_of({"cnn", "mlp", "resnet", "resnet18"}),
-              "Network: conv blocks + MLP head, a plain MLP, He et al.'s CIFAR ResNet of model.depth layers, or "
-              "ResNet-18 with a small-image stem")
+        .bind(TRAINKIT_KEY(model, name), rule::one_of({"cnn", "mlp", "resnet", "resnet18", "torchscript"}),
+              "Network: conv blocks + MLP head, a plain MLP, He et al.'s CIFAR ResNet of model.depth layers, "
+              "ResNet-18 with a small-image stem, or the TorchScript model in model.torchscript")
         .bind(TRAINKIT_KEY(model, depth), resnet_depth(), "resnet: layers (20, 32, 44, 56, 110)")
         .bind(TRAINKIT_KEY(model, zero_init_residual), rule::boolean(),
               "resnet, resnet18: start each residual branch's last BatchNorm at 0")
@@ -134,6 +134,9 @@ const std::vector<Section>& plain_sections() {
         .bind(TRAINKIT_KEY(model, checkpoint_segments), rule::integer(0),
               "Activation checkpointing: train with nn::checkpoint_sequential in this many segments, recomputing "
               "all but the last in backward (0 = off; at most the number of modules)")
+        .bind(TRAINKIT_KEY(model, torchscript), rule::text(),
+              "torchscript: a torch.jit.save file (a model scripted or traced in Python); its forward takes the "
+              "batch's inputs in order, and the trained model is written to <run>/model.torchscript.pt")
         .bind(TRAINKIT_KEY(model, init), rule::one_of(nn::init::scheme_names()),
               "Weight initialization (nn::init::scheme): default is LibTorch's; the others set Linear/Conv weights "
               "by their formula, biases 0, BatchNorm weight 1")});

@@ -13,6 +13,7 @@
 #include "trainkit/data/transforms.h"
 #include "trainkit/io/export.h"
 #include "trainkit/log/metrics.h"
+#include "trainkit/nn/script_module.h"
 #include "trainkit/train/checkpoint.h"
 #include "trainkit/train/summary.h"
 
@@ -167,6 +168,9 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   };
   if (run.main_rank() && !plan.dir.empty()) {
     io::export_weights(*run.model, plan.dir, "model", config.checkpoint.export_formats);  // the raw final weights
+    if (auto script = std::dynamic_pointer_cast<nn::ScriptModuleImpl>(run.model)) {
+      script->save((fs::path(plan.dir) / "model.torchscript.pt").string());  // for torch.jit.load in Python
+    }
   }
   if (run.ema) {
     report_averaged("ema", run.ema->ema().values(), false);

@@ -16,6 +16,7 @@
 #include "trainkit/nn/activation_checkpoint.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/nn/resnet.h"
+#include "trainkit/nn/script_module.h"
 
 namespace trainkit::app {
 namespace {
@@ -144,6 +145,7 @@ class ImageModels : public ModelProvider {
  public:
   std::vector<std::string> models() const override { return {"cnn", "mlp", "resnet", "resnet18"}; }
 
+
   ModelParts build(const Config& config, const DataInfo& data, const std::string& source) const override {
     const ModelConfig& m = config.model;
     if (data.sample_shape.size() != 3) {
@@ -181,6 +183,33 @@ class ImageModels : public ModelProvider {
   }
 };
 
+/// torchscript: the model.torchscript file, its forward over the batch's inputs in order.
+class ScriptModels : public ModelProvider {
+ public:
+  std::vector<std::string> models() const override { return {"torchscript"}; }
+
+  ModelParts build(const Config& config, const DataInfo&, const std::string& source) const override {
+    const ModelConfig& m = config.model;
+    if (m.torchscript.empty()) {
+      throw ConfigError(fmt::format("{}: model.name = \"torchscript\" needs model.torchscript = \"<file>\" (a "
+                                    "torch.jit.save file)",
+                                    source));
+    }
+    if (m.checkpoint_segments > 0) {
+      throw ConfigError(fmt::format("{}: model.checkpoint_segments applies to the built-in image models, not to "
+                                    "model.name = \"torchscript\"",
+                                    source));
+    }
+    nn::ScriptModule model(nullptr);
+    try {
+      model = nn::ScriptModule(nn::ScriptModuleImpl::load(m.torchscript));
+    } catch (const std::runtime_error& e) {
+      throw ConfigError(fmt::format("{}: model.torchscript: {}", source, e.what()));
+    }
+    return {model.ptr(), [model](const data::Batch& b) mutable { return model->forward(b.inputs()); }, nullptr};
+  }
+};
+
 template <class Provider>
 std::vector<std::string> names_of(const std::vector<std::shared_ptr<const Provider>>& providers) {
   std::vector<std::string> out;
@@ -207,6 +236,7 @@ Catalog Catalog::builtin() {
   Catalog c;
   c.add(std::make_shared<ImageData>());
   c.add(std::make_shared<ImageModels>());
+  c.add(std::make_shared<ScriptModels>());
   return c;
 }
 

@@ -105,6 +105,7 @@ struct ModelConfig {
   bool batch_norm = false;
   int64_t checkpoint_segments = 0;
   std::string init = "default";
+  std::string torchscript;  ///< model.name = "torchscript": the torch.jit.save file
 };
 
 /// `[train]`: the loop's settings beyond the Trainer's (its epochs and max_steps are Config::trainer's).

@@ -96,7 +96,8 @@ class ModelProvider {
 /// The data sets, models and further config sections a program knows.
 class Catalog {
  public:
-  /// The built-in image sets (fashion-mnist, cifar10) and models (cnn, mlp, resnet, resnet18).
+  /// The built-in image sets (fashion-mnist, cifar10) and models (cnn, mlp, resnet, resnet18, and
+  /// torchscript: the model.torchscript file).
   static Catalog builtin();
   /// Adds a data provider; its data sets take precedence over those added before under the same name.
   Catalog& add(std::shared_ptr<const DataProvider> provider);
