@@ -12,9 +12,7 @@ Called by scripts/gen_golden.py (gen_torchscript(out_dir, data_dir, toml_value))
     0 + e), batches of 50, torch.optim.SGD(lr 0.1), cross-entropy, 2 epochs; then the parameters and the
     loss on the first 100 test images; the trained model is saved as interop/tiny_mlp.trained.torchscript.pt.
 """
-import gzip
 import os
-import struct
 import sys
 
 import numpy as np
@@ -55,15 +53,9 @@ class TinyMlp(nn.Module):
         return self.out(F.relu(self.hidden(x.flatten(1))))
 
 
-def read_idx_gz(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    _, _, ndim = struct.unpack(">HBB", data[:4])
-    shape = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
-
-
 def images(data_dir, split, n):
+    from gen_golden import read_idx_gz  # the golden scripts' IDX reader (imported here: gen_golden imports this file)
+
     x = torch.from_numpy(read_idx_gz(os.path.join(data_dir, split + "-images-idx3-ubyte.gz"))[:n].copy())
     y = torch.from_numpy(read_idx_gz(os.path.join(data_dir, split + "-labels-idx1-ubyte.gz"))[:n].astype(np.int64))
     # trainkit::data::load_mnist_split: to float32, / 255, - mean, / std, in that order.
