@@ -1,8 +1,11 @@
 // trainkit::optim against independent references: torch.optim.Adam/AdamW/SGD and timm's Lars/Lamb
-// trajectories (tests/golden/optim.toml, float64, fused and reference paths), fused == reference on larger
+// trajectories (tests/golden/optim.toml, float64, fused, reference and foreach paths), foreach == reference
+// to 1 ulp, fused == reference on larger
 // float32/float64 problems, save/load round trips, convergence, validation, the GradScaler hook.
+#include <atomic>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -19,6 +22,9 @@ using trainkit::test::WhatContains;
 namespace {
 
 using OptimizerPtr = std::unique_ptr<torch::optim::Optimizer>;
+
+/// `aten::_foreach_*` ops seen by the recording callback of the foreach test.
+std::atomic<int64_t> g_foreach_ops{0};
 
 std::vector<int64_t> shape_of(const toml::node& node) {
   std::vector<int64_t> shape;
@@ -76,9 +82,18 @@ void add_case_args(const toml::table& t, trainkit::ArgTable& table) {
   }
 }
 
+/// An optimizer's computation path: the fused CPU kernel, the per-tensor ATen reference, or the multi-tensor
+/// `_foreach_*` path.
+enum class Path { fused, reference, foreach };
+
+const char* path_name(Path path) {
+  return path == Path::fused ? " fused" : path == Path::reference ? " reference" : " foreach";
+}
+
 /// The spec of a golden case through the optimizer factory (the same names a config file uses).
-OptimizerSpec case_spec(const std::string& name, trainkit::ArgTable table, bool fused) {
-  trainkit::set_arg(table, "fused", fused);
+OptimizerSpec case_spec(const std::string& name, trainkit::ArgTable table, Path path) {
+  trainkit::set_arg(table, "fused", path == Path::fused);
+  trainkit::set_arg(table, "foreach", path == Path::foreach);
   trainkit::ArgReader reader(table, "golden case");
   return parse_optimizer(name, reader);
 }
@@ -86,14 +101,14 @@ OptimizerSpec case_spec(const std::string& name, trainkit::ArgTable table, bool 
 /// Builds the optimizer of a golden case on two param groups, on the fused or the reference path: group 1
 /// takes the case's arguments with its group1 overrides on top.
 OptimizerPtr make_case_optimizer(const toml::table& c, const std::vector<at::Tensor>& g0,
-                                 const std::vector<at::Tensor>& g1, bool fused) {
+                                 const std::vector<at::Tensor>& g1, Path path) {
   const std::string name = c["optimizer"].value<std::string>().value();
   trainkit::ArgTable base;
   add_case_args(c, base);
   trainkit::ArgTable over = base;
   add_case_args(*c["group1"].as_table(), over);
-  const OptimizerSpec spec0 = case_spec(name, base, fused);
-  const OptimizerSpec spec1 = case_spec(name, over, fused);
+  const OptimizerSpec spec0 = case_spec(name, base, path);
+  const OptimizerSpec spec1 = case_spec(name, over, path);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(g0, spec0.options->clone());
   groups.emplace_back(g1, spec1.options->clone());
@@ -215,11 +230,12 @@ void check_within_one_lowp_ulp(const std::vector<at::Tensor>& a, const std::vect
 }
 
 /// Runs golden case `c` of optim.toml's setup (shapes, initial values, two groups) with parameters of
-/// `dtype`, comparing every recorded step with the oracle's values within `tol` (relative). Returns the
-/// parameters and the optimizer for further checks.
+/// `dtype`, comparing every recorded step with the oracle's values within `tol` (relative; a negative `tol`
+/// compares nothing), for the case's steps or `steps` when positive. Returns the parameters and the
+/// optimizer for further checks.
 std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
     const toml::table& c, const toml::array& shapes, const toml::array& initial, const toml::array& groups,
-    at::ScalarType dtype, bool fused, double tol) {
+    at::ScalarType dtype, Path path, double tol, int64_t steps = 0) {
   std::vector<at::Tensor> params;
   for (size_t i = 0; i < shapes.size(); ++i) {
     params.push_back(torch::tensor(doubles_of(*initial.get(i)), torch::kFloat64)
@@ -235,15 +251,19 @@ std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
   for (const auto& idx : *groups.get(1)->as_array()) {
     g1.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
   }
-  auto opt = make_case_optimizer(c, g0, g1, fused);
+  auto opt = make_case_optimizer(c, g0, g1, path);
   const auto& records = *c["record"].as_array();
   size_t next = 0;
-  const int64_t steps = c["steps"].value<int64_t>().value();
+  const bool compare = tol >= 0;
+  if (steps <= 0) {
+    steps = c["steps"].value<int64_t>().value();
+  }
   for (int64_t step = 1; step <= steps; ++step) {
     opt->zero_grad();
     golden_loss(params).backward();
     opt->step();
-    if (next < records.size() && (*records.get(next)->as_table())["step"].value<int64_t>().value() == step) {
+    if (compare && next < records.size() &&
+        (*records.get(next)->as_table())["step"].value<int64_t>().value() == step) {
       const auto& rec = *records.get(next)->as_table();
       INFO("step " << step);
       const auto& want = *rec["params"].as_array();
@@ -255,7 +275,7 @@ std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
       ++next;
     }
   }
-  REQUIRE(next == records.size());
+  REQUIRE((!compare || next == records.size()));
   return {std::move(params), std::move(opt)};
 }
 
@@ -270,14 +290,77 @@ TEST_CASE("optimizers match torch.optim and timm trajectories (float64, two para
   int case_index = 0;
   for (const auto& node : *g["case"].as_array()) {
     const auto& c = *node.as_table();
-    for (const bool fused : {true, false}) {
+    for (const Path path : {Path::fused, Path::reference, Path::foreach}) {
       DYNAMIC_SECTION("case " << case_index << " (" << c["optimizer"].value<std::string>().value() << ")"
-                              << (fused ? " fused" : " reference")) {
-        run_golden_case(c, shapes, initial, groups, at::kDouble, fused, 1e-9);
+                              << path_name(path)) {
+        run_golden_case(c, shapes, initial, groups, at::kDouble, path, 1e-9);
       }
     }
     ++case_index;
   }
+}
+
+TEST_CASE("the foreach path equals the reference path to 1 ulp (float64, 20 steps, every golden case)",
+          "[optim][foreach]") {
+  const auto g = trainkit::test::golden("optim.toml");
+  const auto& shapes = *g["shapes"].as_array();
+  const auto& initial = *g["initial"].as_array();
+  const auto& groups = *g["groups"].as_array();
+  int case_index = 0;
+  for (const auto& node : *g["case"].as_array()) {
+    const auto& c = *node.as_table();
+    DYNAMIC_SECTION("case " << case_index << " (" << c["optimizer"].value<std::string>().value() << ")") {
+      const auto foreach = run_golden_case(c, shapes, initial, groups, at::kDouble, Path::foreach, -1, 20).first;
+      const auto reference = run_golden_case(c, shapes, initial, groups, at::kDouble, Path::reference, -1, 20).first;
+      for (size_t i = 0; i < foreach.size(); ++i) {
+        INFO("parameter " << i);
+        const at::Tensor a = foreach[i].detach();
+        const at::Tensor b = reference[i].detach();
+        const at::Tensor inf = torch::full_like(b, std::numeric_limits<double>::infinity());
+        const at::Tensor within = (a == b) | (a == at::nextafter(b, inf)) | (a == at::nextafter(b, -inf));
+        CHECK(within.all().item<bool>());
+      }
+    }
+    ++case_index;
+  }
+}
+
+TEST_CASE("foreach: chosen for tensors off the CPU unless fused is asked for, and not with fused = true",
+          "[optim][foreach]") {
+  const std::vector<at::Tensor> cpu = {torch::zeros({3})};
+  const std::vector<at::Tensor> meta = {torch::empty({3}, torch::TensorOptions().device(torch::kMeta))};
+  CHECK_FALSE(internal::use_foreach(std::nullopt, std::nullopt, cpu, "Adam", 0));
+  CHECK(internal::use_foreach(std::nullopt, std::nullopt, meta, "Adam", 0));  // a CUDA group takes it likewise
+  CHECK_FALSE(internal::use_foreach(std::nullopt, true, meta, "Adam", 0));
+  CHECK_FALSE(internal::use_foreach(false, std::nullopt, meta, "Adam", 0));
+  CHECK(internal::use_foreach(true, false, cpu, "Adam", 0));
+  auto p = torch::ones({4}).requires_grad_();
+  p.mutable_grad() = torch::ones({4});
+  // The path taken is the one asked for: _foreach_* ops run on it and only on it.
+  for (const bool foreach : {true, false}) {
+    g_foreach_ops = 0;
+    const auto handle = at::addGlobalCallback(
+        at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+          if (std::string(fn.name()).rfind("aten::_foreach_", 0) == 0) {
+            ++g_foreach_ops;
+          }
+          return nullptr;
+        }).scopes({at::RecordScope::FUNCTION}));
+    for (const char* name : {"adam", "sgd", "lars", "lamb"}) {
+      trainkit::ArgTable args = {{"lr", trainkit::ArgValue(0.1)}, {"foreach", trainkit::ArgValue(foreach)}};
+      if (std::string(name) != "adam" && std::string(name) != "lamb") {
+        trainkit::set_arg(args, "momentum", trainkit::ArgValue(0.9));
+      }
+      trainkit::ArgReader reader(args, "test");
+      make_optimizer(parse_optimizer(name, reader), std::vector<at::Tensor>{p})->step();
+    }
+    at::removeCallback(handle);
+    INFO("foreach = " << foreach);
+    CHECK((g_foreach_ops.load() > 0) == foreach);
+  }
+  Adam both({p}, AdamOptions(0.1).fused(true).foreach(true));
+  CHECK_THROWS_MATCHES(both.step(), std::invalid_argument,
+                       WhatContains("Adam: param group 0 sets both fused=true and foreach=true"));
 }
 
 TEST_CASE("fused kernels equal the ATen reference path on many tensors and chunks", "[optim][fused]") {
@@ -357,10 +440,10 @@ TEST_CASE("bfloat16/float16 parameters with float32 state match torch.optim's fu
     const auto& c = *node.as_table();
     const std::string dname = c["dtype"].value<std::string>().value();
     const auto dtype = dname == "bfloat16" ? at::kBFloat16 : at::kHalf;
-    for (const bool fused : {true, false}) {
+    for (const Path path : {Path::fused, Path::reference, Path::foreach}) {
       DYNAMIC_SECTION("case " << case_index << " (" << c["optimizer"].value<std::string>().value() << ", " << dname
-                              << ")" << (fused ? " fused" : " reference")) {
-        const auto [params, opt] = run_golden_case(c, shapes, initial, groups, dtype, fused, 0.0);
+                              << ")" << path_name(path)) {
+        const auto [params, opt] = run_golden_case(c, shapes, initial, groups, dtype, path, 0.0);
         // The state is float32.
         for (const auto& p : params) {
           auto* state = opt->state().at(p.unsafeGetTensorImpl()).get();

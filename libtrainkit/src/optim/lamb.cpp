@@ -21,6 +21,7 @@ void LambOptions::serialize(torch::serialize::OutputArchive& archive) const {
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(trust_clip);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(always_adapt);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(fused);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(foreach);
 }
 
 void LambOptions::serialize(torch::serialize::InputArchive& archive) {
@@ -34,6 +35,7 @@ void LambOptions::serialize(torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, trust_clip);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, always_adapt);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, fused);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, foreach);
 }
 
 void LambParamState::serialize(torch::serialize::OutputArchive& archive) const {
@@ -107,6 +109,13 @@ void fused_group(const LambGroup& g, const LambOptions& o, const detail::LambCoe
       });
 }
 
+/// timm's LAMB trust ratio from 0-dim norms, on their device (no host read).
+at::Tensor trust_ratio(const at::Tensor& w_norm, const at::Tensor& u_norm, const LambOptions& o) {
+  const at::Tensor one = at::ones_like(w_norm);
+  const at::Tensor ratio = at::where(w_norm > 0, at::where(u_norm > 0, w_norm / u_norm, one), one);
+  return o.trust_clip() ? at::clamp_max(ratio, 1.0) : ratio;
+}
+
 /// timm's _single_tensor_lamb, op for op, with no host sync.
 void reference_group(const LambGroup& g, const LambOptions& o, const detail::LambCoef<double>& c,
                      const at::Tensor& grad_div, bool adapt) {
@@ -127,17 +136,50 @@ void reference_group(const LambGroup& g, const LambOptions& o, const detail::Lam
       update.add_(p, o.weight_decay());
     }
     if (adapt) {
-      const at::Tensor w_norm = p.norm(2);
-      const at::Tensor u_norm = update.norm(2);
-      const at::Tensor one = at::ones_like(w_norm);
-      at::Tensor ratio = at::where(w_norm > 0, at::where(u_norm > 0, w_norm / u_norm, one), one);
-      if (o.trust_clip()) {
-        ratio = at::clamp_max(ratio, 1.0);
-      }
-      update.mul_(ratio);
+      update.mul_(trust_ratio(p.norm(2), update.norm(2), o));
     }
     p.add_(update, -o.lr());
   }
+}
+
+/// reference_group with multi-tensor ops (`_foreach_*`, the norms by `_foreach_norm`): the same ops in the
+/// same order over the whole group, no host read.
+void foreach_group(const LambGroup& g, const LambOptions& o, const detail::LambCoef<double>& c,
+                   const at::Tensor& grad_div, bool adapt) {
+  const size_t n = g.params.size();
+  std::vector<at::Tensor> p = g.params;
+  std::vector<at::Tensor> grads = g.grads;
+  std::vector<at::Tensor> m = g.exp_avgs;
+  std::vector<at::Tensor> v = g.exp_avg_sqs;
+  if (grad_div.defined()) {
+    grads = at::_foreach_div(grads, grad_div.to(grads.front().device()));
+  }
+  if (c.lerp) {
+    at::_foreach_lerp_(m, grads, c.beta3);
+  } else {
+    at::_foreach_mul_(m, c.beta1);
+    at::_foreach_add_(m, grads, c.beta3);
+  }
+  at::_foreach_mul_(v, c.beta2);
+  at::_foreach_addcmul_(v, grads, grads, c.one_minus_beta2);
+  std::vector<at::Tensor> denom = at::_foreach_sqrt(v);
+  at::_foreach_mul_(denom, c.inv_bc2_sqrt);
+  at::_foreach_add_(denom, c.eps);
+  std::vector<at::Tensor> update = at::_foreach_mul(m, c.inv_bc1);
+  at::_foreach_div_(update, denom);
+  if (o.weight_decay() != 0) {
+    at::_foreach_add_(update, p, o.weight_decay());
+  }
+  if (adapt) {
+    const std::vector<at::Tensor> w_norms = at::_foreach_norm(p, 2);
+    const std::vector<at::Tensor> u_norms = at::_foreach_norm(update, 2);
+    std::vector<at::Tensor> ratios(n);
+    for (size_t i = 0; i < n; ++i) {
+      ratios[i] = trust_ratio(w_norms[i], u_norms[i], o);
+    }
+    at::_foreach_mul_(update, ratios);
+  }
+  at::_foreach_add_(p, update, -o.lr());
 }
 
 }  // namespace
@@ -155,6 +197,7 @@ bool register_lamb_optimizer() {
           .bind(TRAINKIT_OPTION(trust_clip), "Clip the trust ratio at 1 (LAMBC)")
           .bind(TRAINKIT_OPTION(always_adapt), "Adapt every parameter, also those with weight_decay 0")
           .bind(TRAINKIT_OPTION(fused), detail::kFusedDoc)
+          .bind(TRAINKIT_OPTION(foreach), detail::kForeachDoc)
           .entry());
   return true;
 }
@@ -228,6 +271,13 @@ void Lamb::update(const at::Tensor& inv_scale) {
     all.insert(all.end(), g.grads.begin(), g.grads.end());
     all.insert(all.end(), g.exp_avgs.begin(), g.exp_avgs.end());
     all.insert(all.end(), g.exp_avg_sqs.begin(), g.exp_avg_sqs.end());
+    if (internal::use_foreach(o.foreach(), o.fused(), all, kName, gi)) {
+      if (inv_scale.defined()) {
+        g.grads = at::_foreach_mul(g.grads, inv_scale.to(g.grads.front().device()));
+      }
+      foreach_group(g, o, coef, clip, adapt);
+      continue;
+    }
     dispatch(
         o.fused(), all, gi,
         [&](auto type) {

@@ -17,6 +17,7 @@ void LarsOptions::serialize(torch::serialize::OutputArchive& archive) const {
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(trust_clip);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(always_adapt);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(fused);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(foreach);
 }
 
 void LarsOptions::serialize(torch::serialize::InputArchive& archive) {
@@ -30,6 +31,7 @@ void LarsOptions::serialize(torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, trust_clip);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, always_adapt);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, fused);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, foreach);
 }
 
 namespace {
@@ -46,6 +48,7 @@ detail::MomentumHyper hyper_of(const LarsOptions& o) {
   h.eps = o.eps();
   h.trust_clip = o.trust_clip();
   h.fused = o.fused();
+  h.foreach = o.foreach();
   return h;
 }
 
@@ -59,6 +62,7 @@ bool register_lars_optimizer() {
           .bind(TRAINKIT_OPTION(trust_clip), "LARC: clip the ratio so that the effective LR never exceeds lr")
           .bind(TRAINKIT_OPTION(always_adapt), "Adapt every parameter, also those with weight_decay 0")
           .bind(TRAINKIT_OPTION(fused), detail::kFusedDoc)
+          .bind(TRAINKIT_OPTION(foreach), detail::kForeachDoc)
           .entry());
   return true;
 }

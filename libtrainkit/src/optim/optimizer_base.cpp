@@ -1,5 +1,6 @@
 #include "trainkit/optim/optimizer_base.h"
 
+#include <algorithm>
 #include <string>
 
 #include <torch/torch.h>
@@ -50,6 +51,19 @@ bool use_fused(const std::optional<bool>& fused, const std::vector<at::Tensor>& 
   TRAINKIT_CHECK_ARG(ok || !fused.has_value(), "{}: fused=true but param group {} cannot use the fused CPU kernel: {}",
                      optimizer, group, why);
   return ok;
+}
+
+bool use_foreach(const std::optional<bool>& foreach, const std::optional<bool>& fused,
+                 const std::vector<at::Tensor>& tensors, const char* optimizer, std::size_t group) {
+  if (foreach.has_value()) {
+    TRAINKIT_CHECK_ARG(!*foreach || !fused.value_or(false),
+                       "{}: param group {} sets both fused=true and foreach=true; choose one", optimizer, group);
+    return *foreach;
+  }
+  if (fused.value_or(false)) {
+    return false;
+  }
+  return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return !t.device().is_cpu(); });
 }
 
 namespace {

@@ -14,6 +14,7 @@ void SgdOptions::serialize(torch::serialize::OutputArchive& archive) const {
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(nesterov);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(maximize);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(fused);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(foreach);
 }
 
 void SgdOptions::serialize(torch::serialize::InputArchive& archive) {
@@ -24,6 +25,7 @@ void SgdOptions::serialize(torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, nesterov);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, maximize);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, fused);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, foreach);
 }
 
 void SgdParamState::serialize(torch::serialize::OutputArchive& archive) const {
@@ -45,6 +47,7 @@ detail::MomentumHyper hyper_of(const SgdOptions& o) {
   h.nesterov = o.nesterov();
   h.maximize = o.maximize();
   h.fused = o.fused();
+  h.foreach = o.foreach();
   return h;
 }
 
@@ -54,6 +57,7 @@ bool register_sgd_optimizer() {
   register_optimizer(detail::momentum_binding<Sgd>("sgd", "L2 penalty added to the gradient")
                          .bind(TRAINKIT_OPTION(maximize), "Maximize the objective instead of minimizing it")
                          .bind(TRAINKIT_OPTION(fused), detail::kFusedDoc)
+                         .bind(TRAINKIT_OPTION(foreach), detail::kForeachDoc)
                          .entry());
   return true;
 }

@@ -39,6 +39,9 @@ struct AdamOptions : public torch::optim::OptimizerCloneableOptions<AdamOptions>
   /// state or state of their own dtype), else the ATen reference path; true = fused, or throw;
   /// false = always the reference path.
   TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
+  /// Multi-tensor ATen path (`_foreach_*` ops, as PyTorch's `foreach=True`): unset = on for tensors that
+  /// are not on the CPU (CUDA), where the fused CPU kernel does not run; true = always (no fused kernel).
+  TORCH_ARG(std::optional<bool>, foreach) = std::nullopt;
 
  public:
   void serialize(torch::serialize::InputArchive& archive) override;
@@ -71,6 +74,9 @@ struct AdamWOptions : public torch::optim::OptimizerCloneableOptions<AdamWOption
   TORCH_ARG(bool, maximize) = false;
   /// Kernel choice, as AdamOptions::fused.
   TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
+  /// Multi-tensor ATen path (`_foreach_*` ops, as PyTorch's `foreach=True`): unset = on for tensors that
+  /// are not on the CPU (CUDA), where the fused CPU kernel does not run; true = always (no fused kernel).
+  TORCH_ARG(std::optional<bool>, foreach) = std::nullopt;
 
  public:
   void serialize(torch::serialize::InputArchive& archive) override;

@@ -55,6 +55,11 @@ bool use_fused(const std::optional<bool>& fused, const std::vector<at::Tensor>& 
 bool use_fused(const std::optional<bool>& fused, const std::vector<at::Tensor>& values,
                const std::vector<at::Tensor>& state, bool reduced_ok, const char* optimizer, std::size_t group,
                bool reduced_state_ok = false);
+/// Whether param group `group` takes the multi-tensor ATen path (`_foreach_*` ops): `foreach` true (with
+/// `fused` true as well: std::invalid_argument), or `foreach` unset, `fused` not true and a tensor off the
+/// CPU (CUDA), where the fused CPU kernels do not run.
+bool use_foreach(const std::optional<bool>& foreach, const std::optional<bool>& fused,
+                 const std::vector<at::Tensor>& tensors, const char* optimizer, std::size_t group);
 /// The dtype of optimizer state for a parameter of dtype `param`: float32 for bfloat16/float16 (the fused
 /// kernels compute in float32 and keep their state in it), else `param`.
 at::ScalarType state_dtype(at::ScalarType param);

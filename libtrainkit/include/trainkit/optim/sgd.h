@@ -35,6 +35,9 @@ struct SgdOptions : public torch::optim::OptimizerCloneableOptions<SgdOptions>, 
   /// parameters with a float32 momentum buffer, the one Sgd creates for them), true = fused or throw,
   /// false = ATen reference path.
   TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
+  /// Multi-tensor ATen path (`_foreach_*` ops, as PyTorch's `foreach=True`): unset = on for tensors that
+  /// are not on the CPU (CUDA), where the fused CPU kernel does not run; true = always (no fused kernel).
+  TORCH_ARG(std::optional<bool>, foreach) = std::nullopt;
 
  public:
   void serialize(torch::serialize::InputArchive& archive) override;

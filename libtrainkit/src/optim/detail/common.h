@@ -53,6 +53,11 @@ inline void write_back(at::Tensor& p, const at::Tensor& worked) {
 constexpr const char* kFusedDoc =
     "true: the fused CPU kernel (or an error); false: the ATen reference path; unset: fused where possible";
 
+/// The factory's description of every optimizer's `foreach` argument.
+constexpr const char* kForeachDoc =
+    "true: the multi-tensor ATen path (_foreach_* ops; not with fused = true); unset: on for tensors off the CPU "
+    "(CUDA)";
+
 /// Checks a value of an option; throws std::invalid_argument naming the optimizer, option and value.
 inline void check_option(bool ok, const char* optimizer, const char* what, double value) {
   TRAINKIT_CHECK_ARG(ok, "{}: invalid {}: {}", optimizer, what, value);

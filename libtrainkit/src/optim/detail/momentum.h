@@ -20,6 +20,7 @@ struct MomentumHyper {
   double trust_coefficient = 0, eps = 0;
   bool trust_clip = false;
   std::optional<bool> fused;
+  std::optional<bool> foreach;
 };
 
 /// LARS's trust ratio from the two norms (timm's _lars_trust_ratio).
@@ -84,6 +85,14 @@ void fused_momentum(const MomentumGroup& g, const MomentumHyper& h, double grad_
   }
 }
 
+/// The trust ratio of reference_momentum from 0-dim norms, on their device (no host read).
+inline at::Tensor lars_trust_ratio(const at::Tensor& w_norm, const at::Tensor& g_norm, const MomentumHyper& h) {
+  at::Tensor ratio = h.trust_coefficient * w_norm / (g_norm + w_norm * h.weight_decay + h.eps);
+  const at::Tensor one = at::ones_like(ratio);
+  ratio = at::where(w_norm > 0, at::where(g_norm > 0, ratio, one), one);
+  return h.trust_clip ? at::clamp_max(ratio / h.lr, 1.0) : ratio;
+}
+
 /// timm's _single_tensor_lars / PyTorch's single-tensor SGD, op for op, with no host sync; bfloat16/float16
 /// parameters are computed in float32 and rounded once at the end, as in the fused kernel.
 inline void reference_momentum(MomentumGroup& g, const MomentumHyper& h, const at::Tensor& inv_scale) {
@@ -99,14 +108,7 @@ inline void reference_momentum(MomentumGroup& g, const MomentumHyper& h, const a
       d = -d;
     }
     if (h.adapt) {
-      const at::Tensor w_norm = p.norm(2);
-      const at::Tensor g_norm = d.norm(2);
-      at::Tensor ratio = h.trust_coefficient * w_norm / (g_norm + w_norm * h.weight_decay + h.eps);
-      const at::Tensor one = at::ones_like(ratio);
-      ratio = at::where(w_norm > 0, at::where(g_norm > 0, ratio, one), one);
-      if (h.trust_clip) {
-        ratio = at::clamp_max(ratio / h.lr, 1.0);
-      }
+      const at::Tensor ratio = lars_trust_ratio(p.norm(2), d.norm(2), h);
       d = d.add(p, h.weight_decay).mul_(ratio);
     } else if (h.weight_decay != 0) {
       d = d.add(p, h.weight_decay);
@@ -121,6 +123,56 @@ inline void reference_momentum(MomentumGroup& g, const MomentumHyper& h, const a
     }
     p.add_(d, -h.lr);
     write_back(param, p);
+  }
+}
+
+/// reference_momentum with multi-tensor ops (`_foreach_*`, the norms by `_foreach_norm`): the same ops in the
+/// same order over the whole group, no host read.
+inline void foreach_momentum(MomentumGroup& g, const MomentumHyper& h, const at::Tensor& inv_scale) {
+  const size_t n = g.params.size();
+  std::vector<at::Tensor> p(n), d(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto work = internal::state_dtype(g.params[i].scalar_type());
+    p[i] = in_dtype(g.params[i], work);
+    d[i] = in_dtype(g.grads[i], work);
+  }
+  if (inv_scale.defined()) {
+    d = at::_foreach_mul(d, inv_scale.to(d.front().device()));
+  }
+  if (h.maximize) {
+    d = at::_foreach_neg(d);
+  }
+  if (h.adapt) {
+    const std::vector<at::Tensor> w_norms = at::_foreach_norm(p, 2);
+    const std::vector<at::Tensor> g_norms = at::_foreach_norm(d, 2);
+    std::vector<at::Tensor> ratios(n);
+    for (size_t i = 0; i < n; ++i) {
+      ratios[i] = lars_trust_ratio(w_norms[i], g_norms[i], h);
+    }
+    d = at::_foreach_add(d, p, h.weight_decay);
+    at::_foreach_mul_(d, ratios);
+  } else if (h.weight_decay != 0) {
+    d = at::_foreach_add(d, p, h.weight_decay);
+  }
+  if (h.momentum != 0) {
+    std::vector<at::Tensor> bufs, ds;
+    for (size_t i = 0; i < n; ++i) {
+      if (g.first[i]) {
+        g.buffers[i].copy_(d[i]);
+      } else {
+        bufs.push_back(g.buffers[i]);
+        ds.push_back(d[i]);
+      }
+    }
+    if (!bufs.empty()) {
+      at::_foreach_mul_(bufs, h.momentum);
+      at::_foreach_add_(bufs, ds, 1 - h.dampening);
+    }
+    d = h.nesterov ? at::_foreach_add(d, g.buffers, h.momentum) : g.buffers;
+  }
+  at::_foreach_add_(p, d, -h.lr);
+  for (size_t i = 0; i < n; ++i) {
+    write_back(g.params[i], p[i]);
   }
 }
 
@@ -160,6 +212,10 @@ void momentum_update(Opt& opt, const HyperOf& hyper_of, const at::Tensor& inv_sc
     }
     std::vector<at::Tensor> values = g.params;
     values.insert(values.end(), g.grads.begin(), g.grads.end());
+    if (internal::use_foreach(h.foreach, h.fused, values, Opt::kName, gi)) {
+      foreach_momentum(g, h, inv_scale);
+      continue;
+    }
     // The LARS trust ratio's norms take float32/float64 only.
     dispatch_fused(
         h.fused, values, g.buffers, /*reduced_ok=*/!h.adapt, Opt::kName, gi,
