@@ -145,7 +145,6 @@ class ImageModels : public ModelProvider {
  public:
   std::vector<std::string> models() const override { return {"cnn", "mlp", "resnet", "resnet18"}; }
 
-
   ModelParts build(const Config& config, const DataInfo& data, const std::string& source) const override {
     const ModelConfig& m = config.model;
     if (data.sample_shape.size() != 3) {
