@@ -265,13 +265,20 @@ std::vector<std::string> sections(const ConfigExtensions& extensions = {}) {
   return names;
 }
 
-/// The value a program adds to `section.key`'s choices (data.dataset, model.name), when `value` is one.
+/// The choices a program adds to `section.key`: data.dataset's data sets, model.name's models, else none.
+const std::vector<std::string>& extension_choices(const ConfigExtensions& extensions, const std::string& section,
+                                                  const std::string& key) {
+  static const std::vector<std::string> none;
+  return section == "data" && key == "dataset" ? extensions.datasets
+         : section == "model" && key == "name" ? extensions.models
+                                               : none;
+}
+
+/// Whether `value` is one of the choices a program adds to `section.key` (extension_choices).
 bool is_extension_choice(const ConfigExtensions& extensions, const std::string& section, const std::string& key,
                          const ArgValue& value) {
   const auto* text = value.get_if<std::string>();
-  const auto& choices = section == "data" && key == "dataset" ? extensions.datasets
-                        : section == "model" && key == "name" ? extensions.models
-                                                              : std::vector<std::string>{};
+  const auto& choices = extension_choices(extensions, section, key);
   return text != nullptr && std::find(choices.begin(), choices.end(), *text) != choices.end();
 }
 
@@ -515,11 +522,8 @@ std::string config_keys_markdown(const ConfigExtensions& extensions) {
     if (const Section* s = find_section(section)) {
       for (const auto& k : s->keys.fields()) {
         std::string type = k.type;
-        const auto& more = section == "data" && k.key == "dataset" ? extensions.datasets
-                           : section == "model" && k.key == "name" ? extensions.models
-                                                                   : std::vector<std::string>{};
         std::vector<std::string> added;  // the program's own choices
-        for (const auto& choice : more) {
+        for (const auto& choice : extension_choices(extensions, section, k.key)) {
           if (type.find(fmt::format("\"{}\"", choice)) == std::string::npos) {
             added.push_back(fmt::format("\"{}\"", choice));
           }

@@ -209,24 +209,43 @@ class ScriptModels : public ModelProvider {
   }
 };
 
+std::vector<std::string> served_names(const DataProvider& p) { return p.datasets(); }
+std::vector<std::string> served_names(const ModelProvider& p) { return p.models(); }
+
+/// Every name the providers serve, once each, in the order they were added.
 template <class Provider>
 std::vector<std::string> names_of(const std::vector<std::shared_ptr<const Provider>>& providers) {
   std::vector<std::string> out;
   for (const auto& p : providers) {
-    const auto names = [&] {
-      if constexpr (std::is_same_v<Provider, DataProvider>) {
-        return p->datasets();
-      } else {
-        return p->models();
-      }
-    }();
-    for (const auto& name : names) {
+    for (const auto& name : served_names(*p)) {
       if (std::find(out.begin(), out.end(), name) == out.end()) {
         out.push_back(name);
       }
     }
   }
   return out;
+}
+
+/// The provider serving `name`, the one added last first; null when none does.
+template <class Provider>
+const Provider* find_provider(const std::vector<std::shared_ptr<const Provider>>& providers, const std::string& name) {
+  for (auto it = providers.rbegin(); it != providers.rend(); ++it) {
+    const auto served = served_names(**it);
+    if (std::find(served.begin(), served.end(), name) != served.end()) {
+      return it->get();
+    }
+  }
+  return nullptr;
+}
+
+/// Appends every provider's config keys to `out`.
+template <class Provider>
+void append_keys(const std::vector<std::shared_ptr<const Provider>>& providers, std::vector<ConfigKeys>& out) {
+  for (const auto& p : providers) {
+    for (auto& k : p->keys()) {
+      out.push_back(std::move(k));
+    }
+  }
 }
 
 }  // namespace
@@ -255,22 +274,16 @@ Catalog& Catalog::add(ConfigKeys keys) {
 }
 
 const DataProvider& Catalog::data(const std::string& dataset, const std::string& source) const {
-  for (auto it = data_.rbegin(); it != data_.rend(); ++it) {
-    const auto names = (*it)->datasets();
-    if (std::find(names.begin(), names.end(), dataset) != names.end()) {
-      return **it;
-    }
+  if (const DataProvider* p = find_provider(data_, dataset)) {
+    return *p;
   }
   throw ConfigError(fmt::format("{}: data.dataset = \"{}\" is not a data set this program loads (known: {})", source,
                                 dataset, fmt::join(names_of(data_), ", ")));
 }
 
 const ModelProvider& Catalog::model(const std::string& name, const std::string& source) const {
-  for (auto it = models_.rbegin(); it != models_.rend(); ++it) {
-    const auto names = (*it)->models();
-    if (std::find(names.begin(), names.end(), name) != names.end()) {
-      return **it;
-    }
+  if (const ModelProvider* p = find_provider(models_, name)) {
+    return *p;
   }
   throw ConfigError(fmt::format("{}: model.name = \"{}\" is not a model this program builds (known: {})", source,
                                 name, fmt::join(names_of(models_), ", ")));
@@ -278,16 +291,8 @@ const ModelProvider& Catalog::model(const std::string& name, const std::string& 
 
 ConfigExtensions Catalog::extensions() const {
   ConfigExtensions out{names_of(data_), names_of(models_), {}};
-  for (const auto& p : data_) {
-    for (auto& k : p->keys()) {
-      out.keys.push_back(std::move(k));
-    }
-  }
-  for (const auto& p : models_) {
-    for (auto& k : p->keys()) {
-      out.keys.push_back(std::move(k));
-    }
-  }
+  append_keys(data_, out.keys);
+  append_keys(models_, out.keys);
   out.keys.insert(out.keys.end(), keys_.begin(), keys_.end());
   return out;
 }
