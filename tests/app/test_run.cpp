@@ -323,8 +323,8 @@ TEST_CASE("optimizer.layer_decay: one group per layer and decay, LR scaled by de
   CHECK(seen == run.model->parameters().size());
   CHECK(lrs.size() == 4);
   // The effective config records it.
-  CHECK(find_arg(optim::optimizer_args(config({"optimizer.layer_decay=0.5"}).optimizer), "layer_decay")->to_string() ==
-        "0.5");
+  const ArgTable effective = optim::optimizer_args(config({"optimizer.layer_decay=0.5"}).optimizer);
+  CHECK(find_arg(effective, "layer_decay")->to_string() == "0.5");
 
   // Off by default: one group at the optimizer's LR.
   CHECK(app::build_run(config({}), "test.toml").optimizer->param_groups().size() == 1);

@@ -37,7 +37,8 @@ std::unique_ptr<torch::optim::Optimizer> make_run_optimizer(const Run& run, cons
                                   "CosineAnnealingLR) or layer_decay = 0",
                                   source, config.scheduler->type));
   }
-  const ArgValue* wd = find_arg(optim::optimizer_args(spec), "weight_decay");
+  const ArgTable args = optim::optimizer_args(spec);
+  const ArgValue* wd = find_arg(args, "weight_decay");
   const auto groups = optim::layer_decay_groups(
       run.model->named_parameters(), optim::child_layer_ids(*run.model),
       optim::LayerDecayOptions().layer_decay(spec.layer_decay).weight_decay(wd != nullptr ? *wd->as_number() : 0.0));

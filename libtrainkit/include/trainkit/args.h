@@ -82,6 +82,8 @@ class ArgValue {
 const ArgValue* find_arg(const ArgTable& table, const std::string& key);
 /// The value of `key` in `table`, or null (to change it in place).
 ArgValue* find_arg(ArgTable& table, const std::string& key);
+/// Refused: the pointer would outlive the temporary table it points into.
+const ArgValue* find_arg(ArgTable&& table, const std::string& key) = delete;
 /// Sets `key` to `value`, replacing an existing entry in place or appending.
 void set_arg(ArgTable& table, const std::string& key, ArgValue value);
 
