@@ -386,7 +386,7 @@ TEST_CASE("Python Optuna reads the study trainkit wrote, and extends it", "[.jou
     });
     REQUIRE(t);
     nlohmann::json params = nlohmann::json::object(), intermediate = nlohmann::json::object();
-    for (const auto& [name, value] : t->trial.params) std::visit([&](const auto& v) { params[name] = v; }, value);
+    for (const auto& [name, value] : t->trial.params) std::visit([&params, &key = name](const auto& v) { params[key] = v; }, value);
     for (int64_t step = 0; step < 3; ++step) {
       const double v = step == 2 && i == 1 ? NAN : 1.0 / static_cast<double>(step + i + 1);
       study.report(t->trial.number, step, v);
@@ -438,7 +438,7 @@ TEST_CASE("optuna-dashboard serves the study trainkit wrote", "[.journal-dashboa
     const auto t = study.ask(10, [](const trainkit::tune::Trial&) { return std::vector<std::string>{}; });
     REQUIRE(t);
     nlohmann::json params = nlohmann::json::object();
-    for (const auto& [name, value] : t->trial.params) std::visit([&](const auto& v) { params[name] = v; }, value);
+    for (const auto& [name, value] : t->trial.params) std::visit([&params, &key = name](const auto& v) { params[key] = v; }, value);
     const bool pruned = i == 1;
     study.report(t->trial.number, 0, 0.5 + i);
     study.finish(t->trial.number, pruned ? app::OptunaTrialState::Pruned : app::OptunaTrialState::Complete, 0.5 + i);

@@ -152,9 +152,10 @@ void StudyJournal::rebuild() {
   std::map<int64_t, int64_t> local_of;
   for (const JournalTrial* t : journal_.trials_of(study_id_)) {
     for (const auto& [name, dist] : t->distributions) {
+      const std::string& param = name;  // clang before 16 cannot capture a structured binding
       const auto* p = [&]() -> const tune::Param* {
         for (const auto& q : space_.params()) {
-          if (q.name == name) return &q;
+          if (q.name == param) return &q;
         }
         return nullptr;
       }();

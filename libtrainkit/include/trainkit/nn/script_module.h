@@ -38,6 +38,8 @@ class ScriptModuleImpl : public torch::nn::Module {
   void train(bool on = true) override;
   /// Writes the script module (with the current weights) as a torch.jit.save file, atomically.
   void save(const std::string& path) const;
+  /// torch::nn::Module's archive form stays callable (it writes the parameters and buffers).
+  using torch::nn::Module::save;
   /// The wrapped module.
   torch::jit::Module& script() { return module_; }
 
