@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds trainkit against the LibTorch inside the project's virtual environment.
 # Usage: scripts/build.sh [BUILD_DIR] [extra cmake args...]   (BUILD_DIR defaults to build/)
-# Environment: TRAINKIT_JOBS (parallel jobs, 2), TRAINKIT_BUILD_TYPE (Release), TRAINKIT_TARGETS (only these).
+# Environment: TRAINKIT_JOBS (parallel jobs, 2), TRAINKIT_BUILD_TYPE (Release), TRAINKIT_TARGETS (only these),
+#   TRAINKIT_CXX (the C++ compiler of a new build directory; CMake's default, GCC on Debian, when unset).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build="${1:-$root/build}"
@@ -16,10 +17,12 @@ if [ -z "${CUDAToolkit_ROOT:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+compiler_args=()
+if [ -n "${TRAINKIT_CXX:-}" ]; then compiler_args+=(-DCMAKE_CXX_COMPILER="$TRAINKIT_CXX"); fi
 
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="${TRAINKIT_BUILD_TYPE:-Release}" \
-    -DCMAKE_PREFIX_PATH="$torch_prefix" "${cuda_args[@]}" "$@"
+    -DCMAKE_PREFIX_PATH="$torch_prefix" "${cuda_args[@]}" "${compiler_args[@]}" "$@"
 fi
 targets=()
 if [ -n "${TRAINKIT_TARGETS:-}" ]; then read -r -a targets <<< "--target $TRAINKIT_TARGETS"; fi

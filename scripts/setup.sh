@@ -19,12 +19,15 @@ apt_packages=(build-essential cmake ninja-build ccache pkg-config
               jq            # the tests check that jq reads the JSON files a run writes
               zlib1g-dev libpng-dev dataset-fashion-mnist python3-venv
               libgloo-dev   # Gloo headers for c10d's ProcessGroupGloo.hpp (the wheel lacks them)
-              fortunes)     # apps/text_classification's default data: one class per fortune file
+              fortunes      # apps/text_classification's default data: one class per fortune file
+              # scripts/test.sh compiles with clang (its precompiled header also holds LibTorch's template
+              # instantiations: about half GCC's build time) and its OpenMP (libomp: the one source that
+              # enters ATen's thread pool is compiled with OpenMP).
+              clang libomp-14-dev)
 
-# scripts/fuzz.sh and scripts/sanitize.sh need clang, its libFuzzer runtime and its OpenMP (libomp: the one
-# source that enters ATen's thread pool is compiled with OpenMP); plain builds and CI do not.
+# scripts/fuzz.sh and scripts/sanitize.sh also need clang's libFuzzer and sanitizer runtimes.
 if [[ " $* " == *" --fuzz "* ]]; then
-  apt_packages+=(clang libclang-rt-14-dev libomp-14-dev)
+  apt_packages+=(libclang-rt-14-dev)
 fi
 
 missing=()

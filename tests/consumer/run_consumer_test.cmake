@@ -12,9 +12,12 @@ function(run)
 endfunction()
 
 run("${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}")
-# The compiler the library was built with: a sanitizer build's objects call that compiler's runtime.
 set(args -S "${SOURCE_DIR}" -B "${build}" -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release
-    "-DCMAKE_PREFIX_PATH=${prefix}" "-DTorch_DIR=${PREFIX_PATH}/Torch" "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
+    "-DCMAKE_PREFIX_PATH=${prefix}" "-DTorch_DIR=${PREFIX_PATH}/Torch")
+# Empty: CMake's default compiler; a sanitizer build passes its own (its objects call that compiler's runtime).
+if(CXX_COMPILER)
+  list(APPEND args "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
+endif()
 if(CUDA_ROOT)
   list(APPEND args "-DCUDAToolkit_ROOT=${CUDA_ROOT}")
 endif()
