@@ -23,6 +23,7 @@
 #include "trainkit/data/torch_data.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/log/metrics.h"
+#include "trainkit/log/mlflow.h"
 #include "trainkit/log/summary_writer.h"
 #include "trainkit/train/callbacks/metrics_logger.h"
 #include "trainkit/train/trainer.h"
@@ -71,8 +72,14 @@ double trainer_loop(trainkit::data::TensorLoader& loader, int64_t steps) {
 /// The Trainer with what `trainkit train` adds for monitoring: the step-time profile, and the logging hook
 /// writing metrics.csv/jsonl and TensorBoard monitors (loss, every group's LR and beta1, throughput) every
 /// `monitor_every` steps, 10x as often as the main job's default of 100.
+// What the MLflow sink costs the training thread: seconds inside it, and rows passed, over all rounds.
+double g_mlflow_sink_seconds = 0;
+int64_t g_mlflow_rows = 0;
+
+/// With `mlflow_uri`, the same rows also go to that MLflow server (a new run each time; its final flush,
+/// which a run does once at its end, is outside the timed loop).
 double trainer_loop_monitored(trainkit::data::TensorLoader& loader, int64_t steps, const std::string& dir,
-                              int64_t monitor_every) {
+                              int64_t monitor_every, const std::string& mlflow_uri = "") {
   Setup s;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -80,11 +87,31 @@ double trainer_loop_monitored(trainkit::data::TensorLoader& loader, int64_t step
                                    trainkit::train::TrainerOptions().max_steps(steps).epochs(1000).profile(true));
   auto metrics = std::make_shared<trainkit::log::MetricsWriter>(dir, false);
   auto tensorboard = std::make_shared<trainkit::log::SummaryWriter>(dir);
+  std::shared_ptr<trainkit::log::MlflowLogger> mlflow;
+  if (!mlflow_uri.empty()) {
+    trainkit::log::MlflowLoggerOptions options;
+    options.tracking_uri = mlflow_uri;
+    options.experiment = "bench_trainer";
+    mlflow = std::make_shared<trainkit::log::MlflowLogger>(options);
+    metrics->add_sink([mlflow](const trainkit::log::MetricRow& row) {
+      const auto start = Clock::now();
+      mlflow->log_metrics(trainkit::log::mlflow_metrics(row));
+      g_mlflow_sink_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+      ++g_mlflow_rows;
+    });
+  }
   trainer.add_callback(std::make_shared<trainkit::train::MetricsLogger>(metrics, monitor_every, false, tensorboard));
   const auto start = Clock::now();
   trainer.fit(loader);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   tensorboard->close();
+  if (mlflow) {
+    const auto sent = mlflow->finish();
+    if (sent.metrics_unsent + sent.metrics_dropped > 0) {
+      throw std::runtime_error(fmt::format("MLflow server {}: {} points not sent", mlflow_uri,
+                                           sent.metrics_unsent + sent.metrics_dropped));
+    }
+  }
   return seconds;
 }
 
@@ -169,6 +196,9 @@ int main(int argc, char** argv) {
       .show_default()
       .one_of({"tensor", "torch_data"});
   cli.option("--json", json_path, "Also write the results as JSON to this file");
+  std::string mlflow_uri;
+  cli.option("--mlflow-uri", mlflow_uri,
+             "Also run the monitored variant logging to this MLflow server (http://host:port), and compare");
   int64_t monitor_every = 10;
   cli.option("--monitor-every", monitor_every,
              "Steps between monitor rows in the 'Trainer + profile + monitors' variant")
@@ -194,6 +224,10 @@ int main(int argc, char** argv) {
          return trainer_loop_monitored(loader, steps, fmt::format("/tmp/trainkit-bench-monitors-{}", ::getpid()),
                                        monitor_every);
        }},
+      {"... + MLflow", [&] {
+         return trainer_loop_monitored(loader, steps, fmt::format("/tmp/trainkit-bench-mlflow-{}", ::getpid()),
+                                       monitor_every, mlflow_uri);
+       }},
   };
   if (torch_data) {
     variants[0].second = [&] { return hand_loop_torch_data(torch_loader, steps); };
@@ -203,6 +237,7 @@ int main(int argc, char** argv) {
   std::vector<size_t> active = {0, 1};
   if (!torch_data) {
     active.push_back(3);
+    if (!mlflow_uri.empty()) active.push_back(4);
   }
   if (!no_python && !torch_data) {
     active.push_back(2);
@@ -223,7 +258,7 @@ int main(int argc, char** argv) {
              "best ratio");
   std::string json = "{";
   for (const char* name : {"hand-written LibTorch loop", "trainkit Trainer", "Trainer + profile + monitors",
-                           "Python PyTorch (same wheel)"}) {
+                           "... + MLflow", "Python PyTorch (same wheel)"}) {
     if (seconds.count(name) == 0) {
       continue;
     }
@@ -236,20 +271,36 @@ int main(int argc, char** argv) {
         "\"median_ratio_to_hand_loop\": {:.4f}, \"best_ratio_to_hand_loop\": {:.4f}}}",
         json.size() > 1 ? ", " : "", name, s, best, rate, s / hand, best / hand_best);
   }
-  if (seconds.count("Trainer + profile + monitors") != 0) {
-    const auto& plain = seconds["trainkit Trainer"];
-    const auto& monitored = seconds["Trainer + profile + monitors"];
-    // Per round, the monitored run against the plain one of the same round: the pairs share the machine's
-    // state, so their ratio is steadier than a ratio of medians.
+  // Per round, a variant against its base of the same round: the pairs share the machine's state, so their
+  // ratio is steadier than a ratio of medians. Prints and returns the median of those ratios.
+  const auto compare = [&](const std::string& what, const std::string& variant, const std::string& base) {
+    const auto& v = seconds[variant];
+    const auto& b = seconds[base];
     std::vector<double> ratios;
-    for (size_t i = 0; i < plain.size(); ++i) {
-      ratios.push_back(monitored[i] / plain[i]);
+    for (size_t i = 0; i < b.size(); ++i) {
+      ratios.push_back(v[i] / b[i]);
     }
-    fmt::print("profile + monitors every {} steps vs the Trainer alone: median of per-round ratios {:.4f}, "
-               "ratio of best rounds {:.4f}\n",
-               monitor_every, median(ratios),
-               *std::min_element(monitored.begin(), monitored.end()) / *std::min_element(plain.begin(), plain.end()));
-    json += fmt::format(", \"monitor_overhead_median_ratio\": {:.4f}", median(ratios));
+    fmt::print("{} every {} steps: median of per-round ratios {:.4f}, ratio of best rounds {:.4f}\n", what,
+               monitor_every, median(ratios), *std::min_element(v.begin(), v.end()) / *std::min_element(b.begin(), b.end()));
+    return median(ratios);
+  };
+  if (seconds.count("Trainer + profile + monitors") != 0) {
+    json += fmt::format(", \"monitor_overhead_median_ratio\": {:.4f}",
+                        compare("profile + monitors vs the Trainer alone", "Trainer + profile + monitors",
+                                "trainkit Trainer"));
+  }
+  if (seconds.count("... + MLflow") != 0) {
+    const double ratio =
+        compare("MLflow tracking vs the same monitors without it", "... + MLflow", "Trainer + profile + monitors");
+    const auto& monitored = seconds["Trainer + profile + monitors"];
+    const double per_row_us = 1e6 * g_mlflow_sink_seconds / static_cast<double>(std::max<int64_t>(g_mlflow_rows, 1));
+    const double step_s = median(monitored) / static_cast<double>(steps);
+    fmt::print("MLflow in the training thread: {:.1f} us per row sent ({} rows), {:.5f}% of a {:.1f} ms step at one "
+               "row every {} steps\n",
+               per_row_us, g_mlflow_rows, 100.0 * per_row_us * 1e-6 / (step_s * static_cast<double>(monitor_every)),
+               1e3 * step_s, monitor_every);
+    json += fmt::format(", \"mlflow_overhead_median_ratio\": {:.4f}, \"mlflow_sink_us_per_row\": {:.2f}", ratio,
+                        per_row_us);
   }
   json += "}\n";
   if (!json_path.empty()) {

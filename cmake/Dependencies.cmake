@@ -9,6 +9,8 @@ find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(ZLIB REQUIRED)
 find_package(PNG REQUIRED)
+# libcurl for the MLflow client (Debian: libcurl4-openssl-dev).
+find_package(CURL REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 # nlohmann-json: every JSON file trainkit writes or reads (Debian: nlohmann-json3-dev). Header-only and

@@ -12,12 +12,15 @@ venv="${TRAINKIT_VENV:-$root/.venv}"
 torch_version="2.15.0"
 # optuna-dashboard (two pure-Python wheels, with bottle; about 9 MB) serves a `trainkit tune` journal in the
 # ctest optuna_dashboard_serves_journal.
-python_oracles=(timm torch-lr-finder tensorboard scikit-learn optuna safetensors optuna-dashboard)
+# mlflow (the tracking server and its Python client) serves and reads back a run in the ctest
+# mlflow_server_receives_run.
+python_oracles=(timm torch-lr-finder tensorboard scikit-learn optuna safetensors optuna-dashboard mlflow)
 
 apt_packages=(build-essential cmake ninja-build ccache pkg-config
               libfmt-dev libspdlog-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
               jq            # the tests check that jq reads the JSON files a run writes
               zlib1g-dev libpng-dev dataset-fashion-mnist python3-venv
+              libcurl4-openssl-dev  # the MLflow client's HTTP
               libgloo-dev   # Gloo headers for c10d's ProcessGroupGloo.hpp (the wheel lacks them)
               fortunes      # apps/text_classification's default data: one class per fortune file
               # scripts/test.sh compiles with clang (its precompiled header also holds LibTorch's template

@@ -193,7 +193,15 @@ const std::vector<Section>& plain_sections() {
         .bind(TRAINKIT_KEY(log, tensorboard), rule::boolean(), "Also write TensorBoard event files into the run directory")
         .bind(TRAINKIT_KEY(log, layer_norms), rule::boolean(),
               "Every log.every_steps steps, each parameter's gradient and weight 2-norm to <run>/layer_norms.csv (and "
-              "TensorBoard norms/grad/<name>, norms/param/<name>)")});
+              "TensorBoard norms/grad/<name>, norms/param/<name>)")
+        .bind(TRAINKIT_KEY(log, mlflow_uri),
+              rule::text_where("string", "\"\" (off) or \"http://host:port\"",
+                               [](const std::string& v) {
+                                 return v.empty() || v.rfind("http://", 0) == 0 || v.rfind("https://", 0) == 0;
+                               }),
+              "An MLflow tracking server to log the run to: params, metrics, tags, artifacts (\"\" = off)")
+        .bind(TRAINKIT_KEY(log, mlflow_experiment), rule::text(), "The MLflow experiment (created when missing)")
+        .bind(TRAINKIT_KEY(log, mlflow_run_name), rule::text(), "The MLflow run's name (\"\" = the run directory's name)")});
     s.push_back({"profile", OptionBinding<Config>()
         .include(trainer_keys, trainer, {"profile_sync"}, {{"profile_sync", "sync"}})
         .bind(TRAINKIT_KEY(profile, trace_steps), rule::integer(0),

@@ -146,7 +146,12 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   spdlog::info("training {} on {} ({} train, {} val, {} test examples) with {}, run directory {}",
                config.model.name, run.device.str(), run.train_examples, run.val_examples, run.test_examples,
                config.optimizer.name, plan.dir);
-  trainer.fit(*run.train, run.val.get());
+  try {
+    trainer.fit(*run.train, run.val.get());
+  } catch (...) {
+    if (run.mlflow) run.mlflow->finish("FAILED");
+    throw;
+  }
 
   const train::EvalResult test_result = trainer.evaluate(*run.test);
   // The averaged weights, evaluated on the test set beside the raw ones and exported weights-only.
@@ -229,6 +234,22 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
                            summary_json(result, step_times, logging.epoch_step_times(), run.group != nullptr));
   spdlog::info("test loss {:.4f}{} after {} epochs ({} steps) in {:.1f} s; {}", result.test_loss, test_metrics_text,
                result.epochs, result.steps, result.wall_seconds, plan.dir);
+  if (run.mlflow) {
+    // The run's files and its exported weights, then the run's end (waiting for a restarting server).
+    std::vector<std::string> artifacts = {"config.toml", "metrics.csv", "curves.svg", "summary.json"};
+    for (const char* stem : {"model", "ema", "swa"}) {
+      for (const std::string& path : io::export_paths(plan.dir, stem, config.checkpoint.export_formats)) {
+        artifacts.push_back(fs::path(path).filename().string());
+      }
+    }
+    artifacts.emplace_back("model.torchscript.pt");
+    for (const std::string& name : artifacts) {
+      if (fs::exists(fs::path(plan.dir) / name)) run.mlflow->log_artifact((fs::path(plan.dir) / name).string());
+    }
+    const log::MlflowLoggerStats sent = run.mlflow->finish("FINISHED");
+    spdlog::info("MLflow: run {}: {} metric points and {} artifacts sent", run.mlflow->run_id(), sent.metrics_sent,
+                 sent.artifacts_sent);
+  }
   return result;
 }
 

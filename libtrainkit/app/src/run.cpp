@@ -1,8 +1,9 @@
 #include "trainkit/app/run.h"
 
 #include <cstdlib>
-#include <utility>
 #include <filesystem>
+#include <fstream>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -10,6 +11,8 @@
 #include <torch/torch.h>
 
 #include "trainkit/amp/autocast.h"
+#include "trainkit/app/toml_args.h"
+#include "trainkit/compat.h"
 #include "trainkit/amp/grad_scaler.h"
 #include "trainkit/log/progress.h"
 #include "trainkit/nn/init.h"
@@ -18,6 +21,7 @@
 #include "trainkit/train/callbacks/norm_monitor.h"
 #include "trainkit/train/callbacks/profiler_trace.h"
 #include "trainkit/train/callbacks/trainer_checkpoint.h"
+#include "trainkit/version.h"
 
 namespace trainkit::app {
 namespace {
@@ -160,6 +164,84 @@ void attach_hooks(Run& run, const Config& config, const RunOptions& options, con
   }
 }
 
+std::string first_line(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+/// The commit checked out in the git work tree around the working directory, or "" (not in one, or
+/// unreadable). Read from .git directly: HEAD, then the branch's ref file or packed-refs.
+std::string git_commit() {
+  std::error_code ec;
+  for (std::filesystem::path dir = std::filesystem::current_path(ec); !ec && !dir.empty(); dir = dir.parent_path()) {
+    const std::filesystem::path git = dir / ".git";
+    if (std::filesystem::is_directory(git, ec)) {
+      const std::string head = first_line(git / "HEAD");
+      if (head.rfind("ref: ", 0) != 0) return head;
+      const std::string ref = head.substr(5);
+      if (std::string commit = first_line(git / ref); !commit.empty()) return commit;
+      std::ifstream packed(git / "packed-refs");
+      for (std::string line; std::getline(packed, line);) {
+        if (line.size() > 41 && line.compare(41, std::string::npos, ref) == 0) return line.substr(0, 40);
+      }
+      return "";
+    }
+    if (dir == dir.parent_path()) break;
+  }
+  return "";
+}
+
+/// `table` as "section.key" = value pairs, strings without their quotes (MLflow params).
+void flatten(const ArgTable& table, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  for (const auto& [key, value] : table) {
+    if (const auto* sub = value.get_if<ArgTable>()) {
+      flatten(*sub, prefix + key + ".", out);
+    } else if (const auto* text = value.get_if<std::string>()) {
+      out.emplace_back(prefix + key, *text);
+    } else {
+      out.emplace_back(prefix + key, value.to_string());
+    }
+  }
+}
+
+/// The MLflow logger of a run directory: a new MLflow run, or the one noted in <dir>/mlflow_run_id when the
+/// run resumes; params (the effective config), tags (versions, world size, git commit).
+std::shared_ptr<log::MlflowLogger> start_mlflow(const Config& config, const RunOptions& options, int64_t world_size) {
+  const std::filesystem::path dir = std::filesystem::absolute(options.dir()).lexically_normal();
+  const std::filesystem::path id_file = dir / "mlflow_run_id";
+  log::MlflowLoggerOptions o;
+  o.tracking_uri = config.log.mlflow_uri;
+  o.experiment = config.log.mlflow_experiment;
+  o.run_name = config.log.mlflow_run_name;
+  if (o.run_name.empty()) {
+    o.run_name = (dir.has_filename() ? dir : dir.parent_path()).filename().string();
+  }
+  if (options.append_metrics()) {
+    o.resume_run_id = first_line(id_file);
+  }
+  o.on_run = [id_file](const log::MlflowRunInfo& info) {
+    train::write_file_atomic(id_file.string(), info.run_id + "\n");
+  };
+  auto logger = std::make_shared<log::MlflowLogger>(std::move(o));
+  std::vector<std::pair<std::string, std::string>> params;
+  flatten(parse_toml(to_toml(config), "the effective config"), "", params);
+  logger->log_params(std::move(params));
+  std::vector<std::pair<std::string, std::string>> tags = {
+      {"trainkit.version", TRAINKIT_VERSION},
+      {"trainkit.torch_version", compat::torch_version()},
+      {"trainkit.world_size", std::to_string(world_size)},
+      {"trainkit.run_dir", dir.string()}};
+  if (const std::string commit = git_commit(); !commit.empty()) {
+    tags.emplace_back("mlflow.source.git.commit", commit);
+  }
+  logger->set_tags(std::move(tags));
+  spdlog::info("MLflow: logging to {} (experiment \"{}\"{})", config.log.mlflow_uri, config.log.mlflow_experiment,
+               options.append_metrics() && !first_line(id_file).empty() ? ", continuing run " + first_line(id_file) : "");
+  return logger;
+}
+
 void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
   if (options.dir().empty()) {
     return;
@@ -186,6 +268,12 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
   }
   run.logging = std::make_shared<train::MetricsLogger>(run.metrics, config.log.every_steps, bar, run.tensorboard);
   run.trainer->add_callback(run.logging);
+  if (!config.log.mlflow_uri.empty()) {
+    run.mlflow = start_mlflow(config, options, run.world_size);
+    run.metrics->add_sink([mlflow = run.mlflow](const log::MetricRow& row) {
+      mlflow->log_metrics(log::mlflow_metrics(row));
+    });
+  }
   if (config.log.layer_norms) {
     run.trainer->add_callback(std::make_shared<train::NormMonitor>(
         *run.model,

@@ -167,7 +167,12 @@ void MetricsWriter::write(const MetricRow& row) {
   jsonl_ << json.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   jsonl_.flush();
   check_written(jsonl_, jsonl_path_);
+  for (const auto& sink : sinks_) {
+    sink(row);
+  }
 }
+
+void MetricsWriter::add_sink(std::function<void(const MetricRow&)> sink) { sinks_.push_back(std::move(sink)); }
 
 }  // namespace trainkit::log
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -45,6 +46,8 @@ class MetricsWriter {
   /// std::runtime_error naming the file when a write fails (a full disk). Appending first cuts a partial
   /// last line (left by a killed run) back to the last complete row.
   void write(const MetricRow& row);
+  /// Also passes every row written from now on to `sink` (after the files; e.g. an experiment tracker).
+  void add_sink(std::function<void(const MetricRow&)> sink);
   /// The CSV header line (without newline).
   std::string header() const;
 
@@ -55,6 +58,7 @@ class MetricsWriter {
   std::string jsonl_path_;
   std::ofstream csv_;
   std::ofstream jsonl_;
+  std::vector<std::function<void(const MetricRow&)>> sinks_;
 };
 
 }  // namespace trainkit::log

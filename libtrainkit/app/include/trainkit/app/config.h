@@ -156,12 +156,15 @@ struct SwaConfig {
   train::StochasticWeightAveragingOptions options;
 };
 
-/// `[log]`: console and metrics files.
+/// `[log]`: console, metrics files, TensorBoard and MLflow tracking.
 struct LogConfig {
   int64_t every_steps = 100;
   std::string progress = "auto";
   bool tensorboard = false;
   bool layer_norms = false;
+  std::string mlflow_uri;                   ///< "" = no MLflow tracking
+  std::string mlflow_experiment = "trainkit";
+  std::string mlflow_run_name;              ///< "" = the run directory's name
 };
 
 /// `[profile]`: the step-time profile (always on; its `sync` is Config::trainer's) and a LibTorch profiler

@@ -17,6 +17,7 @@
 #include "trainkit/app/providers.h"
 #include "trainkit/features.h"
 #include "trainkit/log/metrics.h"
+#include "trainkit/log/mlflow.h"
 #include "trainkit/log/summary_writer.h"
 #include "trainkit/sched/factory.h"
 #include "trainkit/train/callbacks/ema_weight_averaging.h"
@@ -71,6 +72,9 @@ struct Run : RunData {
   std::shared_ptr<log::MetricsWriter> metrics;            ///< main rank with a run directory
   std::shared_ptr<log::SummaryWriter> tensorboard;        ///< when TensorBoard is on
   std::shared_ptr<train::MetricsLogger> logging;          ///< main rank with a run directory
+  /// When log.mlflow_uri is set (main rank with a run directory): every metrics row goes there too; the
+  /// train job adds the artifacts and calls finish().
+  std::shared_ptr<log::MlflowLogger> mlflow;
   std::shared_ptr<train::EMAWeightAveraging> ema;         ///< when ema.enabled
   std::shared_ptr<train::StochasticWeightAveraging> swa;  ///< when swa.enabled
 #if TRAINKIT_WITH_DISTRIBUTED
