@@ -125,8 +125,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> command;
   auto& launch = cli.subcommand(
       "launch", "Run N copies of COMMAND with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, ...): "
-                "trainkit launch --nproc N [--master-port P] [--max-restarts K] -- COMMAND...");
-  launch.option("--nproc", nproc, "Processes (ranks) to start").show_default();
+                "trainkit launch --nproc N [--nnodes M --node-rank K] [--master-addr A] [--master-port P] "
+                "[--max-restarts R] -- COMMAND...");
+  int64_t nnodes = launch_options.nnodes();
+  int64_t node_rank = launch_options.node_rank();
+  launch.option("--nproc", nproc, "Processes (ranks) to start on this machine").show_default();
+  launch.option("--nnodes", nnodes, "Machines in the job, one launcher each (same --master-addr/--master-port)")
+      .show_default();
+  launch.option("--node-rank", node_rank, "This machine's index, 0 .. nnodes-1 (node 0 hosts rank 0)").show_default();
   launch.option("--master-port", master_port, "Port of rank 0's TCPStore (0: any free port)").show_default();
   launch.option("--master-addr", master_addr, "Address the ranks use to reach rank 0").show_default();
   launch.option("--max-restarts", max_restarts,
@@ -172,7 +178,8 @@ int main(int argc, char** argv) {
   if (launch.parsed()) {
     try {
       return trainkit::dist::launch(
-          launch_options.nproc(nproc).master_port(master_port).master_addr(master_addr).max_restarts(max_restarts).command(command));
+          launch_options.nproc(nproc).nnodes(nnodes).node_rank(node_rank).master_port(master_port).master_addr(master_addr)
+              .max_restarts(max_restarts).command(command));
     } catch (const std::invalid_argument& e) {
       std::cerr << e.what() << "\nRun with --help for more information.\n";
       return kExitUsage;

@@ -340,6 +340,29 @@ TEST_CASE("Launcher: bad input", "[dist][launch]") {
   CHECK_THAT(usage.output, Contains("no command"));
 }
 
+TEST_CASE("Launcher on several machines: node K's ranks are K * nproc + local, bad node options refused",
+          "[dist][launch]") {
+  using trainkit::dist::LaunchOptions;
+  TempDir tmp("launch-nodes");
+  // Node 1 of 2 with 2 processes each: ranks 2 and 3 of 4, local ranks 0 and 1. Its ranks need no rank 0 to
+  // print their environment, and node 1 does not bind the port (node 0's rank 0 does).
+  const Run run = shell(std::string(TRAINKIT_CLI_PATH) + " launch --nnodes 2 --node-rank 1 --nproc 2 --master-addr "
+                            "10.1.2.3 --master-port 29777 -- sh -c 'echo R=$RANK L=$LOCAL_RANK W=$WORLD_SIZE "
+                            "LW=$LOCAL_WORLD_SIZE G=$GROUP_RANK A=$MASTER_ADDR:$MASTER_PORT'",
+                        tmp);
+  INFO(run.output);
+  REQUIRE(run.code == 0);
+  CHECK_THAT(run.output, Contains("[rank 2] R=2 L=0 W=4 LW=2 G=1 A=10.1.2.3:29777"));
+  CHECK_THAT(run.output, Contains("[rank 3] R=3 L=1 W=4 LW=2 G=1 A=10.1.2.3:29777"));
+  const auto two_nodes = [] { return LaunchOptions().nnodes(2).nproc(1).master_port(29777).command({"true"}); };
+  CHECK_THROWS_WITH(trainkit::dist::launch(two_nodes().node_rank(2)), Contains("--node-rank 2 is not in 0..1"));
+  CHECK_THROWS_WITH(trainkit::dist::launch(two_nodes().node_rank(-1)), Contains("--node-rank -1 is not in 0..1"));
+  CHECK_THROWS_WITH(trainkit::dist::launch(two_nodes().master_port(0)),
+                    Contains("--master-port 0 (any free port) works on one machine only"));
+  CHECK_THROWS_WITH(trainkit::dist::launch(two_nodes().max_restarts(1)), Contains("no elastic rendezvous"));
+  CHECK_THROWS_WITH(trainkit::dist::launch(LaunchOptions().nnodes(0).command({"true"})), Contains("--nnodes must be >= 1"));
+}
+
 TEST_CASE("Process group: bad environment and port in use", "[dist][env]") {
   using trainkit::dist::DistError;
   {

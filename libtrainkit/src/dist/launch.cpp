@@ -95,6 +95,11 @@ struct Attempt {
 
 /// Starts every rank with restart count `restart`, forwards output and signals, and when one rank fails
 /// stops the others; returns once every rank has exited.
+/// The job-wide rank of this machine's `local`-th process.
+int64_t global_rank(const LaunchOptions& options, size_t local) {
+  return options.node_rank() * options.nproc() + static_cast<int64_t>(local);
+}
+
 Attempt run_ranks(const LaunchOptions& options, int64_t port, int64_t restart) {
   const auto n = static_cast<size_t>(options.nproc());
 
@@ -107,19 +112,21 @@ Attempt run_ranks(const LaunchOptions& options, int64_t port, int64_t restart) {
   g_signal = 0;
 
   std::vector<Rank> ranks(n);
-  const std::string world = std::to_string(n);
+  const std::string local_world = std::to_string(n);
+  const std::string world = std::to_string(options.nnodes() * options.nproc());
   Environment defaults;
   if (options.omp_num_threads() > 0) {
     defaults.emplace_back("OMP_NUM_THREADS", std::to_string(options.omp_num_threads()));  // torchrun's default
   }
   for (size_t r = 0; r < n; ++r) {
-    const std::string rank = std::to_string(r);
+    const std::string rank = std::to_string(global_rank(options, r));
     ranks[r].process = Subprocess(
         SubprocessOptions()
             .argv(options.command())
             .pipe_output(true)
-            .env({{"RANK", rank}, {"LOCAL_RANK", rank}, {"ROLE_RANK", rank}, {"WORLD_SIZE", world},
-                  {"LOCAL_WORLD_SIZE", world}, {"ROLE_WORLD_SIZE", world}, {"GROUP_RANK", "0"},
+            .env({{"RANK", rank}, {"LOCAL_RANK", std::to_string(r)}, {"ROLE_RANK", rank}, {"WORLD_SIZE", world},
+                  {"LOCAL_WORLD_SIZE", local_world}, {"ROLE_WORLD_SIZE", world},
+                  {"GROUP_RANK", std::to_string(options.node_rank())},
                   {"MASTER_ADDR", options.master_addr()}, {"MASTER_PORT", std::to_string(port)},
                   {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart)},
                   {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts())}})
@@ -163,7 +170,7 @@ Attempt run_ranks(const LaunchOptions& options, int64_t port, int64_t restart) {
         for (Stream* st : {&rk.out, &rk.err}) {
           if (st->fd >= 0) {
             const std::string prefix =
-                options.prefix_output() ? "[rank " + std::to_string(&rk - ranks.data()) + "] " : "";
+                options.prefix_output() ? "[rank " + std::to_string(global_rank(options, static_cast<size_t>(&rk - ranks.data()))) + "] " : "";
             emit(*st, prefix, "", 0, true);
             ::close(st->fd);
             st->fd = -1;
@@ -181,7 +188,7 @@ Attempt run_ranks(const LaunchOptions& options, int64_t port, int64_t restart) {
     for (size_t k = 0; k < fds.size(); ++k) {
       if (fds[k].revents == 0) continue;
       Stream& s = *owners[k].second;
-      const std::string prefix = options.prefix_output() ? "[rank " + std::to_string(owners[k].first) + "] " : "";
+      const std::string prefix = options.prefix_output() ? "[rank " + std::to_string(global_rank(options, owners[k].first)) + "] " : "";
       const ssize_t got = ::read(s.fd, buffer, sizeof(buffer));
       if (got > 0) {
         emit(s, prefix, buffer, static_cast<size_t>(got), false);
@@ -196,9 +203,9 @@ Attempt run_ranks(const LaunchOptions& options, int64_t port, int64_t restart) {
       if (!rk.running()) continue;
       const std::optional<ExitStatus> status = rk.poll();
       if (status && !status->ok() && failed_rank < 0 && !stopping) {
-        failed_rank = static_cast<int>(r);
+        failed_rank = static_cast<int>(global_rank(options, r));
         failed_status = *status;
-        std::fprintf(stderr, "launch: rank %zu (pid %lld) %s; stopping the other ranks\n", r,
+        std::fprintf(stderr, "launch: rank %d (pid %lld) %s; stopping the other ranks\n", failed_rank,
                      static_cast<long long>(rk.pid()), status->to_string().c_str());
         std::fflush(stderr);
         stopping = true;
@@ -231,12 +238,26 @@ int launch(const LaunchOptions& options) {
   if (options.max_restarts() < 0) {
     throw std::invalid_argument("launch: --max-restarts must be >= 0, got " + std::to_string(options.max_restarts()));
   }
+  if (options.nnodes() < 1) throw std::invalid_argument("launch: --nnodes must be >= 1, got " + std::to_string(options.nnodes()));
+  if (options.node_rank() < 0 || options.node_rank() >= options.nnodes()) {
+    throw std::invalid_argument("launch: --node-rank " + std::to_string(options.node_rank()) + " is not in 0.." +
+                                std::to_string(options.nnodes() - 1) + " (--nnodes " + std::to_string(options.nnodes()) + ")");
+  }
+  if (options.nnodes() > 1 && options.master_port() == 0) {
+    throw std::invalid_argument("launch: --master-port 0 (any free port) works on one machine only: with --nnodes " +
+                                std::to_string(options.nnodes()) + " every machine must be given the same port");
+  }
+  if (options.nnodes() > 1 && options.max_restarts() > 0) {
+    throw std::invalid_argument("launch: --max-restarts restarts the ranks of one machine; with --nnodes " +
+                                std::to_string(options.nnodes()) +
+                                " the other machines' launchers would not restart theirs (no elastic rendezvous)");
+  }
   int64_t port = options.master_port();
   if (port == 0) {
     port = free_port();
   } else if (port < 1 || port > 65535) {
     throw std::invalid_argument("launch: --master-port " + std::to_string(port) + " is not in 1..65535");
-  } else if (!port_is_free(port)) {
+  } else if (options.node_rank() == 0 && !port_is_free(port)) {  // node 0's rank 0 binds it
     throw std::invalid_argument("launch: --master-port " + std::to_string(port) +
                                 " is already in use on this machine; choose another (or 0 for any free port)");
   }
