@@ -1,7 +1,9 @@
 // nn::ScriptModule and `trainkit train` with model.name = "torchscript": a model scripted and saved in Python
 // (scripts/golden_torchscript.py) gives Python's outputs in C++, and trained by the train job it ends with
 // the parameters and the test loss of the same training in Python (same data order, SGD), to 1e-6 and 1e-5;
-// the trained model written back loads with torch::jit::load.
+// the trained model written back loads with torch::jit::load; checkpoint.export = "torchscript" writes whole
+// models of the final, EMA and best weights.
+#include <filesystem>
 #include <fstream>
 
 #include <torch/script.h>
@@ -9,6 +11,7 @@
 
 #include "support.h"
 #include "trainkit/app/jobs.h"
+#include "trainkit/io/safetensors.h"
 #include "trainkit/nn/script_module.h"
 
 using namespace trainkit;
@@ -87,4 +90,53 @@ TEST_CASE("trainkit train trains a TorchScript model as Python trains it", "[nn]
     CHECK_THROWS_MATCHES(app::run_train_job(job), app::ConfigError,
                          WhatContains("model.name = \"torchscript\" needs model.torchscript"));
   }
+}
+
+TEST_CASE("checkpoint.export = torchscript: whole TorchScript models of the final, EMA and best weights",
+          "[nn][torchscript][app]") {
+  const auto golden = trainkit::test::golden("torchscript.toml");
+  trainkit::test::TempDir tmp("torchscript-export");
+  std::ofstream(tmp.str("ts.toml")) << *golden["train"]["config"].value<std::string>();
+  app::TrainJobOptions job;
+  job.config_path = tmp.str("ts.toml");
+  job.overrides = {"model.torchscript=" + golden_file(*golden["model"]["file"].value<std::string>()),
+                   "checkpoint.export=[\"safetensors\", \"torchscript\"]", "ema.enabled=true",
+                   "checkpoint.save_top_k=1"};
+  job.out_dir = tmp.str("run");
+  app::run_train_job(job);
+  // Each .torchscript.pt is a whole model (torch::jit::load) holding exactly the weights of its .safetensors.
+  const auto same_weights = [&](const std::string& stem) {
+    INFO(stem);
+    const auto script = parameters_of(torch::jit::load(tmp.str(stem + ".torchscript.pt")));
+    const io::SafetensorsFile copy = io::load_safetensors(tmp.str(stem + ".safetensors"));
+    REQUIRE(script.size() == 4);
+    for (const auto& [name, tensor] : script) {
+      INFO(name);
+      CHECK(torch::equal(tensor, copy.tensors[name]));
+    }
+    return script;
+  };
+  const auto model = same_weights("run/model");
+  const auto ema = same_weights("run/ema");
+  CHECK(!torch::equal(model.at("out.weight"), ema.at("out.weight")));  // the EMA's weights, not the raw ones
+  int best = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.str("run/best"))) {
+    const std::string name = entry.path().filename().string();
+    const std::string suffix = ".torchscript.pt";
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      same_weights("run/best/" + name.substr(0, name.size() - suffix.size()));
+      ++best;
+    }
+  }
+  CHECK(best == 1);  // save_top_k = 1: a replaced best file's copies go with it
+
+
+  // A model that is not TorchScript cannot be exported as one: the config says so before training.
+  app::TrainJobOptions cnn;
+  cnn.config_path = tmp.str("ts.toml");
+  cnn.overrides = {"model.name=\"cnn\"", "checkpoint.export=[\"torchscript\"]"};
+  cnn.out_dir = tmp.str("run_cnn");
+  CHECK_THROWS_MATCHES(app::run_train_job(cnn), app::ConfigError,
+                       WhatContains("checkpoint.export = [..., \"torchscript\"] writes whole TorchScript models, "
+                                    "which needs model.name = \"torchscript\" (this run's model is \"cnn\")"));
 }

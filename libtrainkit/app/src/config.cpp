@@ -172,8 +172,9 @@ const std::vector<Section>& plain_sections() {
         .bind("export", [](auto& c) -> auto& { return c.checkpoint.export_formats; },
               rule::distinct_of(io::export_formats()),
               "Interchange copies of the final weights (<run>/model.*), of the EMA and SWA weights (ema.*, swa.*) "
-              "and of every best/ file that Python reads: safetensors (.safetensors) and torch.save state_dicts "
-              "(.pth, torch.load with weights_only=True)")});
+              "and of every best/ file that Python reads: safetensors (.safetensors), torch.save state_dicts "
+              "(.pth, torch.load with weights_only=True) and, for model.name = \"torchscript\", whole TorchScript "
+              "models (.torchscript.pt, torch.jit.load)")});
     s.push_back({"early_stopping", OptionBinding<Config>()
         .bind(TRAINKIT_KEY(early_stopping, enabled), rule::boolean(), "Stop when early_stopping.monitor stops improving")
         .include(train::EarlyStoppingOptions::binding(), [](auto& c) -> auto& { return c.early_stopping.options; })});

@@ -1,5 +1,6 @@
 #include "trainkit/app/jobs.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -173,8 +174,10 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   };
   if (run.main_rank() && !plan.dir.empty()) {
     io::export_weights(*run.model, plan.dir, "model", config.checkpoint.export_formats);  // the raw final weights
-    if (auto script = std::dynamic_pointer_cast<nn::ScriptModuleImpl>(run.model)) {
-      script->save((fs::path(plan.dir) / "model.torchscript.pt").string());  // for torch.jit.load in Python
+    const auto& formats = config.checkpoint.export_formats;
+    auto script = std::dynamic_pointer_cast<nn::ScriptModuleImpl>(run.model);
+    if (script && std::find(formats.begin(), formats.end(), "torchscript") == formats.end()) {
+      script->save((fs::path(plan.dir) / "model.torchscript.pt").string());  // always, for torch.jit.load in Python
     }
   }
   if (run.ema) {
@@ -242,7 +245,9 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
         artifacts.push_back(fs::path(path).filename().string());
       }
     }
-    artifacts.emplace_back("model.torchscript.pt");
+    if (std::find(artifacts.begin(), artifacts.end(), "model.torchscript.pt") == artifacts.end()) {
+      artifacts.emplace_back("model.torchscript.pt");
+    }
     for (const std::string& name : artifacts) {
       if (fs::exists(fs::path(plan.dir) / name)) run.mlflow->log_artifact((fs::path(plan.dir) / name).string());
     }

@@ -1,5 +1,6 @@
 #include "trainkit/app/run.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "trainkit/amp/grad_scaler.h"
 #include "trainkit/log/progress.h"
 #include "trainkit/nn/init.h"
+#include "trainkit/nn/script_module.h"
 #include "trainkit/train/callbacks/early_stopping.h"
 #include "trainkit/train/callbacks/model_checkpoint.h"
 #include "trainkit/train/callbacks/norm_monitor.h"
@@ -350,6 +352,13 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   torch::manual_seed(static_cast<uint64_t>(config.train.seed));
   ModelParts parts = catalog.model(config.model.name, source).build(config, run.info, source);
   run.model = std::move(parts.module);
+  const auto& formats = config.checkpoint.export_formats;
+  if (std::find(formats.begin(), formats.end(), "torchscript") != formats.end() &&
+      std::dynamic_pointer_cast<nn::ScriptModuleImpl>(run.model) == nullptr) {
+    throw ConfigError(fmt::format("{}: checkpoint.export = [..., \"torchscript\"] writes whole TorchScript models, "
+                                  "which needs model.name = \"torchscript\" (this run's model is \"{}\")",
+                                  source, config.model.name));
+  }
   nn::init::apply(*run.model, nn::init::scheme(config.model.init));
   run.model->to(run.device);
   run.forward = parts.forward;

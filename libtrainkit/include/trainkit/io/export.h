@@ -13,12 +13,14 @@
 
 namespace trainkit::io {
 
-/// The export format names: "safetensors" (<stem>.safetensors, metadata format = pt) and "state_dict"
-/// (<stem>.pth, a torch.save state_dict).
+/// The export format names: "safetensors" (<stem>.safetensors, metadata format = pt), "state_dict"
+/// (<stem>.pth, a torch.save state_dict) and "torchscript" (<stem>.torchscript.pt, torch.jit.save of an
+/// nn::ScriptModule with its current weights: a whole model Python's torch.jit.load runs).
 const std::vector<std::string>& export_formats();
 
 /// Writes `module`'s state_dict as `dir`/<stem>.<extension> in each of `formats` (each file atomically).
-/// Throws std::invalid_argument naming an unknown format, before writing anything.
+/// Throws std::invalid_argument naming an unknown format, or "torchscript" for a module that is not an
+/// nn::ScriptModule, before writing anything.
 void export_weights(const torch::nn::Module& module, const std::string& dir, const std::string& stem,
                     const std::vector<std::string>& formats);
 
