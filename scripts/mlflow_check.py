@@ -42,7 +42,7 @@ hidden = 16
 name = "adamw"
 lr = 0.003
 [train]
-epochs = 8
+epochs = 24
 batch_size = 20
 seed = 3
 threads = 1

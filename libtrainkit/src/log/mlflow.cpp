@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -226,7 +227,7 @@ MlflowLogger::MlflowLogger(MlflowLoggerOptions options)
 }
 
 MlflowLogger::~MlflowLogger() {
-  if (worker_.joinable()) finish("KILLED");
+  if (worker_.joinable()) finish(std::uncaught_exceptions() > 0 ? "FAILED" : "FINISHED");
 }
 
 void MlflowLogger::log_params(Pairs params) {

@@ -130,7 +130,8 @@ struct MlflowLoggerStats {
 class MlflowLogger {
  public:
   explicit MlflowLogger(MlflowLoggerOptions options);
-  /// finish("KILLED") when finish() was not called.
+  /// When finish() was not called: finish("FAILED") while an exception unwinds the stack, else
+  /// finish("FINISHED") (a program that simply ends). A process killed by a signal leaves the run RUNNING.
   ~MlflowLogger();
   MlflowLogger(const MlflowLogger&) = delete;
   MlflowLogger& operator=(const MlflowLogger&) = delete;
