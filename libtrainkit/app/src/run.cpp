@@ -220,9 +220,8 @@ std::shared_ptr<log::MlflowLogger> start_mlflow(const Config& config, const RunO
   if (o.run_name.empty()) {
     o.run_name = (dir.has_filename() ? dir : dir.parent_path()).filename().string();
   }
-  if (options.append_metrics()) {
-    o.resume_run_id = first_line(id_file);
-  }
+  const std::string resume_id = options.append_metrics() ? first_line(id_file) : "";
+  o.resume_run_id = resume_id;
   o.on_run = [id_file](const log::MlflowRunInfo& info) {
     train::write_file_atomic(id_file.string(), info.run_id + "\n");
   };
@@ -240,7 +239,7 @@ std::shared_ptr<log::MlflowLogger> start_mlflow(const Config& config, const RunO
   }
   logger->set_tags(std::move(tags));
   spdlog::info("MLflow: logging to {} (experiment \"{}\"{})", config.log.mlflow_uri, config.log.mlflow_experiment,
-               options.append_metrics() && !first_line(id_file).empty() ? ", continuing run " + first_line(id_file) : "");
+               resume_id.empty() ? "" : ", continuing run " + resume_id);
   return logger;
 }
 

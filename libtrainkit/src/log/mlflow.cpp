@@ -230,18 +230,18 @@ MlflowLogger::~MlflowLogger() {
   if (worker_.joinable()) finish(std::uncaught_exceptions() > 0 ? "FAILED" : "FINISHED");
 }
 
-void MlflowLogger::log_params(Pairs params) {
-  auto item = std::make_shared<Item>(Item{Item::Kind::kParamsTags, std::move(params), {}, {}, {}, {}});
+void MlflowLogger::enqueue(std::shared_ptr<Item> item) {
   std::lock_guard<std::mutex> lock(mutex_);
   queue_.push_back(std::move(item));
   wake_.notify_all();
 }
 
+void MlflowLogger::log_params(Pairs params) {
+  enqueue(std::make_shared<Item>(Item{Item::Kind::kParamsTags, std::move(params), {}, {}, {}, {}}));
+}
+
 void MlflowLogger::set_tags(Pairs tags) {
-  auto item = std::make_shared<Item>(Item{Item::Kind::kParamsTags, {}, std::move(tags), {}, {}, {}});
-  std::lock_guard<std::mutex> lock(mutex_);
-  queue_.push_back(std::move(item));
-  wake_.notify_all();
+  enqueue(std::make_shared<Item>(Item{Item::Kind::kParamsTags, {}, std::move(tags), {}, {}, {}}));
 }
 
 void MlflowLogger::log_metrics(std::vector<MlflowMetric> metrics) {
@@ -274,10 +274,8 @@ void MlflowLogger::log_artifact(std::string local_path, std::string artifact_pat
     const size_t slash = local_path.find_last_of('/');
     artifact_path = slash == std::string::npos ? local_path : local_path.substr(slash + 1);
   }
-  auto item = std::make_shared<Item>(Item{Item::Kind::kArtifact, {}, {}, {}, std::move(local_path), std::move(artifact_path)});
-  std::lock_guard<std::mutex> lock(mutex_);
-  queue_.push_back(std::move(item));
-  wake_.notify_all();
+  enqueue(std::make_shared<Item>(
+      Item{Item::Kind::kArtifact, {}, {}, {}, std::move(local_path), std::move(artifact_path)}));
 }
 
 std::string MlflowLogger::run_id() const {

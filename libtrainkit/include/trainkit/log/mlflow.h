@@ -154,6 +154,7 @@ class MlflowLogger {
 
  private:
   struct Item;
+  void enqueue(std::shared_ptr<Item> item);
   void loop();
   bool ensure_run();
   template <class Call>
