@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "trainkit/app/cli.h"
+#include "trainkit/app/stats.h"
 #include "trainkit/tune/sampler.h"
 #include "trainkit/tune/study.h"
 
@@ -67,11 +68,7 @@ Problem hartmann6() {
           -3.3223680114155147};
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using trainkit::app::median;
 
 }  // namespace
 

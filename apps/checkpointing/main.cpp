@@ -24,6 +24,7 @@
 #include <torch/torch.h>
 
 #include "trainkit/app/cli.h"
+#include "trainkit/app/stats.h"
 #include "trainkit/nn/activation_checkpoint.h"
 #include "trainkit/nn/init.h"
 
@@ -105,11 +106,7 @@ struct Measure {
   std::vector<double> seconds;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
+using trainkit::app::median;
 
 }  // namespace
 

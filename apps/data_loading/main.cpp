@@ -18,6 +18,7 @@
 
 #include "trainkit/app/cli.h"
 #include "trainkit/app/main.h"
+#include "trainkit/app/stats.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/parallel_loader.h"
 #include "trainkit/data/transforms.h"
@@ -29,11 +30,7 @@ namespace data = trainkit::data;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using trainkit::app::median;
 
 /// Fashion-MNIST images upscaled to side x side, each stored zlib-compressed, with their labels.
 struct CompressedImages {

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include "dist/dist_common.h"
@@ -528,6 +529,44 @@ TEST_CASE("trainkit train under the launcher: [distributed], rank 0 writes, same
   const int64_t buckets = std::stoll(two.output.substr(two.output.rfind(' ', at - 1) + 1));
   CHECK(buckets >= 1);
   CHECK(summary_value(two_summary, "all_reduces") - summary_value(acc_summary, "all_reduces") == 10.0 * buckets);
+}
+
+TEST_CASE("trainkit train under the launcher: a TorchScript model trains as one process in Python", "[dist][cli][torchscript]") {
+  // The Python-scripted MLP of tests/golden/torchscript.toml, trained by 2 ranks x 25 samples per step, must
+  // end where Python's single process ends with batches of 50 (its golden parameters and test loss): the
+  // gradient all-reduce reaches the script module's parameters, and rank 0 writes the trained model.
+  const auto golden = trainkit::test::golden("torchscript.toml");
+  const auto golden_path = [](const toml::node_view<const toml::node> v) {
+    return trainkit::test::source_path("tests/golden/" + *v.value<std::string>());
+  };
+  TempDir tmp("dist-torchscript");
+  const std::string config = tmp.str("ts.toml");
+  std::ofstream(config) << *golden["train"]["config"].value<std::string>()
+                        << "[distributed]\nbackend = \"gloo\"\ntimeout = 20\nbucket_cap_mb = 0.01\n";
+  const std::string cli = TRAINKIT_CLI_PATH;
+  const Run two = shell(cli + " launch --nproc 2 --master-port 0 -- " + cli + " train --config " + config +
+                            " --set train.batch_size=25 --set model.torchscript=" + golden_path(golden["model"]["file"]) +
+                            " --out " + tmp.str("two"),
+                        tmp, "two.txt");
+  INFO(two.output);
+  REQUIRE(two.code == 0);
+  CHECK_THAT(two.output, Contains("distributed: 2 ranks, backend gloo"));
+  const std::string summary = read_text(tmp.str("two/summary.json"));
+  CHECK(summary_value(summary, "steps") == 20);
+  CHECK(std::abs(summary_value(summary, "test_loss") - *golden["train"]["test_loss"].value<double>()) < 1e-5);
+  torch::jit::Module trained = torch::jit::load(tmp.str("two/model.torchscript.pt"));
+  torch::jit::Module python = torch::jit::load(golden_path(golden["train"]["trained"]));
+  size_t compared = 0;
+  for (const auto& p : python.named_parameters()) {
+    INFO(p.name);
+    for (const auto& q : trained.named_parameters()) {
+      if (q.name == p.name) {
+        CHECK((q.value - p.value).abs().max().item<double>() <= 1e-6);
+        ++compared;
+      }
+    }
+  }
+  CHECK(compared == 4);
 }
 
 TEST_CASE("trainkit train under the launcher: a stopped rank ends the job, which then resumes", "[dist][cli][fault]") {

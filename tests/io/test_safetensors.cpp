@@ -212,6 +212,20 @@ TEST_CASE("safetensors refuses malformed files, naming the file and the entry", 
   }
 }
 
+TEST_CASE("safetensors names may hold brackets, braces and escaped quotes", "[io][safetensors]") {
+  // The header's nesting check reads the JSON text before it is parsed: brackets inside names are text.
+  TempDir tmp("st-names");
+  const std::string path = tmp.str("names.safetensors");
+  trainkit::test::write_safetensors_raw(
+      path, R"({"a[[[[{{{{\"}":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b\\":{"dtype":"U8","shape":[1],)"
+            R"("data_offsets":[1,2]}})",
+      std::string("\x07\x09", 2));
+  const auto file = trainkit::io::load_safetensors(path);
+  REQUIRE(file.tensors.size() == 2);
+  CHECK(file.tensors["a[[[[{{{{\"}"].item<uint8_t>() == 7);
+  CHECK(file.tensors["b\\"].item<uint8_t>() == 9);
+}
+
 TEST_CASE("save_safetensors rejects what the format cannot hold", "[io][safetensors][errors]") {
   TempDir tmp("st-save-errors");
   const std::string path = tmp.str("x.safetensors");

@@ -172,14 +172,30 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
 // The header's JSON has depth 3 at most ({name: {"shape": [dims]}}); refusing deeper input early keeps a
 // hostile header from building deep trees.
 Json parse_header(const std::string& path, const char* begin, const char* end) {
-  const Json::parser_callback_t limit_depth = [&path](int depth, Json::parse_event_t, Json&) {
-    if (depth > 4) {
-      fail(path, "header JSON nests deeper than a safetensors header does");
+  // A safetensors header nests three brackets deep ({ {"shape": [...]} }). Deeper nesting is refused by
+  // one pass over the text before parsing (a parser callback would do it too, but nlohmann's callback
+  // parser scans the enclosing object at every closing brace: quadratic in the number of tensors).
+  int depth = 0;
+  bool in_string = false;
+  for (const char* c = begin; c != end; ++c) {
+    if (in_string) {
+      if (*c == '\\' && c + 1 != end) {
+        ++c;
+      } else if (*c == '"') {
+        in_string = false;
+      }
+    } else if (*c == '"') {
+      in_string = true;
+    } else if (*c == '{' || *c == '[') {
+      if (++depth > 4) {
+        fail(path, "header JSON nests deeper than a safetensors header does");
+      }
+    } else if (*c == '}' || *c == ']') {
+      --depth;
     }
-    return true;
-  };
+  }
   try {
-    return Json::parse(begin, end, limit_depth);
+    return Json::parse(begin, end);
   } catch (const Json::exception& e) {
     fail(path, fmt::format("header is not valid JSON: {}", e.what()));
   }
