@@ -128,6 +128,40 @@ ValueRule<std::vector<std::string>> distinct_of(std::vector<std::string> choices
           }};
 }
 
+ValueRule<std::vector<double>> numbers(const NumberRule& range) {
+  const std::string bounds = range.text.substr(range.text.find(' ') + 1);  // "> 0", "in [0, 1)"
+  return {fmt::format("{} or [number, ...] {} (one per group)", range.text, bounds),
+          fmt::format("{} or a non-empty array of numbers {}", article(range.text), bounds),
+          [range](const ArgValue& v) -> std::optional<std::vector<double>> {
+            if (const auto x = number_in(v, range)) {
+              return std::vector<double>{*x};
+            }
+            const auto* a = v.get_if<ArgValue::Array>();
+            if (a == nullptr || a->empty()) {
+              return std::nullopt;
+            }
+            std::vector<double> out;
+            for (const auto& e : *a) {
+              const auto x = number_in(e, range);
+              if (!x) {
+                return std::nullopt;
+              }
+              out.push_back(*x);
+            }
+            return out;
+          },
+          [](const std::vector<double>& items) {
+            if (items.size() == 1) {
+              return ArgValue(items.front());
+            }
+            ArgValue::Array out;
+            for (const double x : items) {
+              out.emplace_back(x);
+            }
+            return ArgValue(std::move(out));
+          }};
+}
+
 ValueRule<std::vector<int64_t>> integers(int64_t lo) {
   return {fmt::format("array of integers >= {}", lo), fmt::format("a non-empty array of integers >= {}", lo),
           [lo](const ArgValue& v) -> std::optional<std::vector<int64_t>> {

@@ -139,7 +139,12 @@ TEST_CASE("the [scheduler] table is validated when the config is read", "[train]
   CHECK(trainkit::app::to_toml(parse_config(trainkit::app::to_toml(c), "again.toml")) == trainkit::app::to_toml(c));
   CHECK_THROWS_WITH(parse_config(base + "Tmax = 3\n", "s.toml"),
                     Contains("s.toml: [scheduler]") && Contains("unknown key 'Tmax'"));
-  CHECK_THROWS_WITH(parse_config(base, "s.toml", {"scheduler.T_max=0"}), Contains("[scheduler]") && Contains("T_max"));
+  CHECK_THROWS_WITH(parse_config(base, "s.toml", {"scheduler.T_max=0"}),
+                    StartsWith("--set scheduler.T_max=0: ") && Contains("T_max: expected an integer >= 1, got 0"));
+  CHECK_THROWS_WITH(parse_config("[scheduler]\ntype = \"CosineAnnealingLR\"\nT_max = 0\n", "s.toml"),
+                    StartsWith("s.toml: [scheduler]") && Contains("T_max: expected an integer >= 1, got 0 (line 3)"));
+  CHECK_THROWS_WITH(parse_config("[scheduler]\ntype = \"CosineAnnealingLR\"\n", "s.toml"),
+                    Contains("s.toml: [scheduler]") && Contains("T_max is required"));
   CHECK_THROWS_WITH(parse_config("[scheduler]\ntype = \"Cosine\"\n", "s.toml"), Contains("unknown type"));
   CHECK_THROWS_AS(parse_config("[scheduler]\ntype = \"CyclicLR\"\nbase_lr = 0.1\nmax_lr = 0.01\n", "s.toml"),
                   ConfigError);

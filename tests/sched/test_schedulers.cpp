@@ -2,6 +2,7 @@
 // step's LR of two param groups, and the cycled momentum / beta1, to 1e-12 relative; a mid-run
 // save → load into fresh objects continues the same trace; bad arguments are named.
 #include <cmath>
+#include <map>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -287,4 +288,51 @@ TEST_CASE("a user's own scheduler type registers with the factory", "[sched][fac
                     Contains("unknown key 'gamma'"));
   const auto types = scheduler_types();
   CHECK(std::find(types.begin(), types.end(), "HalvingLR") != types.end());
+}
+
+TEST_CASE("one binding per scheduler: the config's rule, the C++ check and the docs agree", "[sched][factory]") {
+  Setup s("sgd");
+  // The same rule, and the same words, for a [scheduler] table and for options built in C++.
+  CHECK_THROWS_WITH(make_scheduler("type = \"StepLR\"\nstep_size = 2\ngamma = -1", *s.opt, "cfg.toml"),
+                    Contains("cfg.toml") && Contains("gamma: expected a number >= 0, got -1"));
+  CHECK_THROWS_WITH(StepLR(*s.opt, StepLROptions(2).gamma(-1)), Contains("StepLR: gamma: expected a number >= 0, got -1"));
+  CHECK_THROWS_WITH(LinearLR(*s.opt, LinearLROptions().start_factor(0)),
+                    Contains("LinearLR: start_factor: expected a number in (0, 1], got 0"));
+  CHECK_THROWS_WITH(ReduceLROnPlateau(*s.opt, ReduceLROnPlateauOptions().threshold_mode("relative")),
+                    Contains("ReduceLROnPlateau: threshold_mode: expected one of \"rel\", \"abs\""));
+  CHECK_THROWS_WITH(make_scheduler("type = \"ExponentialLR\"", *s.opt, "cfg.toml"), Contains("gamma is required"));
+  // Per-group values: one number or one per group, never an empty array.
+  CHECK(parse("type = \"CyclicLR\"\nbase_lr = [0.01, 0.02]\nmax_lr = 0.1").type == "CyclicLR");
+  CHECK_THROWS_WITH(parse("type = \"CyclicLR\"\nbase_lr = []\nmax_lr = 0.1"), Contains("base_lr: expected"));
+
+  // Every documented key of every type is read by the type's reader at its documented default.
+  const std::map<std::string, std::string> required = {
+      {"StepLR", "step_size = 2"},       {"MultiStepLR", "milestones = [2]"},
+      {"ExponentialLR", "gamma = 0.9"},  {"CosineAnnealingLR", "T_max = 3"},
+      {"CosineAnnealingWarmRestarts", "T_0 = 3"}, {"WarmupCosine", "warmup_steps = 2"},
+      {"CyclicLR", "base_lr = 0.01\nmax_lr = 0.1"}, {"OneCycleLR", "max_lr = 0.1"}};
+  size_t keys = 0;
+  for (const auto& type : scheduler_types()) {
+    const auto docs = scheduler_arg_docs(type);
+    if (type == "SequentialLR" || type == "ChainedScheduler" || docs.empty()) {
+      continue;
+    }
+    const auto r = required.find(type);
+    const std::string base = "type = \"" + type + "\"\n" + (r == required.end() ? "" : r->second + "\n");
+    for (const auto& arg : docs) {
+      if (arg.default_value.size() < 2 || arg.default_value.front() != '`') {
+        continue;  // "required", "the run"
+      }
+      INFO(type << "." << arg.key << " = " << arg.default_value);
+      const std::string value = arg.default_value.substr(1, arg.default_value.size() - 2);
+      CHECK_NOTHROW(parse(base + arg.key + " = " + value));
+      ++keys;
+    }
+  }
+  CHECK(keys == 39);
+  const auto step = scheduler_arg_docs("StepLR");
+  REQUIRE(step.size() == 2);
+  CHECK(step[0].key == "step_size");
+  CHECK(step[0].default_value == "required");
+  CHECK(step[1].default_value == "`0.1`");
 }

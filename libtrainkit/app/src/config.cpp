@@ -523,9 +523,22 @@ std::string config_keys_markdown(const ConfigExtensions& extensions) {
       continue;
     }
     if (section == "scheduler") {
-      row("scheduler.*", "table", "none (constant LR)",
-          "An LR scheduler: `type` (PyTorch's class name), its arguments by PyTorch's names, and `interval` = "
-          "\"step\" or \"epoch\"; see docs/schedulers.md");
+      std::vector<std::string> types;
+      for (const auto& type : sched::scheduler_types()) {
+        if (!sched::scheduler_arg_docs(type).empty()) {
+          types.push_back(type);
+        }
+      }
+      row("scheduler.type", fmt::format("\"{}\"", fmt::join(types, "\", \"")), "none (constant LR)",
+          "An LR scheduler by PyTorch's class name, with its arguments by PyTorch's names below; see "
+          "docs/schedulers.md");
+      row("scheduler.interval", "\"step\" or \"epoch\"", "the type's",
+          "When it steps: after every optimizer step (CyclicLR, OneCycleLR, WarmupCosine) or every epoch (the others)");
+      for (const auto& type : types) {
+        for (const auto& arg : sched::scheduler_arg_docs(type)) {
+          row("scheduler." + arg.key, arg.type, arg.default_value, fmt::format("{}: {}", type, arg.doc));
+        }
+      }
       continue;
     }
     if (const Section* s = find_section(section)) {

@@ -97,6 +97,8 @@ ValueRule<std::string> one_of(std::vector<std::string> choices);
 /// A string that `allows` accepts; `type` and `expected` describe them.
 ValueRule<std::string> text_where(std::string type, std::string expected,
                                   std::function<bool(const std::string&)> allows);
+/// A number in `range` or a non-empty array of them (one per param group), held as an array.
+ValueRule<std::vector<double>> numbers(const NumberRule& range);
 /// An array of distinct strings, each one of `choices` (may be empty).
 ValueRule<std::vector<std::string>> distinct_of(std::vector<std::string> choices);
 /// A non-empty array of integers >= lo.
@@ -120,6 +122,11 @@ struct OptionField {
   std::function<bool(const ArgValue& value, Owner& owner)> read;
   /// The field's value in `owner`; nullopt when an optional field is unset.
   std::function<std::optional<ArgValue>(const Owner& owner)> show;
+  /// A table without the key is refused ("<key> is required").
+  bool required = false;
+  /// What docs give as the default instead of the value in a default Owner ("required", "the run"); empty:
+  /// the value.
+  std::string default_text;
 };
 
 /// `"lr", [](auto& o) -> auto& { return o.lr(); }`: a TORCH_ARG field and its key, for OptionBinding::bind.
@@ -164,6 +171,19 @@ class OptionBinding {
     return *this;
   }
 
+  /// Marks the field bound last as required: read_options refuses a table without its key.
+  OptionBinding& required() {
+    fields_.back().required = true;
+    fields_.back().default_text = "required";
+    return *this;
+  }
+
+  /// Gives the field bound last `text` as its default in docs (a default that depends on the run).
+  OptionBinding& default_text(std::string text) {
+    fields_.back().default_text = std::move(text);
+    return *this;
+  }
+
   /// Adds the fields of `inner` as fields of Owner, reached through `member` (a callable returning a
   /// reference to the Inner of an Owner, const or not): those named in `only` (all when empty), in
   /// `inner`'s order, each under its key in `inner` or the one `renamed` gives it.
@@ -175,7 +195,14 @@ class OptionBinding {
         continue;
       }
       const auto rename = renamed.find(f.key);
-      OptionField<Owner> g{rename == renamed.end() ? f.key : rename->second, f.type, f.expected, f.doc, {}, {}};
+      OptionField<Owner> g{rename == renamed.end() ? f.key : rename->second,
+                           f.type,
+                           f.expected,
+                           f.doc,
+                           {},
+                           {},
+                           f.required,
+                           f.default_text};
       g.read = [member, read = f.read](const ArgValue& value, Owner& owner) { return read(value, member(owner)); };
       g.show = [member, show = f.show](const Owner& owner) { return show(member(owner)); };
       fields_.push_back(std::move(g));
@@ -209,9 +236,14 @@ class OptionBinding {
 
 /// Reads every key of `binding` present in `args` into `owner` (keys read before are left alone); an
 /// unknown key is left for args.finish(). Throws ArgError "<where>: <key>: expected <what>, got <value>
-/// (line N)" for a value the field's rule refuses.
+/// (line N)" for a value the field's rule refuses, "<where>: <key> is required" for a missing required key.
 template <class Owner>
 void read_options(const OptionBinding<Owner>& binding, ArgReader& args, Owner& owner) {
+  for (const auto& field : binding.fields()) {
+    if (field.required && !args.has(field.key)) {
+      args.fail_key(field.key, field.key + " is required");
+    }
+  }
   for (const std::string& key : args.unread()) {
     if (const auto* field = binding.find(key)) {
       if (!field->read(*find_arg(args.table(), key), owner)) {

@@ -172,10 +172,17 @@ SchedulerMaker read_composite(ArgReader& a, const std::string& interval, bool se
 }  // namespace
 
 bool register_compose_schedulers() {
-  register_scheduler("SequentialLR", "epoch",
-                     [](ArgReader& a, const std::string& interval) { return read_composite(a, interval, true); });
-  register_scheduler("ChainedScheduler", "epoch",
-                     [](ArgReader& a, const std::string& interval) { return read_composite(a, interval, false); });
+  const SchedulerArgDoc members{"schedulers", "array of tables", "required",
+                                "The members, each a table with its own type and keys (no interval)"};
+  register_scheduler(
+      "SequentialLR", "epoch",
+      [](ArgReader& a, const std::string& interval) { return read_composite(a, interval, true); },
+      {members,
+       {"milestones", "array of integers >= 0", "required",
+        "Steps at which the next member takes over (one fewer than the members)"}});
+  register_scheduler(
+      "ChainedScheduler", "epoch",
+      [](ArgReader& a, const std::string& interval) { return read_composite(a, interval, false); }, {members});
   return true;
 }
 

@@ -20,8 +20,7 @@ int64_t py_mod(int64_t a, int64_t b) {
 }  // namespace
 
 void CosineAnnealingLR::validate(const CosineAnnealingLROptions& o) {
-  check_arg(o.T_max() >= 1, "CosineAnnealingLR", "T_max", static_cast<double>(o.T_max()), "must be >= 1");
-  check_arg(o.eta_min() >= 0, "CosineAnnealingLR", "eta_min", o.eta_min(), "must be >= 0");
+  check_options(CosineAnnealingLROptions::binding(), o, "CosineAnnealingLR");
 }
 
 CosineAnnealingLR::CosineAnnealingLR(torch::optim::Optimizer& optimizer, CosineAnnealingLROptions options)
@@ -65,9 +64,7 @@ std::optional<std::vector<double>> CosineAnnealingLR::closed_form_lr() const {
 }
 
 void CosineAnnealingWarmRestarts::validate(const CosineAnnealingWarmRestartsOptions& o) {
-  check_arg(o.T_0() >= 1, "CosineAnnealingWarmRestarts", "T_0", static_cast<double>(o.T_0()), "must be >= 1");
-  check_arg(o.T_mult() >= 1, "CosineAnnealingWarmRestarts", "T_mult", static_cast<double>(o.T_mult()), "must be >= 1");
-  check_arg(o.eta_min() >= 0, "CosineAnnealingWarmRestarts", "eta_min", o.eta_min(), "must be >= 0");
+  check_options(CosineAnnealingWarmRestartsOptions::binding(), o, "CosineAnnealingWarmRestarts");
 }
 
 CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(torch::optim::Optimizer& optimizer,
@@ -117,13 +114,9 @@ void CosineAnnealingWarmRestarts::load_extra(torch::serialize::InputArchive& arc
 }
 
 void WarmupCosine::validate(const WarmupCosineOptions& o) {
-  check_arg(o.warmup_steps() >= 0, "WarmupCosine", "warmup_steps", static_cast<double>(o.warmup_steps()),
-            "must be >= 0");
+  check_options(WarmupCosineOptions::binding(), o, "WarmupCosine");
   check_arg(o.total_steps() > o.warmup_steps(), "WarmupCosine", "total_steps",
             static_cast<double>(o.total_steps()), "must be > warmup_steps");
-  check_arg(o.warmup_start_factor() >= 0 && o.warmup_start_factor() <= 1, "WarmupCosine",
-            "warmup_start_factor", o.warmup_start_factor(), "must be in [0, 1]");
-  check_arg(o.eta_min() >= 0, "WarmupCosine", "eta_min", o.eta_min(), "must be >= 0");
 }
 
 WarmupCosine::WarmupCosine(torch::optim::Optimizer& optimizer, WarmupCosineOptions options)
@@ -155,29 +148,23 @@ std::optional<std::vector<double>> WarmupCosine::closed_form_lr() const {
 }
 
 bool register_cosine_schedulers() {
-  register_scheduler("CosineAnnealingLR", "epoch", [](ArgReader& a, const std::string&) {
-    CosineAnnealingLROptions o(a.required_integer("T_max"));
-    if (auto v = a.number("eta_min")) o.eta_min(*v);
-    return validated_maker<CosineAnnealingLR>(a, o);
-  });
-  register_scheduler("CosineAnnealingWarmRestarts", "epoch", [](ArgReader& a, const std::string&) {
-    CosineAnnealingWarmRestartsOptions o(a.required_integer("T_0"));
-    if (auto v = a.integer("T_mult")) o.T_mult(*v);
-    if (auto v = a.number("eta_min")) o.eta_min(*v);
-    return validated_maker<CosineAnnealingWarmRestarts>(a, o);
-  });
+  register_bound_scheduler<CosineAnnealingLR>("CosineAnnealingLR", "epoch", CosineAnnealingLROptions(1));
+  register_bound_scheduler<CosineAnnealingWarmRestarts>("CosineAnnealingWarmRestarts", "epoch",
+                                                        CosineAnnealingWarmRestartsOptions(1));
   // Without total_steps, the schedule spans the whole run (known when it is built).
-  register_scheduler("WarmupCosine", "step", [](ArgReader& a, const std::string& interval) -> SchedulerMaker {
-    const int64_t warmup = a.required_integer("warmup_steps");
-    const auto total = a.integer("total_steps");
-    WarmupCosineOptions o(warmup, total.value_or(warmup + 1));
-    if (auto v = a.number("warmup_start_factor")) o.warmup_start_factor(*v);
-    if (auto v = a.number("eta_min")) o.eta_min(*v);
+  const WarmupCosineOptions defaults(0, 1);
+  const auto reader = [defaults](ArgReader& a, const std::string& interval) -> SchedulerMaker {
+    const bool from_run = !a.has("total_steps");
+    WarmupCosineOptions o = defaults;
+    read_options(WarmupCosineOptions::binding(), a, o);
+    if (from_run) {
+      o.total_steps(o.warmup_steps() + 1);  // checked now; replaced by the run's length when built
+    }
     check_at(a.where(), [&o] { WarmupCosine::validate(o); });
     const std::string where = a.where();
-    return [o, total, interval, where](torch::optim::Optimizer& opt, const SchedulerContext& context) {
+    return [o, from_run, interval, where](torch::optim::Optimizer& opt, const SchedulerContext& context) {
       WarmupCosineOptions run = o;
-      if (!total) {
+      if (from_run) {
         const int64_t length = run_length(context, interval);
         if (length == 0) {
           throw ArgError(where + ": total_steps is required (the run length is unknown here)");
@@ -186,7 +173,8 @@ bool register_cosine_schedulers() {
       }
       return std::make_shared<WarmupCosine>(opt, run);
     };
-  });
+  };
+  register_scheduler("WarmupCosine", "step", reader, scheduler_arg_docs(WarmupCosineOptions::binding(), defaults));
   return true;
 }
 

@@ -90,27 +90,18 @@ void set_cyclable_momentum(torch::optim::OptimizerParamGroup& group, double mome
 }
 
 void CyclicLR::validate(const CyclicLROptions& o) {
+  check_options(CyclicLROptions::binding(), o, "CyclicLR");
   // Per-group values broadcast when one side has a single value; the group count is checked on construction.
   const auto& base = o.base_lr();
   const auto& max = o.max_lr();
   const size_t n = std::max(base.size(), max.size());
   for (size_t i = 0; i < n; ++i) {
-    const double b = base.empty() ? 0.0 : base[base.size() == 1 ? 0 : std::min(i, base.size() - 1)];
-    const double m = max.empty() ? 0.0 : max[max.size() == 1 ? 0 : std::min(i, max.size() - 1)];
-    check_arg(b >= 0, "CyclicLR", "base_lr", b, "must be >= 0");
+    const double b = base[base.size() == 1 ? 0 : std::min(i, base.size() - 1)];
+    const double m = max[max.size() == 1 ? 0 : std::min(i, max.size() - 1)];
     check_arg(m >= b, "CyclicLR", "max_lr", m, "must be >= base_lr");
   }
-  check_arg(o.step_size_up() >= 1, "CyclicLR", "step_size_up", static_cast<double>(o.step_size_up()), "must be >= 1");
-  check_arg(o.step_size_down() >= 0, "CyclicLR", "step_size_down", static_cast<double>(o.step_size_down()),
-            "must be >= 0 (0 = step_size_up)");
-  check_arg(o.gamma() > 0, "CyclicLR", "gamma", o.gamma(), "must be > 0");
-  if (o.scale_fn()) {
-    if (o.scale_mode() != "cycle" && o.scale_mode() != "iterations") {
-      throw std::invalid_argument("CyclicLR: invalid scale_mode: " + o.scale_mode() + " (\"cycle\" or \"iterations\")");
-    }
-  } else if (o.mode() != "triangular" && o.mode() != "triangular2" && o.mode() != "exp_range") {
-    throw std::invalid_argument("CyclicLR: invalid mode: " + o.mode() +
-                                " (\"triangular\", \"triangular2\" or \"exp_range\", or give scale_fn)");
+  if (o.scale_fn() && o.scale_mode() != "cycle" && o.scale_mode() != "iterations") {
+    throw std::invalid_argument("CyclicLR: invalid scale_mode: " + o.scale_mode() + " (\"cycle\" or \"iterations\")");
   }
 }
 
@@ -176,17 +167,7 @@ std::vector<double> CyclicLR::get_lr() {
   return lrs;
 }
 
-void OneCycleLR::validate(const OneCycleLROptions& o) {
-  for (const double m : o.max_lr()) {
-    check_arg(m > 0, "OneCycleLR", "max_lr", m, "must be > 0");
-  }
-  check_arg(o.pct_start() >= 0 && o.pct_start() <= 1, "OneCycleLR", "pct_start", o.pct_start(), "must be in [0, 1]");
-  if (o.anneal_strategy() != "cos" && o.anneal_strategy() != "linear") {
-    throw std::invalid_argument("OneCycleLR: invalid anneal_strategy: " + o.anneal_strategy() + " (\"cos\" or \"linear\")");
-  }
-  check_arg(o.div_factor() > 0, "OneCycleLR", "div_factor", o.div_factor(), "must be > 0");
-  check_arg(o.final_div_factor() > 0, "OneCycleLR", "final_div_factor", o.final_div_factor(), "must be > 0");
-}
+void OneCycleLR::validate(const OneCycleLROptions& o) { check_options(OneCycleLROptions::binding(), o, "OneCycleLR"); }
 
 OneCycleLR::OneCycleLR(torch::optim::Optimizer& optimizer, OneCycleLROptions options)
     : LRScheduler(optimizer), options_(std::move(options)) {
@@ -270,38 +251,14 @@ std::vector<double> OneCycleLR::get_lr() {
 }
 
 bool register_cyclic_schedulers() {
-  register_scheduler("CyclicLR", "step", [](ArgReader& a, const std::string&) {
-    CyclicLROptions o(a.required_numbers("base_lr"), a.required_numbers("max_lr"));
-    if (auto v = a.integer("step_size_up")) o.step_size_up(*v);
-    if (auto v = a.integer("step_size_down")) o.step_size_down(*v);
-    if (auto v = a.string("mode")) o.mode(*v);
-    if (auto v = a.number("gamma")) o.gamma(*v);
-    if (auto v = a.boolean("cycle_momentum")) o.cycle_momentum(*v);
-    if (auto v = a.numbers("base_momentum")) o.base_momentum(*v);
-    if (auto v = a.numbers("max_momentum")) o.max_momentum(*v);
-    return validated_maker<CyclicLR>(a, o);
-  });
+  register_bound_scheduler<CyclicLR>("CyclicLR", "step", CyclicLROptions({0.0}, {0.0}));
   // Without total_steps (or epochs and steps_per_epoch), the cycle spans the whole run.
-  register_scheduler("OneCycleLR", "step", [](ArgReader& a, const std::string& interval) -> SchedulerMaker {
-    OneCycleLROptions o(a.required_numbers("max_lr"));
-    const auto total = a.integer("total_steps");
-    const auto epochs = a.integer("epochs");
-    const auto spe = a.integer("steps_per_epoch");
-    if (total) {
-      o.total_steps(*total);
-    } else if (epochs || spe) {
-      o.epochs(epochs.value_or(0)).steps_per_epoch(spe.value_or(0));
-    }
-    if (auto v = a.number("pct_start")) o.pct_start(*v);
-    if (auto v = a.string("anneal_strategy")) o.anneal_strategy(*v);
-    if (auto v = a.boolean("cycle_momentum")) o.cycle_momentum(*v);
-    if (auto v = a.numbers("base_momentum")) o.base_momentum(*v);
-    if (auto v = a.numbers("max_momentum")) o.max_momentum(*v);
-    if (auto v = a.number("div_factor")) o.div_factor(*v);
-    if (auto v = a.number("final_div_factor")) o.final_div_factor(*v);
-    if (auto v = a.boolean("three_phase")) o.three_phase(*v);
+  const OneCycleLROptions defaults({1.0});
+  const auto reader = [defaults](ArgReader& a, const std::string& interval) -> SchedulerMaker {
+    const bool from_run = !a.has("total_steps") && !a.has("epochs") && !a.has("steps_per_epoch");
+    OneCycleLROptions o = defaults;
+    read_options(OneCycleLROptions::binding(), a, o);
     check_at(a.where(), [&o] { OneCycleLR::validate(o); });
-    const bool from_run = !total && !epochs && !spe;
     return [o, from_run, interval](torch::optim::Optimizer& opt, const SchedulerContext& context) {
       OneCycleLROptions run = o;
       if (from_run) {
@@ -309,7 +266,8 @@ bool register_cyclic_schedulers() {
       }
       return std::make_shared<OneCycleLR>(opt, run);
     };
-  });
+  };
+  register_scheduler("OneCycleLR", "step", reader, scheduler_arg_docs(OneCycleLROptions::binding(), defaults));
   return true;
 }
 

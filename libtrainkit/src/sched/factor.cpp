@@ -64,10 +64,7 @@ std::vector<double> MultiplicativeLR::get_lr() {
   return map_lrs(group_lrs(), [this](size_t i, double lr) { return lr * lambdas_[i](last_epoch_); });
 }
 
-void StepLR::validate(const StepLROptions& o) {
-  check_arg(o.step_size() >= 1, "StepLR", "step_size", static_cast<double>(o.step_size()), "must be >= 1");
-  check_arg(o.gamma() >= 0, "StepLR", "gamma", o.gamma(), "must be >= 0");
-}
+void StepLR::validate(const StepLROptions& o) { check_options(StepLROptions::binding(), o, "StepLR"); }
 
 StepLR::StepLR(torch::optim::Optimizer& optimizer, StepLROptions options)
     : LRScheduler(optimizer), options_(options) {
@@ -89,10 +86,7 @@ std::optional<std::vector<double>> StepLR::closed_form_lr() const {
 }
 
 void MultiStepLR::validate(const MultiStepLROptions& o) {
-  check_arg(o.gamma() >= 0, "MultiStepLR", "gamma", o.gamma(), "must be >= 0");
-  for (const int64_t m : o.milestones()) {
-    check_arg(m >= 0, "MultiStepLR", "milestone", static_cast<double>(m), "must be >= 0");
-  }
+  check_options(MultiStepLROptions::binding(), o, "MultiStepLR");
 }
 
 MultiStepLR::MultiStepLR(torch::optim::Optimizer& optimizer, MultiStepLROptions options)
@@ -122,10 +116,7 @@ std::optional<std::vector<double>> MultiStepLR::closed_form_lr() const {
 }
 
 void ConstantLR::validate(const ConstantLROptions& o) {
-  check_arg(o.factor() >= 0 && o.factor() <= 1, "ConstantLR", "factor", o.factor(),
-            "must be in [0, 1]");
-  check_arg(o.total_iters() >= 0, "ConstantLR", "total_iters", static_cast<double>(o.total_iters()),
-            "must be >= 0");
+  check_options(ConstantLROptions::binding(), o, "ConstantLR");
 }
 
 ConstantLR::ConstantLR(torch::optim::Optimizer& optimizer, ConstantLROptions options)
@@ -149,14 +140,7 @@ std::optional<std::vector<double>> ConstantLR::closed_form_lr() const {
   return map_lrs(base_lrs_, [f](size_t, double base) { return base * f; });
 }
 
-void LinearLR::validate(const LinearLROptions& o) {
-  check_arg(o.start_factor() > 0 && o.start_factor() <= 1, "LinearLR", "start_factor",
-            o.start_factor(), "must be in (0, 1]");
-  check_arg(o.end_factor() >= 0 && o.end_factor() <= 1, "LinearLR", "end_factor", o.end_factor(),
-            "must be in [0, 1]");
-  check_arg(o.total_iters() >= 1, "LinearLR", "total_iters", static_cast<double>(o.total_iters()),
-            "must be >= 1");
-}
+void LinearLR::validate(const LinearLROptions& o) { check_options(LinearLROptions::binding(), o, "LinearLR"); }
 
 LinearLR::LinearLR(torch::optim::Optimizer& optimizer, LinearLROptions options)
     : LRScheduler(optimizer), options_(options) {
@@ -188,7 +172,7 @@ std::optional<std::vector<double>> LinearLR::closed_form_lr() const {
 }
 
 void ExponentialLR::validate(const ExponentialLROptions& o) {
-  check_arg(o.gamma() >= 0, "ExponentialLR", "gamma", o.gamma(), "must be >= 0");
+  check_options(ExponentialLROptions::binding(), o, "ExponentialLR");
 }
 
 ExponentialLR::ExponentialLR(torch::optim::Optimizer& optimizer, ExponentialLROptions options)
@@ -211,9 +195,7 @@ std::optional<std::vector<double>> ExponentialLR::closed_form_lr() const {
 }
 
 void PolynomialLR::validate(const PolynomialLROptions& o) {
-  check_arg(o.total_iters() >= 1, "PolynomialLR", "total_iters", static_cast<double>(o.total_iters()),
-            "must be >= 1");
-  check_arg(std::isfinite(o.power()), "PolynomialLR", "power", o.power(), "must be finite");
+  check_options(PolynomialLROptions::binding(), o, "PolynomialLR");
 }
 
 PolynomialLR::PolynomialLR(torch::optim::Optimizer& optimizer, PolynomialLROptions options)
@@ -239,38 +221,12 @@ std::optional<std::vector<double>> PolynomialLR::closed_form_lr() const {
 }
 
 bool register_factor_schedulers() {
-  register_scheduler("StepLR", "epoch", [](ArgReader& a, const std::string&) {
-    StepLROptions o(a.required_integer("step_size"));
-    if (auto v = a.number("gamma")) o.gamma(*v);
-    return validated_maker<StepLR>(a, o);
-  });
-  register_scheduler("MultiStepLR", "epoch", [](ArgReader& a, const std::string&) {
-    MultiStepLROptions o(a.required_integers("milestones"));
-    if (auto v = a.number("gamma")) o.gamma(*v);
-    return validated_maker<MultiStepLR>(a, o);
-  });
-  register_scheduler("ConstantLR", "epoch", [](ArgReader& a, const std::string&) {
-    ConstantLROptions o;
-    if (auto v = a.number("factor")) o.factor(*v);
-    if (auto v = a.integer("total_iters")) o.total_iters(*v);
-    return validated_maker<ConstantLR>(a, o);
-  });
-  register_scheduler("LinearLR", "epoch", [](ArgReader& a, const std::string&) {
-    LinearLROptions o;
-    if (auto v = a.number("start_factor")) o.start_factor(*v);
-    if (auto v = a.number("end_factor")) o.end_factor(*v);
-    if (auto v = a.integer("total_iters")) o.total_iters(*v);
-    return validated_maker<LinearLR>(a, o);
-  });
-  register_scheduler("ExponentialLR", "epoch", [](ArgReader& a, const std::string&) {
-    return validated_maker<ExponentialLR>(a, ExponentialLROptions(a.required_number("gamma")));
-  });
-  register_scheduler("PolynomialLR", "epoch", [](ArgReader& a, const std::string&) {
-    PolynomialLROptions o;
-    if (auto v = a.integer("total_iters")) o.total_iters(*v);
-    if (auto v = a.number("power")) o.power(*v);
-    return validated_maker<PolynomialLR>(a, o);
-  });
+  register_bound_scheduler<StepLR>("StepLR", "epoch", StepLROptions(1));
+  register_bound_scheduler<MultiStepLR>("MultiStepLR", "epoch", MultiStepLROptions({0}));
+  register_bound_scheduler<ConstantLR>("ConstantLR", "epoch", ConstantLROptions());
+  register_bound_scheduler<LinearLR>("LinearLR", "epoch", LinearLROptions());
+  register_bound_scheduler<ExponentialLR>("ExponentialLR", "epoch", ExponentialLROptions(0.1));
+  register_bound_scheduler<PolynomialLR>("PolynomialLR", "epoch", PolynomialLROptions());
   for (const std::string type : {"LambdaLR", "MultiplicativeLR"}) {
     register_scheduler(type, "epoch", [type](ArgReader& a, const std::string&) -> SchedulerMaker {
       a.fail(fmt::format("{} needs a C++ function (lr_lambda) and cannot be built from a config; construct "

@@ -32,6 +32,7 @@ struct Entry {
   std::string type;
   std::string default_interval;
   SchedulerReader reader;
+  std::vector<SchedulerArgDoc> docs;
 };
 
 struct Registry {
@@ -112,7 +113,8 @@ BuiltScheduler make_scheduler(const SchedulerSpec& spec, torch::optim::Optimizer
   return out;
 }
 
-void register_scheduler(const std::string& type, const std::string& default_interval, SchedulerReader reader) {
+void register_scheduler(const std::string& type, const std::string& default_interval, SchedulerReader reader,
+                        std::vector<SchedulerArgDoc> docs) {
   if (type.empty() || !reader) {
     throw std::invalid_argument("register_scheduler: a type name and a reader are required");
   }
@@ -125,11 +127,11 @@ void register_scheduler(const std::string& type, const std::string& default_inte
   std::lock_guard<std::mutex> lock(r.mutex);
   const auto it = std::find_if(r.entries.begin(), r.entries.end(), [&](const Entry& e) { return e.type == type; });
   if (it != r.entries.end()) {
-    *it = Entry{type, default_interval, std::move(reader)};
+    *it = Entry{type, default_interval, std::move(reader), std::move(docs)};
   } else {
     const auto at = std::lower_bound(r.entries.begin(), r.entries.end(), type,
                                      [](const Entry& e, const std::string& t) { return e.type < t; });
-    r.entries.insert(at, Entry{type, default_interval, std::move(reader)});
+    r.entries.insert(at, Entry{type, default_interval, std::move(reader), std::move(docs)});
   }
 }
 
@@ -141,6 +143,13 @@ std::vector<std::string> scheduler_types() {
     out.push_back(e.type);
   }
   return out;
+}
+
+std::vector<SchedulerArgDoc> scheduler_arg_docs(const std::string& type) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = std::find_if(r.entries.begin(), r.entries.end(), [&](const Entry& e) { return e.type == type; });
+  return it == r.entries.end() ? std::vector<SchedulerArgDoc>{} : it->docs;
 }
 
 }  // namespace trainkit::sched

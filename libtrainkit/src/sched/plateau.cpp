@@ -12,21 +12,7 @@
 namespace trainkit::sched {
 
 void ReduceLROnPlateau::validate(const ReduceLROnPlateauOptions& o) {
-  if (o.mode() != "min" && o.mode() != "max") {
-    throw std::invalid_argument("ReduceLROnPlateau: invalid mode: " + o.mode() + " (\"min\" or \"max\")");
-  }
-  if (o.threshold_mode() != "rel" && o.threshold_mode() != "abs") {
-    throw std::invalid_argument("ReduceLROnPlateau: invalid threshold_mode: " + o.threshold_mode() +
-                                " (\"rel\" or \"abs\")");
-  }
-  check_arg(o.factor() >= 0 && o.factor() < 1, "ReduceLROnPlateau", "factor", o.factor(), "must be in [0, 1)");
-  check_arg(o.patience() >= 0, "ReduceLROnPlateau", "patience", static_cast<double>(o.patience()), "must be >= 0");
-  check_arg(o.threshold() >= 0, "ReduceLROnPlateau", "threshold", o.threshold(), "must be >= 0");
-  check_arg(o.cooldown() >= 0, "ReduceLROnPlateau", "cooldown", static_cast<double>(o.cooldown()), "must be >= 0");
-  check_arg(o.eps() >= 0, "ReduceLROnPlateau", "eps", o.eps(), "must be >= 0");
-  for (const double v : o.min_lr()) {
-    check_arg(v >= 0, "ReduceLROnPlateau", "min_lr", v, "must be >= 0");
-  }
+  check_options(ReduceLROnPlateauOptions::binding(), o, "ReduceLROnPlateau");
 }
 
 ReduceLROnPlateau::ReduceLROnPlateau(torch::optim::Optimizer& optimizer, ReduceLROnPlateauOptions options)
@@ -115,16 +101,9 @@ bool register_plateau_scheduler() {
       a.fail("ReduceLROnPlateau steps once per epoch on the validation loss; interval must be \"epoch\"");
     }
     ReduceLROnPlateauOptions o;
-    if (auto v = a.string("mode")) o.mode(*v);
-    if (auto v = a.number("factor")) o.factor(*v);
-    if (auto v = a.integer("patience")) o.patience(*v);
-    if (auto v = a.number("threshold")) o.threshold(*v);
-    if (auto v = a.string("threshold_mode")) o.threshold_mode(*v);
-    if (auto v = a.integer("cooldown")) o.cooldown(*v);
-    if (auto v = a.numbers("min_lr")) o.min_lr(*v);
-    if (auto v = a.number("eps")) o.eps(*v);
+    read_options(ReduceLROnPlateauOptions::binding(), a, o);
     return validated_maker<ReduceLROnPlateau>(a, o);
-  });
+  }, scheduler_arg_docs(ReduceLROnPlateauOptions::binding(), ReduceLROnPlateauOptions()));
   return true;
 }
 

@@ -5,6 +5,7 @@
 
 #include <torch/arg.h>
 
+#include "trainkit/options.h"
 #include "trainkit/sched/scheduler.h"
 
 namespace trainkit::sched {
@@ -16,6 +17,17 @@ struct CosineAnnealingLROptions {
   TORCH_ARG(int64_t, T_max);
   /// Minimum LR (>= 0).
   TORCH_ARG(double, eta_min) = 0.0;
+
+ public:
+  /// The config keys (`[scheduler]` of type CosineAnnealingLR): names, rules and help.
+  static const OptionBinding<CosineAnnealingLROptions>& binding() {
+    static const auto b = OptionBinding<CosineAnnealingLROptions>()
+                              .bind(TRAINKIT_OPTION(T_max), rule::integer(1),
+                                    "Half period (past it the LR rises again, as in PyTorch)")
+                              .required()
+                              .bind(TRAINKIT_OPTION(eta_min), rule::number(non_negative()), "Minimum LR");
+    return b;
+  }
 };
 
 /// PyTorch's recursive form of eta_min + (base - eta_min)(1 + cos(π·t/T_max))/2; past T_max it keeps
@@ -45,6 +57,17 @@ struct CosineAnnealingWarmRestartsOptions {
   TORCH_ARG(int64_t, T_mult) = 1;
   /// Minimum LR (>= 0).
   TORCH_ARG(double, eta_min) = 0.0;
+
+ public:
+  /// The config keys (`[scheduler]` of type CosineAnnealingWarmRestarts): names, rules and help.
+  static const OptionBinding<CosineAnnealingWarmRestartsOptions>& binding() {
+    static const auto b = OptionBinding<CosineAnnealingWarmRestartsOptions>()
+                              .bind(TRAINKIT_OPTION(T_0), rule::integer(1), "Steps to the first restart")
+                              .required()
+                              .bind(TRAINKIT_OPTION(T_mult), rule::integer(1), "Period growth per restart")
+                              .bind(TRAINKIT_OPTION(eta_min), rule::number(non_negative()), "Minimum LR");
+    return b;
+  }
 };
 
 /// lr = eta_min + (base - eta_min)(1 + cos(π·T_cur/T_i))/2, T_cur reset to 0 at each restart and the
@@ -81,6 +104,22 @@ struct WarmupCosineOptions {
   TORCH_ARG(double, warmup_start_factor) = 0.0;
   /// LR at total_steps and after (>= 0).
   TORCH_ARG(double, eta_min) = 0.0;
+
+ public:
+  /// The config keys (`[scheduler]` of type WarmupCosine): names, rules and help.
+  static const OptionBinding<WarmupCosineOptions>& binding() {
+    static const auto b = OptionBinding<WarmupCosineOptions>()
+                              .bind(TRAINKIT_OPTION(warmup_steps), rule::integer(0),
+                                    "Steps of linear warmup (0 = pure cosine)")
+                              .required()
+                              .bind(TRAINKIT_OPTION(total_steps), rule::integer(1),
+                                    "Step at which the LR reaches eta_min (flat after); > warmup_steps")
+                              .default_text("the run")
+                              .bind(TRAINKIT_OPTION(warmup_start_factor), rule::number(closed_unit_interval()),
+                                    "Factor of the base LR at step 0")
+                              .bind(TRAINKIT_OPTION(eta_min), rule::number(non_negative()), "Final LR");
+    return b;
+  }
 };
 
 /// Linear warmup from base·warmup_start_factor to base over warmup_steps, then

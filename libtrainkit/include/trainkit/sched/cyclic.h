@@ -11,6 +11,7 @@
 #include <torch/arg.h>
 
 #include "trainkit/optim/cyclable_momentum.h"
+#include "trainkit/options.h"
 #include "trainkit/sched/scheduler.h"
 
 namespace trainkit::sched {
@@ -51,6 +52,27 @@ struct CyclicLROptions {
   TORCH_ARG(std::vector<double>, base_momentum) = std::vector<double>{0.8};
   /// Upper momentum boundary (one value, or one per group).
   TORCH_ARG(std::vector<double>, max_momentum) = std::vector<double>{0.9};
+
+ public:
+  /// The config keys (`[scheduler]` of type CyclicLR): names, rules and help (scale_fn and scale_mode are
+  /// C++ only).
+  static const OptionBinding<CyclicLROptions>& binding() {
+    static const auto b =
+        OptionBinding<CyclicLROptions>()
+            .bind(TRAINKIT_OPTION(base_lr), rule::numbers(non_negative()), "Lower LR bound")
+            .required()
+            .bind(TRAINKIT_OPTION(max_lr), rule::numbers(non_negative()), "Upper LR bound (>= base_lr)")
+            .required()
+            .bind(TRAINKIT_OPTION(step_size_up), rule::integer(1), "Steps of the rising half")
+            .bind(TRAINKIT_OPTION(step_size_down), rule::integer(0), "Steps of the falling half (0 = step_size_up)")
+            .bind(TRAINKIT_OPTION(mode), rule::one_of({"triangular", "triangular2", "exp_range"}), "Amplitude policy")
+            .bind(TRAINKIT_OPTION(gamma), rule::number(positive()), "exp_range: amplitude x gamma^step")
+            .bind(TRAINKIT_OPTION(cycle_momentum), rule::boolean(),
+                  "Cycle SGD momentum / Adam beta1 inversely to the LR")
+            .bind(TRAINKIT_OPTION(base_momentum), rule::numbers(non_negative()), "Lower momentum bound")
+            .bind(TRAINKIT_OPTION(max_momentum), rule::numbers(non_negative()), "Upper momentum bound");
+    return b;
+  }
 };
 
 /// Cyclical LR between base_lr and max_lr with a triangle wave, optionally scaled per cycle or step.
@@ -103,6 +125,29 @@ struct OneCycleLROptions {
   TORCH_ARG(double, final_div_factor) = 1e4;
   /// Three phases (up, down to initial_lr, annihilate) instead of two.
   TORCH_ARG(bool, three_phase) = false;
+
+ public:
+  /// The config keys (`[scheduler]` of type OneCycleLR): names, rules and help.
+  static const OptionBinding<OneCycleLROptions>& binding() {
+    static const auto b =
+        OptionBinding<OneCycleLROptions>()
+            .bind(TRAINKIT_OPTION(max_lr), rule::numbers(positive()), "Peak LR")
+            .required()
+            .bind(TRAINKIT_OPTION(total_steps), rule::integer(0),
+                  "Cycle length (0: epochs x steps_per_epoch; neither given: the run)")
+            .default_text("the run")
+            .bind(TRAINKIT_OPTION(epochs), rule::integer(0), "With steps_per_epoch: the cycle length")
+            .bind(TRAINKIT_OPTION(steps_per_epoch), rule::integer(0), "With epochs: the cycle length")
+            .bind(TRAINKIT_OPTION(pct_start), rule::number(closed_unit_interval()), "Fraction of the cycle rising")
+            .bind(TRAINKIT_OPTION(anneal_strategy), rule::one_of({"cos", "linear"}), "Annealing shape")
+            .bind(TRAINKIT_OPTION(cycle_momentum), rule::boolean(), "Cycle momentum / beta1 inversely to the LR")
+            .bind(TRAINKIT_OPTION(base_momentum), rule::numbers(non_negative()), "Lower momentum bound")
+            .bind(TRAINKIT_OPTION(max_momentum), rule::numbers(non_negative()), "Upper momentum bound")
+            .bind(TRAINKIT_OPTION(div_factor), rule::number(positive()), "initial_lr = max_lr / div_factor")
+            .bind(TRAINKIT_OPTION(final_div_factor), rule::number(positive()), "min_lr = initial_lr / final_div_factor")
+            .bind(TRAINKIT_OPTION(three_phase), rule::boolean(), "Rise, fall to initial_lr, then annihilate");
+    return b;
+  }
 };
 
 /// The 1cycle policy: initial_lr → max_lr → min_lr with momentum cycling inversely. Stepping past

@@ -8,6 +8,7 @@
 
 #include <torch/arg.h>
 
+#include "trainkit/options.h"
 #include "trainkit/sched/scheduler.h"
 
 namespace trainkit::sched {
@@ -52,6 +53,16 @@ struct StepLROptions {
   TORCH_ARG(int64_t, step_size);
   /// Multiplicative factor of LR decay (>= 0).
   TORCH_ARG(double, gamma) = 0.1;
+
+ public:
+  /// The config keys (`[scheduler]` of type StepLR): names, rules and help.
+  static const OptionBinding<StepLROptions>& binding() {
+    static const auto b = OptionBinding<StepLROptions>()
+                              .bind(TRAINKIT_OPTION(step_size), rule::integer(1), "Decay the LR every this many steps")
+                              .required()
+                              .bind(TRAINKIT_OPTION(gamma), rule::number(non_negative()), "Decay factor");
+    return b;
+  }
 };
 
 /// lr = base_lr · gamma^⌊epoch / step_size⌋.
@@ -78,6 +89,17 @@ struct MultiStepLROptions {
   TORCH_ARG(std::vector<int64_t>, milestones);
   /// Multiplicative factor (>= 0).
   TORCH_ARG(double, gamma) = 0.1;
+
+ public:
+  /// The config keys (`[scheduler]` of type MultiStepLR): names, rules and help.
+  static const OptionBinding<MultiStepLROptions>& binding() {
+    static const auto b = OptionBinding<MultiStepLROptions>()
+                              .bind(TRAINKIT_OPTION(milestones), rule::integers(0),
+                                    "Steps at which the LR decays (a repeated step decays twice)")
+                              .required()
+                              .bind(TRAINKIT_OPTION(gamma), rule::number(non_negative()), "Decay factor");
+    return b;
+  }
 };
 
 /// lr = base_lr · gamma^(number of milestones <= epoch).
@@ -103,6 +125,16 @@ struct ConstantLROptions {
   TORCH_ARG(double, factor) = 1.0 / 3;
   /// Steps with the reduced LR (>= 0).
   TORCH_ARG(int64_t, total_iters) = 5;
+
+ public:
+  /// The config keys (`[scheduler]` of type ConstantLR): names, rules and help.
+  static const OptionBinding<ConstantLROptions>& binding() {
+    static const auto b = OptionBinding<ConstantLROptions>()
+                              .bind(TRAINKIT_OPTION(factor), rule::number(closed_unit_interval()),
+                                    "Factor of the LR until total_iters")
+                              .bind(TRAINKIT_OPTION(total_iters), rule::integer(0), "Steps at the reduced LR");
+    return b;
+  }
 };
 
 /// lr = base_lr · factor for epoch < total_iters, then base_lr.
@@ -130,6 +162,18 @@ struct LinearLROptions {
   TORCH_ARG(double, end_factor) = 1.0;
   /// Steps of the linear ramp (>= 1).
   TORCH_ARG(int64_t, total_iters) = 5;
+
+ public:
+  /// The config keys (`[scheduler]` of type LinearLR): names, rules and help.
+  static const OptionBinding<LinearLROptions>& binding() {
+    static const auto b = OptionBinding<LinearLROptions>()
+                              .bind(TRAINKIT_OPTION(start_factor), rule::number({"number in (0, 1]", 0.0, true, 1.0}),
+                                    "Factor of the LR at step 0")
+                              .bind(TRAINKIT_OPTION(end_factor), rule::number(closed_unit_interval()),
+                                    "Factor of the LR from total_iters on")
+                              .bind(TRAINKIT_OPTION(total_iters), rule::integer(1), "Steps of the linear change");
+    return b;
+  }
 };
 
 /// Linear warmup (or decay): lr = base_lr · (start + (end - start) · min(epoch, total_iters) / total_iters).
@@ -154,6 +198,15 @@ struct ExponentialLROptions {
   explicit ExponentialLROptions(double gamma) : gamma_(gamma) {}
   /// Multiplicative factor per step (>= 0).
   TORCH_ARG(double, gamma);
+
+ public:
+  /// The config keys (`[scheduler]` of type ExponentialLR): names, rules and help.
+  static const OptionBinding<ExponentialLROptions>& binding() {
+    static const auto b = OptionBinding<ExponentialLROptions>()
+                              .bind(TRAINKIT_OPTION(gamma), rule::number(non_negative()), "Factor per step")
+                              .required();
+    return b;
+  }
 };
 
 /// lr = base_lr · gamma^epoch.
@@ -179,6 +232,15 @@ struct PolynomialLROptions {
   TORCH_ARG(int64_t, total_iters) = 5;
   /// Power of the polynomial (finite).
   TORCH_ARG(double, power) = 1.0;
+
+ public:
+  /// The config keys (`[scheduler]` of type PolynomialLR): names, rules and help.
+  static const OptionBinding<PolynomialLROptions>& binding() {
+    static const auto b = OptionBinding<PolynomialLROptions>()
+                              .bind(TRAINKIT_OPTION(total_iters), rule::integer(1), "Steps until the LR reaches 0")
+                              .bind(TRAINKIT_OPTION(power), rule::number({"number"}), "Power of the decay");
+    return b;
+  }
 };
 
 /// lr = base_lr · (1 - min(epoch, total_iters) / total_iters)^power.

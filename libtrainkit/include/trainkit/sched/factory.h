@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "trainkit/args.h"
+#include "trainkit/options.h"
 #include "trainkit/sched/scheduler.h"
 
 namespace trainkit::sched {
@@ -63,13 +64,6 @@ BuiltScheduler make_scheduler(const SchedulerSpec& spec, torch::optim::Optimizer
 /// the rest) and returns the maker. `interval` is the resolved interval of the outer table.
 using SchedulerReader = std::function<SchedulerMaker(ArgReader& args, const std::string& interval)>;
 
-/// Registers a scheduler type for parse_scheduler (e.g. a user's own). `default_interval` is "step" or
-/// "epoch". Replaces an existing entry of the same type.
-void register_scheduler(const std::string& type, const std::string& default_interval, SchedulerReader reader);
-
-/// The `type` names parse_scheduler accepts, sorted.
-std::vector<std::string> scheduler_types();
-
 /// Runs `check` (e.g. a scheduler's validate); its std::invalid_argument becomes an ArgError prefixed with
 /// `where` (unless it already starts with it).
 void check_at(const std::string& where, const std::function<void()>& check);
@@ -83,6 +77,55 @@ SchedulerMaker validated_maker(const ArgReader& args, Options options) {
     return std::make_shared<Scheduler>(optimizer, options);
   };
 }
+
+/// One key of a scheduler type, for docs (docs/config.md).
+struct SchedulerArgDoc {
+  std::string key;            ///< PyTorch's argument name ("T_max")
+  std::string type;           ///< type and range as text ("integer >= 1")
+  std::string default_value;  ///< the default as TOML text, or "required", "the run"
+  std::string doc;            ///< meaning, one line
+};
+
+/// The docs of every key of `binding`, with the defaults of `defaults` (or the field's default_text).
+template <class Options>
+std::vector<SchedulerArgDoc> scheduler_arg_docs(const OptionBinding<Options>& binding, const Options& defaults) {
+  std::vector<SchedulerArgDoc> out;
+  for (const auto& field : binding.fields()) {
+    std::string value = field.default_text;
+    if (value.empty()) {
+      const auto shown = field.show(defaults);
+      value = shown ? "`" + shown->to_string() + "`" : "unset";
+    }
+    out.push_back({field.key, field.type, value, field.doc});
+  }
+  return out;
+}
+
+/// Registers a scheduler type for parse_scheduler (e.g. a user's own). `default_interval` is "step" or
+/// "epoch"; `docs` lists its keys for docs/config.md. Replaces an existing entry of the same type.
+void register_scheduler(const std::string& type, const std::string& default_interval, SchedulerReader reader,
+                        std::vector<SchedulerArgDoc> docs = {});
+
+/// Registers `type` read through Options::binding() (every key, rule and required key named once, in the
+/// Options struct): the table's keys over `defaults` (whose required fields are placeholders the table
+/// replaces), checked with Scheduler::validate.
+template <class Scheduler, class Options>
+void register_bound_scheduler(const std::string& type, const std::string& default_interval, const Options& defaults) {
+  register_scheduler(
+      type, default_interval,
+      [defaults](ArgReader& args, const std::string&) {
+        Options o = defaults;
+        read_options(Options::binding(), args, o);
+        return validated_maker<Scheduler>(args, o);
+      },
+      scheduler_arg_docs(Options::binding(), defaults));
+}
+
+/// The `type` names parse_scheduler accepts, sorted.
+std::vector<std::string> scheduler_types();
+
+/// The keys of scheduler `type` as registered (empty for an unknown type or one registered without docs).
+std::vector<SchedulerArgDoc> scheduler_arg_docs(const std::string& type);
 
 /// Optimizer steps (interval "step") or epochs of the whole run, as `context` knows them (0 = unknown).
 int64_t run_length(const SchedulerContext& context, const std::string& interval);

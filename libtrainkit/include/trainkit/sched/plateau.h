@@ -9,6 +9,7 @@
 
 #include <torch/arg.h>
 
+#include "trainkit/options.h"
 #include "trainkit/sched/scheduler.h"
 
 namespace trainkit::sched {
@@ -31,6 +32,23 @@ struct ReduceLROnPlateauOptions {
   TORCH_ARG(std::vector<double>, min_lr) = std::vector<double>{0.0};
   /// Reductions smaller than eps are skipped (>= 0).
   TORCH_ARG(double, eps) = 1e-8;
+
+ public:
+  /// The config keys (`[scheduler]` of type ReduceLROnPlateau): names, rules and help.
+  static const OptionBinding<ReduceLROnPlateauOptions>& binding() {
+    static const auto b =
+        OptionBinding<ReduceLROnPlateauOptions>()
+            .bind(TRAINKIT_OPTION(mode), rule::one_of({"min", "max"}), "Whether a lower or higher metric is better")
+            .bind(TRAINKIT_OPTION(factor), rule::number(unit_interval()), "new_lr = lr x factor")
+            .bind(TRAINKIT_OPTION(patience), rule::integer(0), "Bad steps tolerated before reducing")
+            .bind(TRAINKIT_OPTION(threshold), rule::number(non_negative()), "Least significant change")
+            .bind(TRAINKIT_OPTION(threshold_mode), rule::one_of({"rel", "abs"}), "Relative or absolute threshold")
+            .bind(TRAINKIT_OPTION(cooldown), rule::integer(0), "Steps to wait after a reduction")
+            .bind(TRAINKIT_OPTION(min_lr), rule::numbers(non_negative()), "Lower LR bound")
+            .bind(TRAINKIT_OPTION(eps), rule::number(non_negative()),
+                  "A reduction smaller than this is not applied");
+    return b;
+  }
 };
 
 /// Reduces each group's LR by `factor` (not below min_lr) after more than `patience` steps without
