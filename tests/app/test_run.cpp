@@ -336,3 +336,36 @@ TEST_CASE("optimizer.layer_decay: one group per layer and decay, LR scaled by de
                      "test.toml"),
       app::ConfigError, WhatContains("optimizer.layer_decay scales each layer's LR, but scheduler OneCycleLR"));
 }
+
+TEST_CASE("train.val_every_steps: trainkit train validates mid-epoch, logs it, and early stopping follows",
+          "[app][run][validation]") {
+  trainkit::test::TempDir tmp("run-val-steps");
+  const std::string config = tmp.str("val.toml");
+  // 500 training images in batches of 50: 10 steps per epoch; a point every 4 steps → steps 4, 8 (mid-epoch),
+  // 10 (the epoch's end), 12, 16, 20 (end). SGD at lr 1e-30 does not move the weights, so
+  // [early_stopping] with patience 2 ends the job at the third point, step 10.
+  std::ofstream(config) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 100\n"
+                           "[model]\nname = \"mlp\"\nhidden = 16\n"
+                           "[optimizer]\nname = \"sgd\"\nlr = 0.05\n"
+                           "[train]\nepochs = 2\nbatch_size = 50\nval_every_steps = 4\n"
+                           "[log]\nevery_steps = 5\nprogress = \"lines\"\n";
+  app::TrainJobOptions options;
+  options.config_path = config;
+  options.out_dir = tmp.str("run");
+  REQUIRE(app::run_train_job(options).steps == 20);
+  std::vector<std::string> val_rows;
+  std::ifstream csv(tmp.str("run/metrics.csv"));
+  for (std::string line; std::getline(csv, line);) {
+    if (line.rfind("val,", 0) == 0) val_rows.push_back(line.substr(0, line.find(',', 4)));
+  }
+  CHECK(val_rows == std::vector<std::string>{"val,4", "val,8", "val,12", "val,16"});
+
+  options.overrides = {"optimizer.lr=1e-30", "early_stopping.enabled=true", "early_stopping.patience=2",
+                       "early_stopping.min_delta=1e-6"};
+  options.out_dir = tmp.str("stopped");
+  CHECK(app::run_train_job(options).steps == 10);
+
+  options.overrides = {"data.val_size=0"};
+  options.out_dir = tmp.str("no-val");
+  CHECK_THROWS_WITH(app::run_train_job(options), Catch::Matchers::Contains("need a validation source"));
+}

@@ -142,7 +142,7 @@ TEST_CASE("ModelCheckpoint writes weight files that torch::load reads, and delet
     e.metrics.set("val/loss", loss);
     return e;
   };
-  mc.on_epoch_end(trainer, event(0, 0.5));
+  mc.on_validation_point(trainer, event(0, 0.5));
   CHECK(std::filesystem::exists(dir.path() / "epoch=0-step=10.pt"));
   {
     torch::NoGradGuard no_grad;
@@ -150,7 +150,7 @@ TEST_CASE("ModelCheckpoint writes weight files that torch::load reads, and delet
       p.add_(1.0);
     }
   }
-  mc.on_epoch_end(trainer, event(1, 0.4));
+  mc.on_validation_point(trainer, event(1, 0.4));
   CHECK_FALSE(std::filesystem::exists(dir.path() / "epoch=0-step=10.pt"));
   REQUIRE(std::filesystem::exists(dir.path() / "epoch=1-step=20.pt"));
   CHECK(std::filesystem::exists(dir.path() / "last.pt"));
@@ -164,7 +164,7 @@ TEST_CASE("ModelCheckpoint writes weight files that torch::load reads, and delet
   const auto missing = [&] {
     train::EpochEvent e{2, 30, 0.0, std::nullopt, {}, {}};
     e.metrics.set("train/loss", 1.0);
-    mc.on_epoch_end(trainer, e);
+    mc.on_validation_point(trainer, e);
   };
   CHECK_THROWS_WITH(missing(), Catch::Matchers::Contains("val/loss") && Catch::Matchers::Contains("train/loss"));
 }

@@ -21,18 +21,7 @@ using namespace trainkit;
 
 namespace {
 
-struct Setup {
-  torch::nn::Sequential model;
-  std::unique_ptr<torch::optim::Adam> optimizer;
-  std::unique_ptr<train::Trainer> trainer;
-
-  explicit Setup(uint64_t init_seed, train::TrainerOptions options) {
-    torch::manual_seed(init_seed);
-    model = nn::make_mlp(nn::MlpOptions().in_features(16).hidden({32}).dropout(0.2).num_classes(3));
-    optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
-    trainer = std::make_unique<train::Trainer>(model, *optimizer, options);
-  }
-};
+using Setup = trainkit::test::ToySetup;
 
 class Recorder : public train::Callback {
  public:

@@ -145,7 +145,7 @@ const std::vector<Section>& plain_sections() {
         .bind(TRAINKIT_KEY(train, batch_size), rule::integer(1), "Training batch size (per rank when distributed)")
         .bind(TRAINKIT_KEY(train, eval_batch_size), rule::integer(1), "Batch size for validation and test")
         .bind(TRAINKIT_KEY(train, seed), rule::integer(0), "Seed of initialization, dropout and data order")
-        .include(trainer_keys, trainer, {"max_steps"})
+        .include(trainer_keys, trainer, {"max_steps", "val_every_steps", "val_fraction"})
         .bind(TRAINKIT_KEY(train, threads), rule::integer(0), "Intra-op threads (0 = LibTorch's default)")
         .bind(TRAINKIT_KEY(train, device), device_name(),
               "Device to train on. cuda: one GPU per rank, cuda:<LOCAL_RANK> under a launcher (cuda:0 alone); "

@@ -228,8 +228,10 @@ void write_curves_svg(const std::string& metrics_csv, const std::string& svg_pat
     if (f[0] == "train") {
       train_loss.add(step, f[3]);
       lr.add(step, f[4]);
-    } else if (f[0] == "epoch") {
-      epoch_loss.add(step, f[3]);
+    } else if (f[0] == "epoch" || f[0] == "val") {  // "val": a mid-epoch validation
+      if (f[0] == "epoch") {
+        epoch_loss.add(step, f[3]);
+      }
       if (lr.x.empty() || lr.x.back() < step) {
         lr.add(step, f[4]);
       }

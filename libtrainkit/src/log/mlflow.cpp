@@ -72,7 +72,9 @@ std::vector<MlflowMetric> mlflow_metrics(const MetricRow& row) {
     for (const auto& [name, value] : row.monitors) add("train/" + name, value);
   } else {
     const std::string prefix = row.kind == "test" ? "test/" : "val/";
-    add("epoch/train_loss", row.loss);
+    if (row.kind != "val") {  // a mid-epoch validation's train loss covers part of the epoch
+      add("epoch/train_loss", row.loss);
+    }
     add(prefix + "loss", row.val_loss);
     for (const auto& [name, value] : row.val_metrics) add(prefix + name, value);
     for (const auto& [name, value] : row.monitors) add(name, value);

@@ -270,6 +270,10 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     cb->on_train_begin(*this);
   }
   const auto reached_max = [this] { return options_.max_steps() > 0 && state_.step >= options_.max_steps(); };
+  const bool mid_epoch_validation = options_.val_every_steps() > 0 || options_.val_fraction() < 1.0;
+  TRAINKIT_CHECK_ARG(!mid_epoch_validation || val != nullptr,
+                     "Trainer::fit: val_every_steps = {} / val_fraction = {} validate mid-epoch and need a validation "
+                     "source", options_.val_every_steps(), options_.val_fraction());
   stop_ = stop_ || reached_max();
   optimizer_.zero_grad();
   PhaseTimer timer(options_.profile());
@@ -289,6 +293,9 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     }
     const int64_t num_batches = train.num_batches();
     const bool known_length = num_batches != data::BatchSource::kUnknownLength;
+    TRAINKIT_CHECK_ARG(known_length || options_.val_fraction() == 1.0,
+                       "Trainer::fit: val_fraction = {} needs the epoch's length, which the training source cannot tell; "
+                       "use val_every_steps", options_.val_fraction());
     grad::GradAccumulation accumulation(options_.accumulation_steps(), known_length ? num_batches : 0);
     accumulation.seek(known_length ? std::min(state_.batch, std::max<int64_t>(num_batches - 1, 0)) : state_.batch);
     std::optional<data::Batch> next = next_batch();
@@ -336,6 +343,14 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
                             window_loss / static_cast<double>(window_samples)};
       window_loss = torch::zeros({}, torch::kFloat64);
       window_samples = 0;
+      if (mid_epoch_validation && !last && validation_due(num_batches)) {
+        // Before the step hooks, so that a checkpoint written at this step holds what the validation changed.
+        RECORD_USER_SCOPE("trainkit::validation");
+        EpochEvent point{state_.epoch, state_.step, state_.epoch_loss_sum.item<double>() / static_cast<double>(state_.epoch_samples),
+                         std::nullopt, {}, times_, false};
+        stop_ = validation_point(val, point) || stop_;
+        timer.lap(times_.validation);
+      }
       {
         RECORD_USER_SCOPE("trainkit::callbacks");
         for (auto& cb : callbacks_) {
@@ -353,35 +368,11 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     if (state_.epoch_samples > 0) {
       event.train_loss = state_.epoch_loss_sum.item<double>() / static_cast<double>(state_.epoch_samples);
     }
-    event.metrics.set("train/loss", event.train_loss);
-    if (val != nullptr) {
-      event.val = evaluate(*val);
-      event.metrics.set("val/loss", event.val->loss);
-      for (const auto& [name, value] : event.val->metrics.items()) {
-        event.metrics.set("val/" + name, value);
-      }
-    }
-    for (auto& cb : callbacks_) {
-      cb->on_validation_end(*this, val, event);
-    }
+    stop_ = validation_point(val, event) || stop_;
     epoch_timer.lap(times_.validation);
     event.times = times_;
-    if (scheduler_ && !scheduler_per_step_) {
-      if (scheduler_->takes_metric()) {
-        std::optional<double> value = event.metrics.find(monitor_);
-        if (!value && monitor_ == "val/loss") {
-          value = event.train_loss;
-        }
-        if (!value) {
-          throw std::invalid_argument(fmt::format(
-              "Trainer: {} monitors \"{}\", which epoch {} did not measure (a validation source and that metric "
-              "are needed)",
-              scheduler_->name(), monitor_, state_.epoch));
-        }
-        scheduler_->step(*value);
-      } else {
-        scheduler_->step();
-      }
+    if (scheduler_ && !scheduler_per_step_ && !scheduler_->takes_metric()) {
+      scheduler_->step();
     }
     ++state_.epoch;
     state_.batch = 0;
@@ -394,6 +385,53 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
   for (auto& cb : callbacks_) {
     cb->on_train_end(*this);
   }
+}
+
+bool Trainer::validation_due(int64_t num_batches) const {
+  if (options_.val_every_steps() > 0 && state_.step % options_.val_every_steps() == 0) {
+    return true;
+  }
+  if (options_.val_fraction() < 1.0) {
+    // Lightning's rule: every int(steps per epoch x fraction) steps of the epoch, counted from its start.
+    const int64_t accumulation = options_.accumulation_steps();
+    const int64_t steps_per_epoch = (num_batches + accumulation - 1) / accumulation;
+    const auto every =
+        std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(steps_per_epoch) * options_.val_fraction()));
+    const int64_t step_in_epoch = (state_.batch + accumulation - 1) / accumulation;
+    return step_in_epoch % every == 0;
+  }
+  return false;
+}
+
+bool Trainer::validation_point(data::BatchSource* val, EpochEvent& event) {
+  event.metrics.set("train/loss", event.train_loss);
+  if (val != nullptr) {
+    event.val = evaluate(*val);
+    event.metrics.set("val/loss", event.val->loss);
+    for (const auto& [name, value] : event.val->metrics.items()) {
+      event.metrics.set("val/" + name, value);
+    }
+  }
+  for (auto& cb : callbacks_) {
+    cb->on_validation_end(*this, val, event);
+  }
+  if (scheduler_ && !scheduler_per_step_ && scheduler_->takes_metric()) {
+    std::optional<double> value = event.metrics.find(monitor_);
+    if (!value && monitor_ == "val/loss") {
+      value = event.train_loss;
+    }
+    if (!value) {
+      throw std::invalid_argument(fmt::format(
+          "Trainer: {} monitors \"{}\", which epoch {} did not measure (a validation source and that metric are needed)",
+          scheduler_->name(), monitor_, state_.epoch));
+    }
+    scheduler_->step(*value);
+  }
+  bool stop = false;
+  for (auto& cb : callbacks_) {
+    stop = cb->on_validation_point(*this, event) || stop;
+  }
+  return stop;
 }
 
 void Trainer::save(torch::serialize::OutputArchive& archive) const {

@@ -15,7 +15,7 @@ namespace trainkit::log {
 /// One row of training metrics. Optional fields are empty in CSV and absent in JSONL. A non-finite value
 /// (a diverged loss) is `nan`/`inf` in CSV and `null` in JSONL, which stays valid JSON.
 struct MetricRow {
-  std::string kind;                          ///< "train" (every N steps), "epoch" (end of an epoch) or "test"
+  std::string kind;                          ///< "train" (every N steps), "val" (a mid-epoch validation), "epoch" (end of an epoch) or "test"
   int64_t step = 0;                          ///< optimizer steps taken so far
   int64_t epoch = 0;                         ///< epoch the row belongs to
   std::optional<double> loss;                ///< training loss, the mean over the interval or the epoch

@@ -39,12 +39,13 @@ struct StepEvent {
   at::Tensor loss;      ///< detached mean loss over those samples (reading it syncs the device)
 };
 
-/// Passed to Callback::on_epoch_end when an epoch's last batch is done (after validation and the
-/// per-epoch scheduler step).
+/// What a validation point measured: passed at each epoch's end (Callback::on_validation_end,
+/// on_validation_point, on_epoch_end) and at each mid-epoch validation (the first two only, with
+/// `epoch_end` false).
 struct EpochEvent {
-  int64_t epoch;                   ///< the epoch that ended (0-based)
+  int64_t epoch;                   ///< the epoch that ended, or that is under way (0-based)
   int64_t step;                    ///< steps taken so far
-  double train_loss;               ///< mean training loss over the epoch
+  double train_loss;               ///< mean training loss over the epoch (so far, mid-epoch)
   std::optional<EvalResult> val;   ///< validation result, when a validation source was given
   /// Everything measured this epoch by name: "train/loss", and with validation "val/loss" and
   /// "val/<metric>" for each metric.
@@ -52,6 +53,8 @@ struct EpochEvent {
   /// Where the epoch's time went (zeros when TrainerOptions::profile is off). An epoch resumed mid-way
   /// covers only the steps run since the resume.
   StepTimes times;
+  /// False for a mid-epoch validation (TrainerOptions::val_every_steps, val_fraction).
+  bool epoch_end = true;
 };
 
 class Trainer;
@@ -69,10 +72,15 @@ class Callback {
   virtual void on_before_optimizer_step(Trainer& trainer) {}
   /// After each optimizer step.
   virtual bool on_step_end(Trainer& trainer, const StepEvent& event) { return false; }
-  /// After an epoch's validation (or its last step when `val` is null), before the per-epoch scheduler
-  /// step and on_epoch_end: a hook may evaluate more (e.g. averaged weights on `val`) and add its values
-  /// to `event.metrics`, which schedulers and later hooks then see.
+  /// After each validation (at an epoch's end also without a validation source, `val` then null), before
+  /// a metric-driven scheduler steps: a hook may evaluate more (e.g. averaged weights on `val`) and add
+  /// its values to `event.metrics`, which schedulers and later hooks then see. `event.epoch_end` tells a
+  /// mid-epoch validation from an epoch's end.
   virtual void on_validation_end(Trainer& trainer, data::BatchSource* val, EpochEvent& event) {}
+  /// After each validation point (every epoch's end and every mid-epoch validation), once the hooks have
+  /// added their metrics and a metric-driven scheduler has stepped: where a hook acts on a monitored value
+  /// (early stopping, best-k checkpoints). Return true to stop training.
+  virtual bool on_validation_point(Trainer& trainer, const EpochEvent& event) { return false; }
   /// After each complete epoch (and its validation); the state already points at the next epoch.
   virtual bool on_epoch_end(Trainer& trainer, const EpochEvent& event) { return false; }
   /// When fit() returns, whether it finished or was stopped.

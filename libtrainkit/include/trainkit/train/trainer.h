@@ -60,6 +60,13 @@ struct TrainerOptions {
   /// phase that launched it; this removes the overlap of host and device work, so leave it off except
   /// to find where time goes. No effect on the CPU.
   TORCH_ARG(bool, profile_sync) = false;
+  /// Also validate after every this many optimizer steps (counted over the run, so across epochs and
+  /// resumes; 0 = at each epoch's end only). Lightning's integer `val_check_interval`.
+  TORCH_ARG(int64_t, val_every_steps) = 0;
+  /// Also validate after every `val_fraction` of an epoch's optimizer steps (1 = at each epoch's end
+  /// only; 0.25 = four times per epoch). Lightning's fractional `val_check_interval`; needs a training
+  /// source that knows its length.
+  TORCH_ARG(double, val_fraction) = 1.0;
 
  public:
   /// The options by key, with their rules and help (`trainkit train`'s [train], [grad] and [profile]).
@@ -77,7 +84,11 @@ struct TrainerOptions {
                   "Clamp gradient elements to [-v, v] (0 = off)")
             .bind(TRAINKIT_OPTION(profile_sync), rule::boolean(),
                   "Synchronize the device after each timed phase of a step so that CUDA work is charged to the phase "
-                  "that launched it (slower; the CPU is unaffected)");
+                  "that launched it (slower; the CPU is unaffected)")
+            .bind(TRAINKIT_OPTION(val_every_steps), rule::integer(0),
+                  "Also validate after every this many optimizer steps, counted over the run (0 = at epoch ends only)")
+            .bind(TRAINKIT_OPTION(val_fraction), rule::number({"number in (0, 1]", 0.0, true, 1.0}),
+                  "Also validate after every this fraction of an epoch's steps (1 = at epoch ends only)");
     return b;
   }
 };
@@ -143,7 +154,8 @@ class Trainer {
   /// e reads `train` after set_epoch(e) (and skip() to the saved batch when resuming mid-epoch). When the
   /// source cannot tell its length, the end of an epoch is found by reading one batch ahead, and the
   /// last, shorter accumulation window is scaled like a full one. `val` (optional) is evaluated after
-  /// every epoch.
+  /// every epoch, and mid-epoch as TrainerOptions::val_every_steps / val_fraction ask (see
+  /// Callback::on_validation_point).
   void fit(data::BatchSource& train, data::BatchSource* val = nullptr);
   /// Asks fit() to stop after the current step.
   void request_stop() { stop_ = true; }
@@ -181,6 +193,11 @@ class Trainer {
   std::optional<amp::Autocast> autocast_region() const;
   /// With profile_sync, waits for the work queued on `device` (nothing on the CPU).
   void sync_for_profile(const c10::Device& device) const;
+  /// Whether the step just taken (state_ already counts it) is a mid-epoch validation point.
+  bool validation_due(int64_t num_batches) const;
+  /// Evaluates `val` into `event` (when given), runs the hooks' on_validation_end, steps a metric-driven
+  /// scheduler and runs on_validation_point; returns whether a hook asked to stop.
+  bool validation_point(data::BatchSource* val, EpochEvent& event);
 
   std::shared_ptr<torch::nn::Module> module_;
   ForwardFn forward_;

@@ -45,12 +45,16 @@ bool EarlyStopping::check(double current) {
   return !reason_.empty();
 }
 
-bool EarlyStopping::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
+bool EarlyStopping::on_validation_point(Trainer& trainer, const EpochEvent& event) {
   if (!check(monitored_value(event, options_.monitor(), "EarlyStopping"))) {
     return false;
   }
   stopped_epoch_ = event.epoch;
-  spdlog::info("early stopping after epoch {}: {}", event.epoch + 1, reason_);
+  if (event.epoch_end) {
+    spdlog::info("early stopping after epoch {}: {}", event.epoch + 1, reason_);
+  } else {
+    spdlog::info("early stopping at step {} (epoch {}): {}", event.step, event.epoch + 1, reason_);
+  }
   return true;
 }
 

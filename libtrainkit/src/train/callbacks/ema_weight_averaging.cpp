@@ -30,7 +30,8 @@ void EMAWeightAveraging::on_validation_end(Trainer& trainer, data::BatchSource* 
   for (const auto& [name, value] : r.metrics.items()) {
     values += fmt::format(", {} {:.4f}", name, value);
   }
-  spdlog::info("epoch {} EMA weights: val loss {:.4f}{}", event.epoch + 1, r.loss, values);
+  spdlog::info("epoch {}{} EMA weights: val loss {:.4f}{}", event.epoch + 1,
+               event.epoch_end ? "" : fmt::format(" step {}", event.step), r.loss, values);
 }
 
 }  // namespace trainkit::train

@@ -122,10 +122,22 @@ bool MetricsLogger::on_step_end(Trainer& trainer, const StepEvent& event) {
   return false;
 }
 
+bool MetricsLogger::on_validation_point(Trainer& trainer, const EpochEvent& event) {
+  if (!event.epoch_end && event.val) {  // the epoch's end is written by on_epoch_end
+    write_validation(trainer, event);
+  }
+  return false;
+}
+
 bool MetricsLogger::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
+  write_validation(trainer, event);
+  return false;
+}
+
+void MetricsLogger::write_validation(Trainer& trainer, const EpochEvent& event) {
   progress_.finish();
   log::MetricRow row;
-  row.kind = "epoch";
+  row.kind = event.epoch_end ? "epoch" : "val";
   row.step = event.step;
   row.epoch = event.epoch;
   row.loss = event.train_loss;
@@ -135,6 +147,8 @@ bool MetricsLogger::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
       row.monitors.emplace_back(name, value);
     }
   }
+  const std::string where = event.epoch_end ? fmt::format("epoch {} done", event.epoch + 1)
+                                            : fmt::format("epoch {} step {} validation", event.epoch + 1, event.step);
   if (event.val) {
     row.val_loss = event.val->loss;
     row.val_metrics = event.val->metrics.items();
@@ -142,12 +156,11 @@ bool MetricsLogger::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
     for (const auto& [name, value] : event.val->metrics.items()) {
       values += fmt::format(", val {} {:.4f}", name, value);
     }
-    spdlog::info("epoch {} done: train loss {:.4f}, val loss {:.4f}{}", event.epoch + 1, event.train_loss,
-                 event.val->loss, values);
+    spdlog::info("{}: train loss {:.4f}, val loss {:.4f}{}", where, event.train_loss, event.val->loss, values);
   } else {
-    spdlog::info("epoch {} done: train loss {:.4f}", event.epoch + 1, event.train_loss);
+    spdlog::info("{}: train loss {:.4f}", where, event.train_loss);
   }
-  if (event.times.steps > 0) {
+  if (event.epoch_end && event.times.steps > 0) {
     spdlog::info("epoch {} time: {}", event.epoch + 1, event.times.to_string());
     epoch_times_.push_back(event.times);
   }
@@ -155,7 +168,9 @@ bool MetricsLogger::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
     metrics_->write(row);
   }
   if (tensorboard_) {
-    tensorboard_->add_scalar("epoch/train_loss", event.train_loss, event.step);
+    if (event.epoch_end) {
+      tensorboard_->add_scalar("epoch/train_loss", event.train_loss, event.step);
+    }
     if (event.val) {
       tensorboard_->add_scalar("val/loss", event.val->loss, event.step);
       for (const auto& [name, value] : event.val->metrics.items()) {
@@ -167,7 +182,6 @@ bool MetricsLogger::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
     }
   }
   last_ = Clock::now();  // evaluation time is not training time
-  return false;
 }
 
 StepTimes MetricsLogger::step_times() const {

@@ -79,7 +79,7 @@ double ModelCheckpoint::best_model_score() const {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-bool ModelCheckpoint::on_epoch_end(Trainer& trainer, const EpochEvent& event) {
+bool ModelCheckpoint::on_validation_point(Trainer& trainer, const EpochEvent& event) {
   namespace fs = std::filesystem;
   const double current = monitored_value(event, options_.monitor(), "ModelCheckpoint");
   const std::string name = fmt::format("epoch={}-step={}.pt", event.epoch, event.step);

@@ -36,7 +36,7 @@ bool StochasticWeightAveraging::on_step_end(Trainer&, const StepEvent&) {
 }
 
 void StochasticWeightAveraging::on_validation_end(Trainer& trainer, data::BatchSource*, EpochEvent& event) {
-  if (event.epoch < options_.swa_start()) {
+  if (!event.epoch_end || event.epoch < options_.swa_start()) {  // averages once per epoch
     return;
   }
   averaged_.update_parameters(trainer.module());

@@ -21,7 +21,7 @@ struct EarlyStoppingOptions {
   TORCH_ARG(std::string, monitor) = "val/loss";
   /// "min" (lower is better) or "max".
   TORCH_ARG(std::string, mode) = "min";
-  /// Epochs without improvement before stopping (>= 0).
+  /// Validation points (epochs, without mid-epoch validation) without improvement before stopping (>= 0).
   TORCH_ARG(int64_t, patience) = 3;
   /// Least change that counts as an improvement (>= 0): improved when current < best - min_delta ("min")
   /// or current > best + min_delta ("max").
@@ -47,7 +47,9 @@ struct EarlyStoppingOptions {
   }
 };
 
-/// Lightning's EarlyStopping as a Trainer hook. At each epoch end, with `current` the monitored value:
+/// Lightning's EarlyStopping as a Trainer hook. At each validation point (every epoch's end, and every
+/// mid-epoch validation when TrainerOptions::val_every_steps / val_fraction ask for them; `patience`
+/// then counts validations, as in Lightning), with `current` the monitored value:
 /// non-finite (check_finite) → stop; better than stopping_threshold → stop; worse than divergence_threshold
 /// → stop; improved (see min_delta) → best = current, wait = 0; else wait += 1 and stop when
 /// wait >= patience. Best and wait are saved in the Trainer's checkpoints (key "early_stopping").
@@ -60,7 +62,7 @@ class EarlyStopping : public Callback {
   bool check(double current);
   /// Reads the monitored metric from `event` (throws std::invalid_argument listing the metrics there are
   /// when it is missing) and applies check().
-  bool on_epoch_end(Trainer& trainer, const EpochEvent& event) override;
+  bool on_validation_point(Trainer& trainer, const EpochEvent& event) override;
 
   /// Best value so far (+inf for "min", -inf for "max" before the first check).
   double best_score() const { return best_; }

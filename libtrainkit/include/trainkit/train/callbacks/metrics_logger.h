@@ -40,6 +40,8 @@ class MetricsLogger : public Callback {
                   std::shared_ptr<log::SummaryWriter> tensorboard = nullptr);
   void on_train_begin(Trainer& trainer) override;
   bool on_step_end(Trainer& trainer, const StepEvent& event) override;
+  /// A mid-epoch validation: a row of kind "val" (the epoch's end writes its "epoch" row in on_epoch_end).
+  bool on_validation_point(Trainer& trainer, const EpochEvent& event) override;
   bool on_epoch_end(Trainer& trainer, const EpochEvent& event) override;
   void on_train_end(Trainer& trainer) override;
 
@@ -54,6 +56,8 @@ class MetricsLogger : public Callback {
   StepTimes step_times() const;
 
  private:
+  /// The row, console line and TensorBoard scalars of a validation point ("epoch" or mid-epoch "val").
+  void write_validation(Trainer& trainer, const EpochEvent& event);
   using Clock = std::chrono::steady_clock;
   std::shared_ptr<log::MetricsWriter> metrics_;
   std::shared_ptr<log::SummaryWriter> tensorboard_;

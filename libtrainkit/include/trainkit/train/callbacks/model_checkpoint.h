@@ -27,7 +27,7 @@ struct ModelCheckpointOptions {
   TORCH_ARG(std::string, monitor) = "val/loss";
   /// "min" (lower is better) or "max".
   TORCH_ARG(std::string, mode) = "min";
-  /// Models kept: 0 = none, -1 = every epoch's.
+  /// Models kept: 0 = none, -1 = every validation point's.
   TORCH_ARG(int64_t, save_top_k) = 1;
   /// Also write "last.pt" at every epoch end.
   TORCH_ARG(bool, save_last) = false;
@@ -52,7 +52,8 @@ struct ModelCheckpointOptions {
   }
 };
 
-/// Lightning's ModelCheckpoint top-k rule at each epoch end, with `current` the monitored value (NaN
+/// Lightning's ModelCheckpoint top-k rule at each validation point (every epoch's end and every mid-epoch
+/// validation), with `current` the monitored value (NaN
 /// is kept as the worst value, +inf for "min" / -inf for "max"):
 /// - fewer than k kept, or k == -1 → save;
 /// - else save when current is strictly better than the k-th best, which is then deleted.
@@ -64,10 +65,10 @@ class ModelCheckpoint : public Callback {
   explicit ModelCheckpoint(ModelCheckpointOptions options);
 
   /// Applies the rule for a model named `name` scoring `current`; returns {saved?, file deleted or ""}
-  /// and updates the kept list without touching files (on_epoch_end writes and deletes them).
+  /// and updates the kept list without touching files (on_validation_point writes and deletes them).
   std::pair<bool, std::string> update(const std::string& name, double current);
   /// Reads the monitored metric, applies update() and writes/deletes the weight files.
-  bool on_epoch_end(Trainer& trainer, const EpochEvent& event) override;
+  bool on_validation_point(Trainer& trainer, const EpochEvent& event) override;
 
   /// The kept models as (file name, score), in the order they were saved.
   const std::vector<std::pair<std::string, double>>& best_k_models() const { return best_k_; }
