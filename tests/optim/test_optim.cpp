@@ -942,3 +942,50 @@ TEST_CASE("step_found_inf: ATen's fused kernels divide by the scale and skip on 
   CHECK_FALSE(plain.takes_found_inf());
   CHECK_THROWS_AS(plain.step_found_inf(torch::ones({}), torch::zeros({})), std::logic_error);
 }
+
+TEST_CASE("on CUDA, fused = true takes ATen's fused kernels and equals their CPU kernels", "[optim][aten_fused][cuda]") {
+  if (!torch::cuda::is_available()) {
+    TRAINKIT_SKIP("no CUDA device: ATen's CUDA fused kernels need a GPU");
+  }
+  const std::vector<std::vector<int64_t>> shapes{{40, 3}, {3}, {1000}};
+  using Make = std::function<OptimizerPtr(const std::vector<at::Tensor>&, bool cuda)>;
+  const std::vector<std::pair<std::string, Make>> makers{
+      // On CUDA `fused = true` alone chooses ATen's kernels; on the CPU `aten_fused = true` does.
+      {"Adam", [](const auto& p, bool cuda) {
+         return std::make_unique<Adam>(p, cuda ? AdamOptions(1e-2).weight_decay(0.1).fused(true)
+                                               : AdamOptions(1e-2).weight_decay(0.1).aten_fused(true));
+       }},
+      {"AdamW amsgrad", [](const auto& p, bool cuda) {
+         return std::make_unique<AdamW>(p, cuda ? AdamWOptions(1e-2).amsgrad(true).fused(true)
+                                                : AdamWOptions(1e-2).amsgrad(true).aten_fused(true));
+       }},
+      {"Sgd nesterov", [](const auto& p, bool cuda) {
+         const auto o = SgdOptions(0.05).momentum(0.9).nesterov(true).weight_decay(1e-3);
+         return std::make_unique<Sgd>(p, cuda ? SgdOptions(o).fused(true) : SgdOptions(o).aten_fused(true));
+       }},
+  };
+  for (const auto& [name, make] : makers) {
+    DYNAMIC_SECTION(name) {
+      auto a = random_params(shapes, at::kDouble, 9);
+      std::vector<at::Tensor> b;
+      for (const auto& p : a) {
+        b.push_back(p.detach().to(torch::kCUDA).requires_grad_());
+      }
+      auto on_cpu = make(a, false);
+      auto on_cuda = make(b, true);
+      int64_t ops = 0;
+      for (int step = 0; step < 5; ++step) {
+        set_grads(a, step);
+        set_grads(b, step);
+        on_cpu->step();
+        ops += count_ops("aten::_fused_", [&] { on_cuda->step(); });
+      }
+      CHECK(ops == 5);
+      std::vector<at::Tensor> back;
+      for (const auto& p : b) {
+        back.push_back(p.detach().cpu());
+      }
+      CHECK(max_rel_diff(back, a) <= 1e-13);
+    }
+  }
+}
