@@ -5,7 +5,9 @@
 // of the case's size with the same threads. Each memory-bound kernel is also reported as a fraction of the
 // triad's bandwidth: the bytes it must move (each stream once) / its time / the triad's bytes per second.
 // Variants are interleaved round by round after a warm-up and medians reported, so the ratios come from
-// one run on the same, possibly noisy, machine.
+// one run on the same, possibly noisy, machine. trainkit's optimizers also run through ATen's fused kernels
+// (`aten_fused`). `--device cuda` times the paths that run on a GPU (trainkit's foreach and ATen-fused
+// paths, torch::optim, at::_fused_adam_), each step followed by a device synchronize.
 #include <algorithm>
 #include <cmath>
 #include <chrono>
@@ -15,6 +17,7 @@
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include "trainkit/amp/grad_scaler.h"
@@ -160,6 +163,80 @@ struct Case {
   int64_t count;
 };
 
+/// The parameters of case `c` (seeded random values, `count` tensors of `total / count`), with gradients of
+/// 1e-3 × randn, which are also appended to `grads`.
+std::vector<at::Tensor> case_params(const Case& c, const torch::TensorOptions& on, std::vector<at::Tensor>& grads) {
+  torch::manual_seed(0);
+  std::vector<at::Tensor> params;
+  for (int64_t i = 0; i < c.count; ++i) {
+    at::Tensor p = torch::randn({c.total / c.count}, on).requires_grad_();
+    p.mutable_grad() = torch::randn({c.total / c.count}, on) * 1e-3;
+    params.push_back(p);
+    grads.push_back(p.grad());
+  }
+  return params;
+}
+
+/// Times, on `device`, the optimizers' paths that run off the CPU: trainkit's foreach and ATen-fused paths,
+/// torch::optim and at::_fused_adam_; each step is followed by a synchronize. Prints one table per case.
+void run_on_device(const std::vector<Case>& cases, c10::Device device, int rounds) {
+  using namespace trainkit::optim;
+  for (const Case& c : cases) {
+    const auto on = torch::TensorOptions().device(device);
+    std::vector<at::Tensor> grads;
+    const std::vector<at::Tensor> params = case_params(c, on, grads);
+    std::vector<std::pair<std::string, std::unique_ptr<torch::optim::Optimizer>>> optimizers;
+    optimizers.emplace_back("trainkit Adam foreach", std::make_unique<Adam>(params, AdamOptions(1e-3)));
+    optimizers.emplace_back("trainkit Adam aten_fused", std::make_unique<Adam>(params, AdamOptions(1e-3).fused(true)));
+    optimizers.emplace_back("trainkit AdamW foreach", std::make_unique<AdamW>(params, AdamWOptions(1e-3)));
+    optimizers.emplace_back("trainkit AdamW aten_fused",
+                            std::make_unique<AdamW>(params, AdamWOptions(1e-3).fused(true)));
+    optimizers.emplace_back("trainkit SGD-momentum foreach", std::make_unique<Sgd>(params, SgdOptions(1e-3).momentum(0.9)));
+    optimizers.emplace_back("trainkit SGD-momentum aten_fused",
+                            std::make_unique<Sgd>(params, SgdOptions(1e-3).momentum(0.9).fused(true)));
+    optimizers.emplace_back("trainkit LAMB foreach", std::make_unique<Lamb>(params, LambOptions(1e-3)));
+    optimizers.emplace_back("trainkit LARS foreach",
+                            std::make_unique<Lars>(params, LarsOptions(0.1).momentum(0.9).weight_decay(1e-4)));
+    optimizers.emplace_back("torch::optim::Adam", std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3)));
+    optimizers.emplace_back("torch::optim::SGD-momentum",
+                            std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(1e-3).momentum(0.9)));
+    std::vector<at::Tensor> m;
+    std::vector<at::Tensor> v;
+    std::vector<at::Tensor> steps;
+    for (const auto& p : params) {
+      m.push_back(torch::zeros_like(p));
+      v.push_back(torch::zeros_like(p));
+      steps.push_back(torch::zeros({}, on));
+    }
+    AtenFused aten_adam{m, v, steps, false};
+    std::vector<std::pair<std::string, std::function<void()>>> variants;
+    variants.emplace_back("at::_fused_adam_", [&] { aten_adam.step(params, grads); });
+    for (auto& [name, opt] : optimizers) {
+      torch::optim::Optimizer* o = opt.get();
+      variants.emplace_back(name, [o] { o->step(); });
+    }
+    std::map<std::string, std::vector<double>> times;
+    for (int round = 0; round <= rounds; ++round) {
+      for (auto& [name, step] : variants) {
+        torch::cuda::synchronize();
+        const auto start = Clock::now();
+        step();
+        torch::cuda::synchronize();
+        if (round > 0) {
+          times[name].push_back(std::chrono::duration<double>(Clock::now() - start).count());
+        }
+      }
+    }
+    const double adam = median(times["trainkit Adam foreach"]) * 1e3;
+    fmt::print("\n{} on {} ({} params in {} tensors)\n{:<42} {:>10} {:>22}\n", c.name, device.str(), c.total, c.count,
+               "variant", "ms", "× trainkit Adam foreach");
+    for (const auto& [name, step] : variants) {
+      const double ms = median(times[name]) * 1e3;
+      fmt::print("{:<42} {:>10.3f} {:>22.2f}\n", name, ms, ms / adam);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,11 +254,31 @@ int main(int argc, char** argv) {
   cli.flag("--no-reference", no_reference, "Skip the slow ATen reference paths of trainkit's optimizers");
   cli.option("--variants", variants_only, "Run only variants whose name contains one of these strings");
   cli.option("--json", json_path, "Also write the results as JSON");
+  std::string device = "cpu";
+  cli.option("--device", device, "cpu, or cuda: the paths that run on a GPU").show_default();
+  std::vector<int64_t> sizes;
+  cli.option("--size", sizes, "Instead of the cases: one case of TOTAL parameters in COUNT tensors (e.g. 4096 4)");
   if (auto rc = cli.parse(argc, argv)) return *rc;
   if (threads > 0) {
     torch::set_num_threads(threads);
   }
   torch::NoGradGuard no_grad;
+  std::vector<Case> cases{Case{"10M/16", 10'000'000, 16}, Case{"1M/256", 1'048'576, 256}, Case{"64M/16", 64'000'000, 16}};
+  if (sizes.size() == 2) {
+    cases = {Case{fmt::format("{}/{}", sizes[0], sizes[1]), sizes[0], sizes[1]}};
+  } else if (!sizes.empty()) {
+    fmt::print(stderr, "--size takes two numbers: TOTAL COUNT\n");
+    return 2;
+  }
+  if (device != "cpu") {
+    const c10::Device dev(device);
+    if (dev.is_cuda() && !torch::cuda::is_available()) {
+      fmt::print(stderr, "--device {}: CUDA is not available\n", device);
+      return 2;
+    }
+    run_on_device(cases, dev, rounds);
+    return 0;
+  }
   // How many threads the kernels really run on (a kernel compiled without OpenMP's at::parallel_for ran on one).
   std::vector<int> thread_seen(static_cast<size_t>(torch::get_num_threads()), 0);
   trainkit::detail::parallel_range(0, torch::get_num_threads(), 1, [&](int64_t, int64_t) {
@@ -193,20 +290,14 @@ int main(int argc, char** argv) {
 
   std::string json = fmt::format("{{\"threads\": {}, \"rounds\": {}, \"cases\": [", torch::get_num_threads(), rounds);
   std::vector<std::string> goal_lines;
+  std::vector<std::string> ratio_lines;
   bool first_case = true;
-  for (const Case& c : {Case{"10M/16", 10'000'000, 16}, Case{"1M/256", 1'048'576, 256}, Case{"64M/16", 64'000'000, 16}}) {
+  for (const Case& c : cases) {
     if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) {
       continue;
     }
-    torch::manual_seed(0);
-    std::vector<at::Tensor> params;
     std::vector<at::Tensor> grads;
-    for (int64_t i = 0; i < c.count; ++i) {
-      at::Tensor p = torch::randn({c.total / c.count}).requires_grad_();
-      p.mutable_grad() = torch::randn({c.total / c.count}) * 1e-3;
-      params.push_back(p);
-      grads.push_back(p.grad());
-    }
+    const std::vector<at::Tensor> params = case_params(c, torch::TensorOptions(), grads);
     const auto zeros = [&] {
       std::vector<at::Tensor> out;
       for (const auto& p : params) {
@@ -221,8 +312,13 @@ int main(int argc, char** argv) {
     if (!no_reference) {
       optimizers.emplace_back("trainkit Adam reference", std::make_unique<Adam>(params, AdamOptions(1e-3).fused(false)));
     }
+    optimizers.emplace_back("trainkit Adam aten_fused", std::make_unique<Adam>(params, AdamOptions(1e-3).aten_fused(true)));
     optimizers.emplace_back("trainkit AdamW fused", std::make_unique<AdamW>(params, AdamWOptions(1e-3)));
+    optimizers.emplace_back("trainkit AdamW aten_fused",
+                            std::make_unique<AdamW>(params, AdamWOptions(1e-3).aten_fused(true)));
     optimizers.emplace_back("trainkit SGD-momentum fused", std::make_unique<Sgd>(params, SgdOptions(1e-3).momentum(0.9)));
+    optimizers.emplace_back("trainkit SGD-momentum aten_fused",
+                            std::make_unique<Sgd>(params, SgdOptions(1e-3).momentum(0.9).aten_fused(true)));
     if (!no_reference) {
       optimizers.emplace_back("trainkit SGD-momentum reference",
                               std::make_unique<Sgd>(params, SgdOptions(1e-3).momentum(0.9).fused(false)));
@@ -287,6 +383,7 @@ int main(int argc, char** argv) {
     set_adam_state(adam_on_own_state, params, own_m, own_v);
     AtenFused aten_on_own_state{own_m, own_v, steps_a, false};
     Adam scaled_adam(params, AdamOptions(1e-3));
+    Adam scaled_aten_adam(params, AdamOptions(1e-3).aten_fused(true));
     Adam chunk_adam(params, AdamOptions(1e-3));
     Adam before_adam(params, AdamOptions(1e-3));
     Sgd chunk_sgd(params, SgdOptions(1e-3).momentum(0.9));
@@ -309,6 +406,11 @@ int main(int argc, char** argv) {
     variants.emplace_back("trainkit Adam fused + GradScaler", [&] {
       scaler.scale(dummy);  // marks the scaler as in use; the gradients already carry scale 1
       scaler.step(scaled_adam);  // read-only inf check, unscale inside the fused pass
+      scaler.update();
+    });
+    variants.emplace_back("trainkit Adam aten_fused + GradScaler", [&] {
+      scaler.scale(dummy);
+      scaler.step(scaled_aten_adam);  // inf check, then scale and found_inf handed to _fused_adam_
       scaler.update();
     });
     // The same kernels with the old chunk split, and as they ran before (baseline x86-64 build, chunk split).
@@ -464,6 +566,17 @@ int main(int argc, char** argv) {
       goal_lines.push_back(fmt::format("{:<8} {:<52} {:>6.2f}  goal {} {:<5} {}", c.name, what, ratio, cmp, target,
                                        met ? "met" : "NOT met"));
     };
+    const auto ratio = [&](const std::string& a, const std::string& b) {
+      if (ms.count(a) && ms.count(b)) {
+        ratio_lines.push_back(fmt::format("{:<8} {:<72} {:>6.2f}", c.name, a + " / " + b, ms[a] / ms[b]));
+      }
+    };
+    ratio("trainkit Adam aten_fused", "trainkit Adam fused");
+    ratio("trainkit Adam aten_fused", "torch::optim::Adam");
+    ratio("trainkit AdamW aten_fused", "trainkit AdamW fused");
+    ratio("trainkit SGD-momentum aten_fused", "trainkit SGD-momentum fused");
+    ratio("trainkit SGD-momentum aten_fused", "torch::optim::SGD-momentum");
+    ratio("trainkit Adam aten_fused + GradScaler", "trainkit Adam fused + GradScaler");
     if (c.name == "10M/16") {
       goal("torch::optim::Adam / trainkit fused Adam", ms["torch::optim::Adam"] / adam, ">=", 4.0);
     }
@@ -487,13 +600,17 @@ int main(int argc, char** argv) {
     if (c.name == "64M/16") {
       for (const auto& [name, step] : variants) {
         if (name.find("fused") != std::string::npos && name.rfind("trainkit", 0) == 0 &&
-            name.find(", ") == std::string::npos) {
+            name.find(", ") == std::string::npos && name.find("aten_fused") == std::string::npos) {
           goal(name + ": fraction of triad", fraction(name), ">=", 0.85);
         }
       }
     }
   }
   json += "]}\n";
+  fmt::print("\nRatios without a goal (ATen's fused kernels through trainkit's aten_fused path)\n");
+  for (const auto& line : ratio_lines) {
+    fmt::print("{}\n", line);
+  }
   fmt::print("\nGoals (ratios from this run)\n");
   for (const auto& line : goal_lines) {
     fmt::print("{}\n", line);

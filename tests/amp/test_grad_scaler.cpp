@@ -14,6 +14,7 @@
 #include "trainkit/amp.h"
 #include "trainkit/compat.h"
 #include "trainkit/optim/adam.h"
+#include "trainkit/optim/sgd.h"
 
 using trainkit::amp::GradScaler;
 using trainkit::amp::GradScalerOptions;
@@ -161,71 +162,86 @@ void check_growth(const toml::table& golden, double growth) {
 }  // namespace
 
 TEST_CASE("GradScaler reproduces PyTorch's scale, growth tracker and skipped steps", "[amp][scaler][golden]") {
+  // On LibTorch's SGD (skip decided on the host), and on trainkit's Sgd through ATen's _fused_sgd_ (the
+  // scaler hands it the scale and found_inf; the skip happens on the device, seen here as parameters that
+  // did not move).
   const auto golden = trainkit::test::golden("amp.toml");
-  for (const auto& node : *golden["case"].as_array()) {
-    const auto& c = *node.as_table();
-    const std::string name = c["name"].value<std::string>().value();
-    DYNAMIC_SECTION(name) {
-      Model m(golden);
-      std::vector<std::unique_ptr<torch::optim::SGD>> opts;
-      if (c["split_optimizers"].value<bool>().value()) {
-        opts.push_back(
-            std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{m.lin->weight}, sgd_options(golden)));
-        opts.push_back(std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{m.lin->bias}, sgd_options(golden)));
-      } else {
-        opts.push_back(std::make_unique<torch::optim::SGD>(m.lin->parameters(), sgd_options(golden)));
-      }
-      GradScaler scaler(torch::kCPU, GradScalerOptions()
-                                         .init_scale(c["init_scale"].value<double>().value())
-                                         .growth_factor(c["growth_factor"].value<double>().value())
-                                         .backoff_factor(c["backoff_factor"].value<double>().value())
-                                         .growth_interval(c["growth_interval"].value<int64_t>().value()));
-      const at::Tensor& injected =
-          c["inject_param"].value<std::string>().value() == "weight" ? m.lin->weight : m.lin->bias;
-      const auto inject_index = values<int64_t>(c["inject_index"]);
-      const auto new_scale_at = values<int64_t>(c["new_scale_at"]);
-      const auto new_scale_value = doubles(c["new_scale_value"]);
-      const auto pattern = values<std::string>(c["pattern"]);
-      const auto scale = doubles(c["scale"]);
-      const auto tracker = values<int64_t>(c["growth_tracker"]);
-      const auto skipped_weight = values<bool>(c["skipped_weight"]);
-      const auto skipped_bias = values<bool>(c["skipped_bias"]);
-      REQUIRE(scale.size() == pattern.size());
-
-      for (size_t i = 0; i < pattern.size(); ++i) {
-        INFO("iteration " << i << " (" << pattern[i] << ")");
-        for (auto& opt : opts) {
-          opt->zero_grad();
-        }
-        scaler.scale(m.loss()).backward();
-        if (pattern[i] != "ok") {
-          inject(injected, inject_index, pattern_value(pattern[i]));
-        }
-        const auto before = m.snapshot();
-        std::vector<bool> stepped;
-        for (auto& opt : opts) {
-          stepped.push_back(scaler.step(*opt));
-        }
-        std::optional<double> new_scale;
-        for (size_t k = 0; k < new_scale_at.size(); ++k) {
-          if (new_scale_at[k] == static_cast<int64_t>(i)) {
-            new_scale = new_scale_value[k];
+  for (const bool aten_fused : {false, true}) {
+    for (const auto& node : *golden["case"].as_array()) {
+      const auto& c = *node.as_table();
+      const std::string name = c["name"].value<std::string>().value();
+      DYNAMIC_SECTION(name << (aten_fused ? ", trainkit Sgd aten_fused" : ", torch::optim::SGD")) {
+        Model m(golden);
+        const auto make = [&](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+          if (aten_fused) {
+            return std::make_unique<trainkit::optim::Sgd>(
+                std::move(params), trainkit::optim::SgdOptions(golden["setup"]["lr"].value<double>().value())
+                                       .momentum(golden["setup"]["momentum"].value<double>().value())
+                                       .aten_fused(true));
           }
+          return std::make_unique<torch::optim::SGD>(std::move(params), sgd_options(golden));
+        };
+        std::vector<std::unique_ptr<torch::optim::Optimizer>> opts;
+        if (c["split_optimizers"].value<bool>().value()) {
+          opts.push_back(make({m.lin->weight}));
+          opts.push_back(make({m.lin->bias}));
+        } else {
+          opts.push_back(make(m.lin->parameters()));
         }
-        scaler.update(new_scale);
+        GradScaler scaler(torch::kCPU, GradScalerOptions()
+                                           .init_scale(c["init_scale"].value<double>().value())
+                                           .growth_factor(c["growth_factor"].value<double>().value())
+                                           .backoff_factor(c["backoff_factor"].value<double>().value())
+                                           .growth_interval(c["growth_interval"].value<int64_t>().value()));
+        const at::Tensor& injected =
+            c["inject_param"].value<std::string>().value() == "weight" ? m.lin->weight : m.lin->bias;
+        const auto inject_index = values<int64_t>(c["inject_index"]);
+        const auto new_scale_at = values<int64_t>(c["new_scale_at"]);
+        const auto new_scale_value = doubles(c["new_scale_value"]);
+        const auto pattern = values<std::string>(c["pattern"]);
+        const auto scale = doubles(c["scale"]);
+        const auto tracker = values<int64_t>(c["growth_tracker"]);
+        const auto skipped_weight = values<bool>(c["skipped_weight"]);
+        const auto skipped_bias = values<bool>(c["skipped_bias"]);
+        REQUIRE(scale.size() == pattern.size());
 
-        const auto after = m.snapshot();
-        CHECK(torch::equal(before[0], after[0]) == skipped_weight[i]);
-        CHECK(torch::equal(before[1], after[1]) == skipped_bias[i]);
-        CHECK(stepped.front() == !skipped_weight[i]);
-        CHECK(stepped.back() == !skipped_bias[i]);
-        CHECK(scaler.get_scale() == scale[i]);
-        CHECK(scaler.get_growth_tracker() == tracker[i]);
+        for (size_t i = 0; i < pattern.size(); ++i) {
+          INFO("iteration " << i << " (" << pattern[i] << ")");
+          for (auto& opt : opts) {
+            opt->zero_grad();
+          }
+          scaler.scale(m.loss()).backward();
+          if (pattern[i] != "ok") {
+            inject(injected, inject_index, pattern_value(pattern[i]));
+          }
+          const auto before = m.snapshot();
+          std::vector<bool> stepped;
+          for (auto& opt : opts) {
+            stepped.push_back(scaler.step(*opt));
+          }
+          std::optional<double> new_scale;
+          for (size_t k = 0; k < new_scale_at.size(); ++k) {
+            if (new_scale_at[k] == static_cast<int64_t>(i)) {
+              new_scale = new_scale_value[k];
+            }
+          }
+          scaler.update(new_scale);
+
+          const auto after = m.snapshot();
+          CHECK(torch::equal(before[0], after[0]) == skipped_weight[i]);
+          CHECK(torch::equal(before[1], after[1]) == skipped_bias[i]);
+          if (!aten_fused) {
+            CHECK(stepped.front() == !skipped_weight[i]);
+            CHECK(stepped.back() == !skipped_bias[i]);
+          }
+          CHECK(scaler.get_scale() == scale[i]);
+          CHECK(scaler.get_growth_tracker() == tracker[i]);
+        }
+        const auto final_weight = float_tensor(doubles(c["final_weight"]), {2, 3});
+        const auto final_bias = float_tensor(doubles(c["final_bias"]), {2});
+        CHECK(torch::allclose(m.lin->weight, final_weight, 1e-5, 1e-6));
+        CHECK(torch::allclose(m.lin->bias, final_bias, 1e-5, 1e-6));
       }
-      const auto final_weight = float_tensor(doubles(c["final_weight"]), {2, 3});
-      const auto final_bias = float_tensor(doubles(c["final_bias"]), {2});
-      CHECK(torch::allclose(m.lin->weight, final_weight, 1e-5, 1e-6));
-      CHECK(torch::allclose(m.lin->bias, final_bias, 1e-5, 1e-6));
     }
   }
 }

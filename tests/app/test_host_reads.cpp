@@ -1,9 +1,12 @@
 // Host reads per training step: a run of `trainkit train`'s stack with norm clipping, gradient
 // accumulation, accuracy, a per-step OneCycleLR and metric rows every 3 steps reads no value from the
-// device in a step that logs nothing; with a GradScaler under float16 autocast, one (the skip decision). A host read stalls a GPU pipeline; it is
-// counted here as the ops that produce one (aten::_local_scalar_dense behind item() and bool conversions,
-// aten::nonzero, aten::equal, aten::is_nonzero), through a global RecordFunction callback. What the ops do
-// does not depend on the device, so the count holds for CUDA.
+// device in a step that logs nothing; with a GradScaler under float16 autocast, one (the skip decision),
+// none when the optimizer steps through ATen's fused kernel (the skip is decided on the device). A host
+// read stalls a GPU pipeline; it is counted here as the ops that produce one (aten::_local_scalar_dense
+// behind item() and bool conversions, aten::nonzero, aten::equal, aten::is_nonzero), through a global
+// RecordFunction callback. What the ops do does not depend on the device, so the count holds for CUDA, with
+// one exception left out of the count: the CPU kernels of aten::_fused_adam_/_fused_adamw_/_fused_sgd_ read
+// their step count with item() from CPU memory, where their CUDA kernels read it on the device.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -23,6 +26,12 @@ using namespace trainkit;
 namespace {
 
 std::atomic<int64_t> g_host_reads{0};
+/// Depth of ATen fused optimizer kernels on this thread (their CPU kernels' own item() is not counted).
+thread_local int t_in_fused_kernel = 0;
+
+bool is_fused_kernel(const char* op) {
+  return std::strncmp(op, "aten::_fused_", std::strlen("aten::_fused_")) == 0;
+}
 
 bool is_host_read(const char* op) {
   for (const char* name : {"aten::_local_scalar_dense", "aten::nonzero", "aten::equal", "aten::is_nonzero"}) {
@@ -37,13 +46,22 @@ bool is_host_read(const char* op) {
 class HostReadCounter {
  public:
   HostReadCounter()
-      : handle_(at::addGlobalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn)
-                                                                     -> std::unique_ptr<at::ObserverContext> {
-                                        if (is_host_read(fn.name())) {
-                                          ++g_host_reads;
-                                        }
-                                        return nullptr;
-                                      }).scopes({at::RecordScope::FUNCTION}))) {}
+      : handle_(at::addGlobalCallback(
+            at::RecordFunctionCallback(
+                [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+                  if (is_fused_kernel(fn.name())) {
+                    ++t_in_fused_kernel;
+                  } else if (t_in_fused_kernel == 0 && is_host_read(fn.name())) {
+                    ++g_host_reads;
+                  }
+                  return nullptr;
+                },
+                [](const at::RecordFunction& fn, at::ObserverContext*) {
+                  if (is_fused_kernel(fn.name())) {
+                    --t_in_fused_kernel;
+                  }
+                })
+                .scopes({at::RecordScope::FUNCTION}))) {}
   ~HostReadCounter() { at::removeCallback(handle_); }
   HostReadCounter(const HostReadCounter&) = delete;
   HostReadCounter& operator=(const HostReadCounter&) = delete;
@@ -118,12 +136,24 @@ TEST_CASE("A training step reads nothing from the device unless it logs", "[app]
 }
 
 TEST_CASE("With a GradScaler a step reads one value: whether to skip it", "[app][sync][amp]") {
-  // As PyTorch's GradScaler.step, the skip decision is read on the host (found_inf.item()) once per step:
-  // the optimizers do not take the found-inf flag on the device yet (see docs/gpu.md).
+  // As PyTorch's GradScaler.step for optimizers without a fused kernel, the skip decision is read on the host
+  // (found_inf.item()) once per step.
   const auto reads = reads_per_step({"amp.enabled=true", "amp.dtype=\"float16\"", "amp.grad_scaler=true"});
   REQUIRE(reads.size() == 12);
   INFO(table(reads));
   for (const auto& [step, n] : reads) {
     CHECK(n == (step % 3 == 0 ? 3 : 1));
+  }
+}
+
+TEST_CASE("With a GradScaler and ATen's fused Adam a step reads nothing: the skip is decided on the device",
+          "[app][sync][amp][aten_fused]") {
+  // As PyTorch's GradScaler with fused=True: the scaler hands found_inf (and the scale) to the kernel.
+  const auto reads = reads_per_step(
+      {"amp.enabled=true", "amp.dtype=\"float16\"", "amp.grad_scaler=true", "optimizer.aten_fused=true"});
+  REQUIRE(reads.size() == 12);
+  INFO(table(reads));
+  for (const auto& [step, n] : reads) {
+    CHECK(n == (step % 3 == 0 ? 2 : 0));
   }
 }

@@ -210,10 +210,31 @@ bool GradScaler::step(torch::optim::Optimizer& opt) {
   if (state.stage == OptState::STEPPED) {
     throw std::logic_error("step() has already been called since the last update()");
   }
+  auto* scaled = dynamic_cast<optim::ScaledStep*>(&opt);
+  if (scaled != nullptr && scaled->takes_found_inf()) {
+    // As PyTorch's GradScaler with a fused optimizer: ATen's fused kernels divide by the scale themselves and
+    // skip on the device where found_inf is set; nothing is read on the host. Unless unscale_() ran, the
+    // gradients are only checked here (multiplied by 1).
+    at::Tensor grad_scale;
+    if (state.stage == OptState::READY) {
+      state.found_inf_per_device = unscale_grads(opt, at::ones({}, scale_.options()), at::zeros({}, scale_.options()));
+      grad_scale = scale_;
+    }
+    if (state.found_inf_per_device.empty()) {
+      throw std::logic_error(
+          "GradScaler: no inf checks were recorded for this optimizer (no parameter has a gradient)");
+    }
+    at::Tensor found = state.found_inf_per_device.front().second.to(scale_.device(), /*non_blocking=*/true);
+    for (size_t i = 1; i < state.found_inf_per_device.size(); ++i) {
+      found = found + state.found_inf_per_device[i].second.to(scale_.device(), /*non_blocking=*/true);
+    }
+    scaled->step_found_inf(grad_scale, found);
+    state.stage = OptState::STEPPED;
+    return true;
+  }
   if (state.stage == OptState::READY) {
     // A fused trainkit optimizer unscales inside its own pass: check for overflow (read-only), then let it
     // step with the inverse scale, skipping when an inf or NaN was found; the gradients stay scaled.
-    auto* scaled = dynamic_cast<optim::ScaledStep*>(&opt);
     if (scaled != nullptr && scale_.device().is_cpu()) {
       if (const auto grads = fused_checkable_grads(opt)) {
         const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);

@@ -19,6 +19,7 @@ void AdamOptions::serialize(torch::serialize::OutputArchive& archive) const {
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(maximize);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(fused);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(foreach);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(aten_fused);
 }
 
 void AdamOptions::serialize(torch::serialize::InputArchive& archive) {
@@ -30,6 +31,7 @@ void AdamOptions::serialize(torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, maximize);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, fused);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, foreach);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, aten_fused);
 }
 
 void AdamWOptions::serialize(torch::serialize::OutputArchive& archive) const {
@@ -41,6 +43,7 @@ void AdamWOptions::serialize(torch::serialize::OutputArchive& archive) const {
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(maximize);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(fused);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(foreach);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(aten_fused);
 }
 
 void AdamWOptions::serialize(torch::serialize::InputArchive& archive) {
@@ -52,10 +55,13 @@ void AdamWOptions::serialize(torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, maximize);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, fused);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, foreach);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, aten_fused);
 }
 
 void AdamParamState::serialize(torch::serialize::OutputArchive& archive) const {
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(step);
+  // The count ATen's fused kernels keep on the device, when they step, is the count (see device_step).
+  const int64_t count = device_step_.defined() ? static_cast<int64_t>(device_step_.item<double>()) : step_;
+  archive.write("step", c10::IValue(count));
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg_sq);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(max_exp_avg_sq);
@@ -76,6 +82,7 @@ struct AdamHyper {
   bool amsgrad = false, maximize = false, decoupled = false;
   std::optional<bool> fused;
   std::optional<bool> foreach;
+  std::optional<bool> aten_fused;
 };
 
 template <class Options>
@@ -91,6 +98,7 @@ AdamHyper hyper_of(const Options& o, bool decoupled) {
   h.decoupled = decoupled;
   h.fused = o.fused();
   h.foreach = o.foreach();
+  h.aten_fused = o.aten_fused();
   return h;
 }
 
@@ -107,6 +115,7 @@ void validate_adam(const Options& o, const char* name) {
 struct AdamGroup {
   std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
   std::vector<int64_t> steps;
+  std::vector<AdamParamState*> states;
 };
 
 /// The fused step of one group whose parameters have element type P (float, double, c10::BFloat16, c10::Half).
@@ -257,9 +266,39 @@ void foreach_group(const AdamGroup& g, const AdamHyper& h, const at::Tensor& inv
   }
 }
 
+/// ATen's `_fused_adam_` / `_fused_adamw_` on one group. The step counts live on the device
+/// (AdamParamState::device_step): the kernel skips on `found_inf` there, and the counts are set back with it.
+void aten_fused_group(const AdamGroup& g, const AdamHyper& h, const detail::StepScaling& scaling) {
+  const c10::Device device = g.params.front().device();
+  std::vector<at::Tensor> steps;
+  for (AdamParamState* state : g.states) {
+    if (!state->device_step().defined()) {
+      state->device_step(at::full({}, static_cast<double>(state->step()), at::dtype(at::kFloat).device(device)));
+    }
+    steps.push_back(state->device_step());
+  }
+  at::_foreach_add_(steps, 1);
+  const auto [grads, grad_scale, found_inf] = detail::aten_scaling(g.grads, scaling, device);
+  if (h.decoupled) {
+    at::_fused_adamw_(g.params, grads, g.exp_avgs, g.exp_avg_sqs, g.max_exp_avg_sqs, steps, h.lr, h.beta1, h.beta2,
+                      h.weight_decay, h.eps, h.amsgrad, h.maximize, grad_scale, found_inf);
+  } else {
+    at::_fused_adam_(g.params, grads, g.exp_avgs, g.exp_avg_sqs, g.max_exp_avg_sqs, steps, h.lr, h.beta1, h.beta2,
+                     h.weight_decay, h.eps, h.amsgrad, h.maximize, grad_scale, found_inf);
+  }
+  if (found_inf.has_value()) {
+    at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), *found_inf));
+  } else {
+    for (AdamParamState* state : g.states) {
+      state->step(state->step() + 1);  // the host count follows while nothing can skip
+    }
+  }
+}
+
 /// One step of every group of Adam or AdamW.
 template <class Opt>
-void adam_update(Opt& opt, bool decoupled, const at::Tensor& inv_scale) {
+void adam_update(Opt& opt, bool decoupled, const detail::StepScaling& scaling) {
+  const at::Tensor& inv_scale = scaling.inv_scale;
   using Options = typename Opt::options_type;
   auto& groups = opt.param_groups();
   for (size_t gi = 0; gi < groups.size(); ++gi) {
@@ -281,7 +320,6 @@ void adam_update(Opt& opt, bool decoupled, const at::Tensor& inv_scale) {
       if (h.amsgrad && !state.max_exp_avg_sq().defined()) {
         state.max_exp_avg_sq(at::zeros_like(state.exp_avg(), at::MemoryFormat::Preserve));
       }
-      state.step(state.step() + 1);
       g.params.push_back(p);
       g.grads.push_back(grad);
       g.exp_avgs.push_back(state.exp_avg());
@@ -289,7 +327,7 @@ void adam_update(Opt& opt, bool decoupled, const at::Tensor& inv_scale) {
       if (h.amsgrad) {
         g.max_exp_avg_sqs.push_back(state.max_exp_avg_sq());
       }
-      g.steps.push_back(state.step());
+      g.states.push_back(&state);
     }
     if (g.params.empty()) {
       continue;
@@ -299,6 +337,21 @@ void adam_update(Opt& opt, bool decoupled, const at::Tensor& inv_scale) {
     std::vector<at::Tensor> state = g.exp_avgs;
     state.insert(state.end(), g.exp_avg_sqs.begin(), g.exp_avg_sqs.end());
     state.insert(state.end(), g.max_exp_avg_sqs.begin(), g.max_exp_avg_sqs.end());
+    if (internal::use_aten_fused(h.aten_fused, h.fused, h.foreach, g.params, Opt::kName, gi)) {
+      values.insert(values.end(), state.begin(), state.end());
+      internal::check_aten_fusable(values, Opt::kName, gi);
+      aten_fused_group(g, h, scaling);
+      continue;
+    }
+    detail::check_host_found_inf(scaling, Opt::kName, gi);
+    for (AdamParamState* s : g.states) {
+      if (s->device_step().defined()) {  // ATen's kernels stepped last: their count is the count
+        s->step(static_cast<int64_t>(s->device_step().item<double>()));
+        s->device_step(at::Tensor());
+      }
+      s->step(s->step() + 1);
+      g.steps.push_back(s->step());
+    }
     if (internal::use_foreach(h.foreach, h.fused, values, Opt::kName, gi)) {
       foreach_group(g, h, inv_scale);
       continue;
@@ -328,6 +381,7 @@ OptimizerEntry adam_entry(const char* name, const char* weight_decay_doc) {
       .bind(TRAINKIT_OPTION(maximize), "Maximize the objective instead of minimizing it")
       .bind(TRAINKIT_OPTION(fused), detail::kFusedDoc)
       .bind(TRAINKIT_OPTION(foreach), detail::kForeachDoc)
+      .bind(TRAINKIT_OPTION(aten_fused), detail::kAtenFusedDoc)
       .entry();
 }
 
@@ -341,10 +395,22 @@ bool register_adam_optimizers() {
 
 void Adam::validate(const AdamOptions& options) { validate_adam(options, kName); }
 
-void Adam::update(const at::Tensor& inv_scale) { adam_update(*this, /*decoupled=*/false, inv_scale); }
+void Adam::update(const at::Tensor& inv_scale) { adam_update(*this, /*decoupled=*/false, {inv_scale, {}, {}}); }
+
+void Adam::update_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf) {
+  adam_update(*this, /*decoupled=*/false, {{}, grad_scale, found_inf});
+}
+
+bool Adam::takes_found_inf() const { return all_groups_aten_fused(); }
 
 void AdamW::validate(const AdamWOptions& options) { validate_adam(options, kName); }
 
-void AdamW::update(const at::Tensor& inv_scale) { adam_update(*this, /*decoupled=*/true, inv_scale); }
+void AdamW::update(const at::Tensor& inv_scale) { adam_update(*this, /*decoupled=*/true, {inv_scale, {}, {}}); }
+
+void AdamW::update_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf) {
+  adam_update(*this, /*decoupled=*/true, {{}, grad_scale, found_inf});
+}
+
+bool AdamW::takes_found_inf() const { return all_groups_aten_fused(); }
 
 }  // namespace trainkit::optim

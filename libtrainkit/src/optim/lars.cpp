@@ -70,7 +70,7 @@ bool register_lars_optimizer() {
 void Lars::validate(const LarsOptions& options) { detail::validate_momentum(hyper_of(options), kName); }
 
 void Lars::update(const at::Tensor& inv_scale) {
-  detail::momentum_update(*this, [](const LarsOptions& o) { return hyper_of(o); }, inv_scale);
+  detail::momentum_update(*this, [](const LarsOptions& o) { return hyper_of(o); }, {inv_scale, {}, {}});
 }
 
 }  // namespace trainkit::optim

@@ -66,6 +66,44 @@ bool use_foreach(const std::optional<bool>& foreach, const std::optional<bool>& 
   return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return !t.device().is_cpu(); });
 }
 
+bool use_aten_fused(const std::optional<bool>& aten_fused, const std::optional<bool>& fused,
+                    const std::optional<bool>& foreach, const std::vector<at::Tensor>& params, const char* optimizer,
+                    std::size_t group) {
+  if (aten_fused.has_value()) {
+    TRAINKIT_CHECK_ARG(!*aten_fused || !foreach.value_or(false),
+                       "{}: param group {} sets both aten_fused=true and foreach=true; choose one", optimizer, group);
+    TRAINKIT_CHECK_ARG(!*aten_fused || fused.value_or(true),
+                       "{}: param group {} sets aten_fused=true but fused=false; choose one", optimizer, group);
+    return *aten_fused;
+  }
+  return fused.value_or(false) &&
+         std::any_of(params.begin(), params.end(), [](const at::Tensor& t) { return !t.device().is_cpu(); });
+}
+
+void check_aten_fusable(const std::vector<at::Tensor>& tensors, const char* optimizer, std::size_t group) {
+  std::string why;
+  const auto& first = tensors.front();
+  for (const auto& t : tensors) {
+    if (t.layout() != at::kStrided) {
+      why = "a tensor is sparse";
+    } else if (t.device() != first.device()) {
+      why = fmt::format("the tensors mix {} and {}", first.device().str(), t.device().str());
+    } else if (t.scalar_type() != first.scalar_type()) {
+      why = fmt::format("the parameters, gradients and state mix {} and {} (ATen's kernels keep state in the "
+                        "parameters' dtype; trainkit keeps float32 state for bfloat16/float16 parameters)",
+                        c10::toString(first.scalar_type()), c10::toString(t.scalar_type()));
+    } else if (!at::isFloatingType(t.scalar_type())) {
+      why = fmt::format("a tensor has dtype {}", c10::toString(t.scalar_type()));
+    } else if (!t.is_contiguous()) {
+      why = "a tensor is not contiguous";
+    }
+    if (!why.empty()) {
+      break;
+    }
+  }
+  TRAINKIT_CHECK_ARG(why.empty(), "{}: param group {} cannot use ATen's fused kernel: {}", optimizer, group, why);
+}
+
 namespace {
 
 /// Why the fused kernels cannot take a group with bfloat16/float16 `values` and `state` ("" when they can).

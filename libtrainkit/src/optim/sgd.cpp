@@ -15,6 +15,7 @@ void SgdOptions::serialize(torch::serialize::OutputArchive& archive) const {
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(maximize);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(fused);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(foreach);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(aten_fused);
 }
 
 void SgdOptions::serialize(torch::serialize::InputArchive& archive) {
@@ -26,6 +27,7 @@ void SgdOptions::serialize(torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, maximize);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, fused);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, foreach);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, aten_fused);
 }
 
 void SgdParamState::serialize(torch::serialize::OutputArchive& archive) const {
@@ -48,6 +50,7 @@ detail::MomentumHyper hyper_of(const SgdOptions& o) {
   h.maximize = o.maximize();
   h.fused = o.fused();
   h.foreach = o.foreach();
+  h.aten_fused = o.aten_fused();
   return h;
 }
 
@@ -58,6 +61,7 @@ bool register_sgd_optimizer() {
                          .bind(TRAINKIT_OPTION(maximize), "Maximize the objective instead of minimizing it")
                          .bind(TRAINKIT_OPTION(fused), detail::kFusedDoc)
                          .bind(TRAINKIT_OPTION(foreach), detail::kForeachDoc)
+                         .bind(TRAINKIT_OPTION(aten_fused), detail::kAtenFusedDoc)
                          .entry());
   return true;
 }
@@ -65,7 +69,13 @@ bool register_sgd_optimizer() {
 void Sgd::validate(const SgdOptions& options) { detail::validate_momentum(hyper_of(options), kName); }
 
 void Sgd::update(const at::Tensor& inv_scale) {
-  detail::momentum_update(*this, [](const SgdOptions& o) { return hyper_of(o); }, inv_scale);
+  detail::momentum_update(*this, [](const SgdOptions& o) { return hyper_of(o); }, {inv_scale, {}, {}});
 }
+
+void Sgd::update_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf) {
+  detail::momentum_update(*this, [](const SgdOptions& o) { return hyper_of(o); }, {{}, grad_scale, found_inf});
+}
+
+bool Sgd::takes_found_inf() const { return all_groups_aten_fused(); }
 
 }  // namespace trainkit::optim

@@ -68,7 +68,7 @@ enum class OptState { READY, UNSCALED, STEPPED };
 ///
 /// Per iteration: scale(loss).backward(), optionally unscale_(opt), step(opt) for every optimizer, then
 /// update() once. The scale lives in a float32 0-dim tensor on the scaler's device; the only host reads are
-/// step()'s (the inf flags, once per optimizer) and the getters'.
+/// step()'s (the inf flags, once per optimizer, none for ATen's fused kernels) and the getters'.
 class GradScaler {
  public:
   /// A scaler whose scale tensor lives on `device` (Python's `GradScaler("cpu")` / `GradScaler("cuda")`).
@@ -93,6 +93,10 @@ class GradScaler {
 
   /// Unscales `opt`'s gradients unless unscale_() already did, then calls `opt.step()` unless any of them
   /// was inf/NaN (one host read). Returns whether `opt.step()` ran; a disabled scaler always steps.
+  /// An optimizer whose param groups all step through ATen's fused kernels (optim::ScaledStep::
+  /// takes_found_inf: `aten_fused`) gets the scale and the found-inf flag instead, as PyTorch's fused
+  /// optimizers do: it divides the gradients and skips on the device, nothing is read, and step() returns
+  /// true (whether the kernel skipped stays on the device; update() backs off the scale as usual).
   /// Once per optimizer between update()s, else std::logic_error.
   bool step(torch::optim::Optimizer& opt);
 

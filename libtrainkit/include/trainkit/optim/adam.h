@@ -42,6 +42,11 @@ struct AdamOptions : public torch::optim::OptimizerCloneableOptions<AdamOptions>
   /// Multi-tensor ATen path (`_foreach_*` ops, as PyTorch's `foreach=True`): unset = on for tensors that
   /// are not on the CPU (CUDA), where the fused CPU kernel does not run; true = always (no fused kernel).
   TORCH_ARG(std::optional<bool>, foreach) = std::nullopt;
+  /// ATen's fused kernel (`at::_fused_adam_`/`at::_fused_adamw_`, PyTorch's `fused=True`): unset = when
+  /// `fused` is true and the group's tensors are off the CPU (CUDA); true = on any device (not with
+  /// foreach = true or fused = false; an error where the kernel cannot take the group's tensors);
+  /// false = never. It takes GradScaler's scale and found-inf flag on the device (no host read).
+  TORCH_ARG(std::optional<bool>, aten_fused) = std::nullopt;
 
  public:
   void serialize(torch::serialize::InputArchive& archive) override;
@@ -77,6 +82,11 @@ struct AdamWOptions : public torch::optim::OptimizerCloneableOptions<AdamWOption
   /// Multi-tensor ATen path (`_foreach_*` ops, as PyTorch's `foreach=True`): unset = on for tensors that
   /// are not on the CPU (CUDA), where the fused CPU kernel does not run; true = always (no fused kernel).
   TORCH_ARG(std::optional<bool>, foreach) = std::nullopt;
+  /// ATen's fused kernel (`at::_fused_adam_`/`at::_fused_adamw_`, PyTorch's `fused=True`): unset = when
+  /// `fused` is true and the group's tensors are off the CPU (CUDA); true = on any device (not with
+  /// foreach = true or fused = false; an error where the kernel cannot take the group's tensors);
+  /// false = never. It takes GradScaler's scale and found-inf flag on the device (no host read).
+  TORCH_ARG(std::optional<bool>, aten_fused) = std::nullopt;
 
  public:
   void serialize(torch::serialize::InputArchive& archive) override;
@@ -99,6 +109,10 @@ struct AdamParamState : public torch::optim::OptimizerCloneableParamState<AdamPa
   TORCH_ARG(at::Tensor, exp_avg_sq);
   /// Running maximum of exp_avg_sq (amsgrad only).
   TORCH_ARG(at::Tensor, max_exp_avg_sq);
+  /// The step count as a 0-dim float32 tensor on the parameter's device, kept while ATen's fused kernels
+  /// step (they count, and skip on found-inf, on the device). When defined it is the count: `step` is
+  /// brought up to date from it (a host read) on save and when another path steps. Not saved itself.
+  TORCH_ARG(at::Tensor, device_step);
 
  public:
   void serialize(torch::serialize::InputArchive& archive) override;
@@ -117,10 +131,13 @@ class Adam : public OptimizerBase<Adam, AdamOptions, AdamParamState> {
   /// Throws std::invalid_argument naming the option and value unless lr >= 0, eps >= 0, betas in [0, 1),
   /// weight_decay >= 0.
   static void validate(const AdamOptions& options);
+  /// True when every param group takes ATen's fused kernel (AdamOptions::aten_fused).
+  bool takes_found_inf() const override;
 
  private:
   friend OptimizerBase;
   void update(const at::Tensor& inv_scale);
+  void update_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf);
 };
 
 /// AdamW (decoupled weight decay).
@@ -132,10 +149,13 @@ class AdamW : public OptimizerBase<AdamW, AdamWOptions, AdamWParamState> {
   using OptimizerBase::OptimizerBase;
   /// As Adam::validate.
   static void validate(const AdamWOptions& options);
+  /// True when every param group takes ATen's fused kernel (AdamWOptions::aten_fused).
+  bool takes_found_inf() const override;
 
  private:
   friend OptimizerBase;
   void update(const at::Tensor& inv_scale);
+  void update_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf);
 };
 
 /// Registers "adam" and "adamw" with the optimizer factory (trainkit/optim/factory.h); defined beside the optimizer.

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -60,6 +62,17 @@ bool use_fused(const std::optional<bool>& fused, const std::vector<at::Tensor>& 
 /// CPU (CUDA), where the fused CPU kernels do not run.
 bool use_foreach(const std::optional<bool>& foreach, const std::optional<bool>& fused,
                  const std::vector<at::Tensor>& tensors, const char* optimizer, std::size_t group);
+/// Whether param group `group` takes ATen's fused kernels (`at::_fused_adam_`, `at::_fused_adamw_`,
+/// `at::_fused_sgd_`): `aten_fused` true, or unset with `fused` true and a tensor of `params` off the CPU
+/// (CUDA, where trainkit's own fused kernels do not run). std::invalid_argument when `aten_fused` is true with
+/// `foreach` true or `fused` false.
+bool use_aten_fused(const std::optional<bool>& aten_fused, const std::optional<bool>& fused,
+                    const std::optional<bool>& foreach, const std::vector<at::Tensor>& params, const char* optimizer,
+                    std::size_t group);
+/// Throws std::invalid_argument "<optimizer>: param group <group> cannot use ATen's fused kernel: <why>" unless
+/// every tensor of `tensors` (parameters, gradients, state) is dense, contiguous, of one floating dtype and on
+/// one device: what ATen's fused kernels take (they keep state in the parameters' dtype).
+void check_aten_fusable(const std::vector<at::Tensor>& tensors, const char* optimizer, std::size_t group);
 /// The dtype of optimizer state for a parameter of dtype `param`: float32 for bfloat16/float16 (the fused
 /// kernels compute in float32 and keep their state in it), else `param`.
 at::ScalarType state_dtype(at::ScalarType param);
@@ -155,6 +168,11 @@ class OptimizerBase : public torch::optim::Optimizer, public ScaledStep {
       derived().update(inv_scale);
     }
   }
+  /// See ScaledStep: the step with `found_inf` on the device; Derived::update_found_inf (Adam, AdamW, Sgd).
+  void step_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf) override {
+    at::NoGradGuard no_grad;
+    derived().update_found_inf(grad_scale, found_inf);
+  }
   /// Per-parameter state and param groups in LibTorch's format, then Derived::save_extra.
   void save(torch::serialize::OutputArchive& archive) const override {
     torch::optim::serialize<ParamState, Options>(archive, *this);
@@ -171,6 +189,10 @@ class OptimizerBase : public torch::optim::Optimizer, public ScaledStep {
   void save_extra(torch::serialize::OutputArchive& /*archive*/) const {}
   /// See save_extra().
   void load_extra(torch::serialize::InputArchive& /*archive*/) {}
+  /// The step of step_found_inf(); optimizers without ATen's fused kernels never take found_inf on the device.
+  void update_found_inf(const at::Tensor& /*grad_scale*/, const at::Tensor& /*found_inf*/) {
+    throw std::logic_error(std::string(Derived::kName) + " does not take found_inf on the device");
+  }
 
   /// The options of param group `group`.
   const Options& group_options(std::size_t group) const {
@@ -184,6 +206,17 @@ class OptimizerBase : public torch::optim::Optimizer, public ScaledStep {
   /// The gradient of `p` (parameter `index` of param group `group`), checked to be dense.
   const at::Tensor& checked_grad(const at::Tensor& p, std::size_t group, std::size_t index) const {
     return internal::checked_grad(p, group, index, Derived::kName);
+  }
+  /// Whether every param group takes ATen's fused kernels (for Options with `aten_fused`, `fused`, `foreach`).
+  bool all_groups_aten_fused() const {
+    for (std::size_t i = 0; i < param_groups_.size(); ++i) {
+      const Options& o = group_options(i);
+      if (!internal::use_aten_fused(o.aten_fused(), o.fused(), o.foreach(), param_groups_[i].params(), Derived::kName,
+                                    i)) {
+        return false;
+      }
+    }
+    return !param_groups_.empty();
   }
   /// dispatch_fused() for param group `group`.
   template <class Fused, class Reference>

@@ -17,6 +17,13 @@ class ScaledStep {
   /// One step as if every gradient were first multiplied by `inv_scale` (0-dim float tensor); the
   /// gradients themselves are left as they are. Does nothing when `found_inf` (0-dim float) is non-zero.
   virtual void step_scaled(const at::Tensor& inv_scale, const at::Tensor& found_inf) = 0;
+  /// Whether every param group steps through a kernel that takes the scale and `found_inf` on the device
+  /// (ATen's fused kernels), so that the skip decision needs no host read.
+  virtual bool takes_found_inf() const { return false; }
+  /// One step of the gradients divided by `grad_scale` (0-dim float; undefined: already unscaled), skipped
+  /// on the device, parameters and state untouched, where `found_inf` (0-dim float) is non-zero. Only when
+  /// takes_found_inf(); otherwise std::logic_error.
+  virtual void step_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf) = 0;
 };
 
 }  // namespace trainkit::optim

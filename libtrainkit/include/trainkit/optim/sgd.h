@@ -38,6 +38,11 @@ struct SgdOptions : public torch::optim::OptimizerCloneableOptions<SgdOptions>, 
   /// Multi-tensor ATen path (`_foreach_*` ops, as PyTorch's `foreach=True`): unset = on for tensors that
   /// are not on the CPU (CUDA), where the fused CPU kernel does not run; true = always (no fused kernel).
   TORCH_ARG(std::optional<bool>, foreach) = std::nullopt;
+  /// ATen's fused kernel (`at::_fused_sgd_`, PyTorch's `fused=True`): unset = when `fused` is true and the
+  /// group's tensors are off the CPU (CUDA); true = on any device (not with foreach = true or fused = false;
+  /// an error where the kernel cannot take the group's tensors); false = never. It takes GradScaler's scale
+  /// and found-inf flag on the device (no host read).
+  TORCH_ARG(std::optional<bool>, aten_fused) = std::nullopt;
 
  public:
   void serialize(torch::serialize::InputArchive& archive) override;
@@ -69,10 +74,13 @@ class Sgd : public OptimizerBase<Sgd, SgdOptions, SgdParamState> {
   /// Throws std::invalid_argument naming the option and value unless lr, momentum, weight_decay >= 0 and
   /// nesterov has momentum > 0 and dampening = 0.
   static void validate(const SgdOptions& options);
+  /// True when every param group takes ATen's fused kernel (SgdOptions::aten_fused).
+  bool takes_found_inf() const override;
 
  private:
   friend OptimizerBase;
   void update(const at::Tensor& inv_scale);
+  void update_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf);
 };
 
 /// Registers "sgd" with the optimizer factory (trainkit/optim/factory.h); defined beside the optimizer.

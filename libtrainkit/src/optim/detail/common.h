@@ -2,7 +2,9 @@
 // What the optimizers' sources share beyond OptimizerBase: the neutral chunking and kernels of src/detail,
 // and the check of one option value.
 
+#include <optional>
 #include <stdexcept>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -51,12 +53,53 @@ inline void write_back(at::Tensor& p, const at::Tensor& worked) {
 
 /// The factory's description of every optimizer's `fused` argument.
 constexpr const char* kFusedDoc =
-    "true: the fused CPU kernel (or an error); false: the ATen reference path; unset: fused where possible";
+    "true: the fused kernel, trainkit's on the CPU, ATen's for adam, adamw and sgd on CUDA (or an error); false: "
+    "the ATen reference path; unset: fused where possible";
 
 /// The factory's description of every optimizer's `foreach` argument.
 constexpr const char* kForeachDoc =
     "true: the multi-tensor ATen path (_foreach_* ops; not with fused = true); unset: on for tensors off the CPU "
     "(CUDA)";
+
+/// The factory's description of the `aten_fused` argument of Adam, AdamW and Sgd.
+constexpr const char* kAtenFusedDoc =
+    "true: ATen's fused kernel (_fused_adam_/_fused_adamw_/_fused_sgd_) on any device (not with foreach = true "
+    "or fused = false); unset: on when fused = true and the tensors are off the CPU (CUDA)";
+
+/// How a step's gradients are scaled: multiplied by `inv_scale` (GradScaler's step_scaled), or divided by
+/// `grad_scale` with the skip flag `found_inf` left on the device (step_found_inf). Undefined: none.
+struct StepScaling {
+  at::Tensor inv_scale, grad_scale, found_inf;
+};
+
+/// What ATen's fused kernels take of a StepScaling.
+struct AtenScaling {
+  std::vector<at::Tensor> grads;
+  std::optional<at::Tensor> grad_scale, found_inf;
+};
+
+/// The gradients, grad_scale and found_inf to hand ATen's fused kernels on `device`: gradients multiplied
+/// by `inv_scale` into new tensors where it is defined (the kernels take a scale to divide by).
+inline AtenScaling aten_scaling(const std::vector<at::Tensor>& grads, const StepScaling& s, c10::Device device) {
+  const auto on_device = [&](const at::Tensor& t) -> std::optional<at::Tensor> {
+    if (!t.defined()) {
+      return std::nullopt;
+    }
+    return t.to(at::dtype(at::kFloat).device(device), /*non_blocking=*/true);
+  };
+  std::vector<at::Tensor> scaled = s.inv_scale.defined() ? at::_foreach_mul(grads, *on_device(s.inv_scale)) : grads;
+  return {std::move(scaled), on_device(s.grad_scale), on_device(s.found_inf)};
+}
+
+/// Throws std::logic_error when `s` carries a found_inf for the device but param group `group` does not take
+/// ATen's fused kernel (only those skip on the device).
+inline void check_host_found_inf(const StepScaling& s, const char* optimizer, std::size_t group) {
+  if (s.found_inf.defined()) {
+    throw std::logic_error(fmt::format(
+        "{}: param group {} does not take ATen's fused kernel and cannot skip on a found_inf on the device",
+        optimizer, group));
+  }
+}
 
 /// Checks a value of an option; throws std::invalid_argument naming the optimizer, option and value.
 inline void check_option(bool ok, const char* optimizer, const char* what, double value) {

@@ -21,6 +21,7 @@ struct MomentumHyper {
   bool trust_clip = false;
   std::optional<bool> fused;
   std::optional<bool> foreach;
+  std::optional<bool> aten_fused = false;  // Sgd's option; LARS has no ATen kernel
 };
 
 /// LARS's trust ratio from the two norms (timm's _lars_trust_ratio).
@@ -176,9 +177,43 @@ inline void foreach_momentum(MomentumGroup& g, const MomentumHyper& h, const at:
   }
 }
 
+/// ATen's `_fused_sgd_` on one group (no trust ratio). The kernel takes one is_first_step for its whole
+/// list, so buffers created in this step and running ones go in two calls. A buffer created in a step that
+/// `found_inf` skips on the device is zero (the kernel leaves it as it was).
+inline void aten_fused_momentum(const MomentumGroup& g, const MomentumHyper& h, const StepScaling& scaling) {
+  const AtenScaling a = aten_scaling(g.grads, scaling, g.params.front().device());
+  const std::vector<at::Tensor>& grads = a.grads;
+  const auto run = [&](const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& gs,
+                       const std::vector<at::Tensor>& bufs, bool first) {
+    at::_fused_sgd_(params, gs, bufs, h.weight_decay, h.momentum, h.lr, h.dampening, h.nesterov, h.maximize, first,
+                    a.grad_scale, a.found_inf);
+  };
+  if (h.momentum == 0) {
+    run(g.params, grads, {}, false);
+    return;
+  }
+  for (const bool first : {true, false}) {
+    std::vector<at::Tensor> params, gs, bufs;
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      if (g.first[i] == first) {
+        params.push_back(g.params[i]);
+        gs.push_back(grads[i]);
+        bufs.push_back(g.buffers[i]);
+        if (first && a.found_inf.has_value()) {
+          g.buffers[i].zero_();
+        }
+      }
+    }
+    if (!params.empty()) {
+      run(params, gs, bufs, first);
+    }
+  }
+}
+
 /// One step of every group of `opt` (Sgd or Lars); `hyper_of(options)` reads a group's hyperparameters.
 template <class Opt, class HyperOf>
-void momentum_update(Opt& opt, const HyperOf& hyper_of, const at::Tensor& inv_scale) {
+void momentum_update(Opt& opt, const HyperOf& hyper_of, const StepScaling& scaling) {
+  const at::Tensor& inv_scale = scaling.inv_scale;
   using Options = typename Opt::options_type;
   using State = typename Opt::param_state_type;
   auto& groups = opt.param_groups();
@@ -212,6 +247,14 @@ void momentum_update(Opt& opt, const HyperOf& hyper_of, const at::Tensor& inv_sc
     }
     std::vector<at::Tensor> values = g.params;
     values.insert(values.end(), g.grads.begin(), g.grads.end());
+    if (internal::use_aten_fused(h.aten_fused, h.fused, h.foreach, g.params, Opt::kName, gi)) {
+      std::vector<at::Tensor> all = values;
+      all.insert(all.end(), g.buffers.begin(), g.buffers.end());
+      internal::check_aten_fusable(all, Opt::kName, gi);
+      aten_fused_momentum(g, h, scaling);
+      continue;
+    }
+    check_host_found_inf(scaling, Opt::kName, gi);
     if (internal::use_foreach(h.foreach, h.fused, values, Opt::kName, gi)) {
       foreach_momentum(g, h, inv_scale);
       continue;
