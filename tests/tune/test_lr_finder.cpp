@@ -218,6 +218,38 @@ TEST_CASE("a step the GradScaler skips on an injected inf is recorded as skipped
   weight.remove_hook(hook);
 }
 
+namespace {
+// SGD whose n-th step throws (inside GradScaler::step, after the unscale).
+struct ThrowingSGD : torch::optim::SGD {
+  ThrowingSGD(std::vector<at::Tensor> params, int throw_at)
+      : torch::optim::SGD(std::move(params), torch::optim::SGDOptions(0.1)), throw_at_(throw_at) {}
+  at::Tensor step(LossClosure closure = nullptr) override {
+    if (++calls_ == throw_at_) {
+      throw std::runtime_error("step failed");
+    }
+    return torch::optim::SGD::step(std::move(closure));
+  }
+  int throw_at_;
+  int calls_ = 0;
+};
+}  // namespace
+
+TEST_CASE("a test that throws mid-step leaves the GradScaler usable and restored", "[tune][lr_finder][amp]") {
+  auto loader = toy_loader();
+  auto model = nn::make_mlp(nn::MlpOptions().in_features(16).num_classes(4));
+  ThrowingSGD opt(model->parameters(), 3);
+  auto scaler = std::make_shared<amp::GradScaler>(torch::kCPU, amp::GradScalerOptions().growth_interval(1));
+  tune::LRFinder finder(model, opt);
+  finder.set_grad_scaler(scaler);
+  const auto options = tune::LRFinderOptions().start_lr(1e-3).end_lr(0.1).num_iter(5);
+  CHECK_THROWS_WITH(finder.range_test(loader, nullptr, options), Contains("step failed"));
+  CHECK(scaler->stage(opt) == amp::OptState::READY);
+  CHECK(scaler->get_scale() == 65536.0);
+  const auto r = finder.range_test(loader, nullptr, options);
+  CHECK(r.lrs.size() == 5);
+  CHECK(r.scales.back() == 65536.0 * 16);  // growth_interval 1: the scale doubles after every clean step
+}
+
 TEST_CASE("a GradScaler in the middle of an iteration is refused", "[tune][lr_finder][amp]") {
   auto loader = toy_loader();
   auto model = nn::make_mlp(nn::MlpOptions().in_features(16).num_classes(4));
