@@ -96,9 +96,9 @@ class LRFinder {
       : LRFinder(model.ptr(), train::forward_first_input(model), optimizer, std::move(loss)) {}
 
   /// Runs each step's forward and loss under autocast to `dtype` on `device` (torch-lr-finder's
-  /// `amp_config`); a float16 or bfloat16 loss is taken in float32, as the Trainer does. Validation runs without
-  /// autocast, as torch-lr-finder's does. Throws std::invalid_argument when autocast does not support
-  /// `dtype` on `device` (amp::is_autocast_dtype_supported()).
+  /// `amp_config`); a float16 or bfloat16 loss is taken in float32, as the Trainer does. Validation runs
+  /// without autocast, as torch-lr-finder's does. Throws std::invalid_argument when autocast does not
+  /// support `dtype` on `device` (amp::is_autocast_dtype_supported()).
   void set_autocast(c10::DeviceType device, c10::ScalarType dtype);
   /// Backward of scaler->scale(loss) for each micro-batch, then scaler->step() and scaler->update() once
   /// per step (torch-lr-finder's `grad_scaler`); a step it skips is recorded in LRFinderResult::skipped.

@@ -68,8 +68,8 @@ class Snapshot {
  private:
   torch::nn::Module& module_;
   torch::optim::Optimizer& optimizer_;
-  std::stringstream model_bytes_;
   amp::GradScaler* scaler_;
+  std::stringstream model_bytes_;
   std::stringstream optim_bytes_;
   std::stringstream scaler_bytes_;
   at::Tensor rng_;
