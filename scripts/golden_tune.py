@@ -1,6 +1,7 @@
 """Golden values for trainkit::tune, from torch-lr-finder itself: the steepest-descent suggestion of
 LRFinder.plot(suggest_lr=True) on fixed loss series, and whole LRFinder.range_test traces (exponential and
-linear LRs, loss smoothing, the divergence stop, validation loss, accumulation). Written by
+linear LRs, loss smoothing, the divergence stop, validation loss, accumulation; under bfloat16 autocast with a
+GradScaler, skipped steps included). Written by
 scripts/gen_golden.py."""
 import os
 
@@ -45,6 +46,7 @@ def gen_tune(out_dir, header):
             f.write("smoothed = [{}]\n".format(", ".join(repr(v) for v in smoothed)))
             matplotlib.pyplot.close("all")
         gen_range_tests(f)
+        gen_amp_range_tests(f)
     print("wrote", path)
 
 
@@ -118,3 +120,70 @@ def gen_range_tests(f):
             f.write("suggested_lr = {!r}\n".format(float(suggested)))
         f.write("lrs = [{}]\n".format(", ".join(repr(float(v)) for v in lrs)))
         f.write("smoothed = [{}]\n".format(", ".join(repr(float(v)) for v in losses)))
+
+
+# ---- range_test traces under bfloat16 autocast on the CPU with a GradScaler (torch-lr-finder's
+# amp_backend="torch"): the same model and data in float32.
+
+class _RecordingScaler(torch.amp.GradScaler):
+    """torch.amp.GradScaler("cpu") that records, per update(), the scale the step's backward used and whether
+    the step was skipped (the scale falls only on a backoff, after inf/NaN gradients)."""
+
+    def __init__(self, **kwargs):
+        super().__init__("cpu", **kwargs)
+        self.scales, self.skipped = [], []
+
+    def update(self, new_scale=None):
+        before = self.get_scale()
+        super().update(new_scale)
+        self.scales.append(before)
+        self.skipped.append(self.get_scale() < before)
+
+
+# (name, range_test keyword arguments, GradScaler keyword arguments, loss reduction, use the validation set,
+# expect skips)
+_AMP_CASES = [
+    ("bf16 scaler exp", dict(start_lr=1e-3, end_lr=30.0, num_iter=30, step_mode="exp", smooth_f=0.05,
+                             diverge_th=5.0), dict(), "mean", False, False),
+    # A summed loss and a scale of 2^124 that doubles after every clean step overflow the float32 gradients
+    # within a few steps: the scaler skips those steps and backs off, again and again.
+    ("bf16 scaler skips accumulation", dict(start_lr=1e-3, end_lr=1.0, num_iter=25, step_mode="exp", smooth_f=0.1,
+                                            diverge_th=5.0, accumulation_steps=2),
+     dict(init_scale=2.0 ** 124, growth_interval=1), "sum", False, True),
+    ("bf16 scaler val", dict(start_lr=1e-3, end_lr=1.0, num_iter=15, step_mode="linear", smooth_f=0.2,
+                             diverge_th=5.0), dict(), "mean", True, False),
+]
+
+
+def gen_amp_range_tests(f):
+    import contextlib
+    import io
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x, y, vx, vy = _range_data()
+    x, vx = x.float(), vx.float()
+    f.write("\n# torch-lr-finder's LRFinder.range_test with amp_backend=\"torch\", amp_config bfloat16 CPU autocast and a\n")
+    f.write("# torch.amp.GradScaler(\"cpu\"): the range_data model and data in float32, SGD(momentum 0.9), cross-entropy.\n")
+    f.write("# skipped: the scaler skipped the step (its scale fell); scales: the scale of each step's backward.\n")
+    for name, kwargs, scaler_kwargs, reduction, use_val, skips in _AMP_CASES:
+        model = _range_model().float()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        scaler = _RecordingScaler(**scaler_kwargs)
+        finder = LRFinder(model, opt, torch.nn.CrossEntropyLoss(reduction=reduction), device="cpu", amp_backend="torch",
+                          amp_config=dict(device_type="cpu", dtype=torch.bfloat16), grad_scaler=scaler)
+        train = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=False)
+        val = DataLoader(TensorDataset(vx, vy), batch_size=16, shuffle=False) if use_val else None
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            finder.range_test(train, val_loader=val, **kwargs)
+        lrs, losses = finder.history["lr"], finder.history["loss"]
+        assert len(scaler.skipped) == len(lrs)
+        assert any(scaler.skipped) == skips, "{}: skipped steps {}".format(name, scaler.skipped)
+        f.write("\n[[range_test_amp]]\nname = \"{}\"\nvalidation = {}\nreduction = \"{}\"\n".format(
+            name, "true" if use_val else "false", reduction))
+        for k, v in list(kwargs.items()) + list(scaler_kwargs.items()):
+            f.write("{} = {}\n".format(k, '"' + v + '"' if isinstance(v, str) else repr(v)))
+        f.write("lrs = [{}]\n".format(", ".join(repr(float(v)) for v in lrs)))
+        f.write("smoothed = [{}]\n".format(", ".join(repr(float(v)) for v in losses)))
+        f.write("skipped = [{}]\n".format(", ".join("true" if s else "false" for s in scaler.skipped)))
+        f.write("scales = [{}]\n".format(", ".join(repr(float(v)) for v in scaler.scales)))

@@ -1,6 +1,8 @@
 // lr_finder: the LR range test (Smith 2017) on a training config's model, optimizer and data, as
 // `trainkit lr-find` runs it (app::run_lr_find_job): prints the curve and the suggestions, writes
-// lr_find.csv and lr_find.svg, and the command that trains with the valley suggestion.
+// lr_find.csv and lr_find.svg, and the command that trains with the valley suggestion. The config's [amp]
+// applies: e.g. --set amp.enabled=true --set amp.grad_scaler=true runs the test under bfloat16 autocast
+// with a GradScaler, and the steps it skips are marked.
 #include <algorithm>
 #include <iostream>
 
@@ -44,9 +46,12 @@ int main(int argc, char** argv) {
     const size_t n = c.lrs.size();
     const size_t stride = std::max<size_t>(1, n / static_cast<size_t>(rows));
     for (size_t i = 0; i < n; i += stride) {
-      fmt::print("{:>12.3e} {:>10.4f} {:>14.4f}\n", c.lrs[i], c.losses[i], c.smoothed_losses[i]);
+      fmt::print("{:>12.3e} {:>10.4f} {:>14.4f}{}\n", c.lrs[i], c.losses[i], c.smoothed_losses[i],
+                 c.skipped[i] ? "  (step skipped by the GradScaler)" : "");
     }
-    fmt::print("{} steps{}\n\n", n, c.diverged ? fmt::format(", stopped at lr {:.3g}: the loss diverged", c.lrs.back()) : "");
+    fmt::print("{} steps{}{}\n\n", n,
+               c.skipped_steps() > 0 ? fmt::format(", {} skipped by the GradScaler", c.skipped_steps()) : "",
+               c.diverged ? fmt::format(", stopped at lr {:.3g}: the loss diverged", c.lrs.back()) : "");
     for (const auto& s : result.suggestions) {
       fmt::print("suggested lr ({:>10}): {:.3g}\n", s.method, s.lr);
     }

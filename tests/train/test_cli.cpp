@@ -313,8 +313,30 @@ TEST_CASE("trainkit lr-find writes the curve and suggestions", "[cli][tune]") {
   INFO(r.output);
   REQUIRE(r.code == 0);
   CHECK_THAT(r.output, Contains("suggested lr"));
-  CHECK_THAT(read_file(out + "/lr_find.csv"), Contains("lr,loss,smoothed_loss"));
+  const std::string plain_csv = read_file(out + "/lr_find.csv");
+  CHECK_THAT(plain_csv, Contains("lr,loss,smoothed_loss,skipped,scale"));
   CHECK(fs::file_size(out + "/lr_find.svg") > 500);
+  // The config's [amp] applies to the test: bfloat16 autocast (the first loss, of the same initial weights,
+  // moves) and a GradScaler whose scale is in the CSV.
+  const auto first_loss = [](const std::string& csv) {  // the loss field of the first row
+    std::stringstream in(csv);
+    std::string header;
+    std::string lr;
+    std::string loss;
+    std::getline(in, header);
+    std::getline(in, lr, ',');
+    std::getline(in, loss, ',');
+    return loss;
+  };
+  const Run amp = trainkit_cli("lr-find --config " + config + " --out " + out + " --num-iter 20 --start-lr 1e-5"
+                               " --set amp.enabled=true --set amp.grad_scaler=true --set amp.init_scale=1024",
+                               tmp);
+  INFO(amp.output);
+  REQUIRE(amp.code == 0);
+  CHECK_THAT(amp.output, Contains("autocast bfloat16, GradScaler"));
+  const std::string amp_csv = read_file(out + "/lr_find.csv");
+  CHECK_THAT(amp_csv, Contains(",0,1024\n"));
+  CHECK(first_loss(amp_csv) != first_loss(plain_csv));
   const Run bad = trainkit_cli("lr-find --config " + config + " --out " + out + " --start-lr -1", tmp);
   CHECK(bad.code != 0);
   CHECK_THAT(bad.output, Contains("start_lr"));

@@ -1,13 +1,18 @@
 // LR finder: whole range tests (exponential and linear LRs, smoothing, the divergence stop, validation loss,
-// accumulation) and the steepest-descent suggestion equal torch-lr-finder's own (golden); the range test
-// restores model, optimizer and RNG bitwise; suggestions stay finite and inside the range; a curve without
-// descent is reported, not guessed.
+// accumulation; also under bfloat16 autocast with a GradScaler, skipped steps included) and the
+// steepest-descent suggestion equal torch-lr-finder's own (golden); a step the GradScaler skips on an
+// injected inf is recorded as skipped; the range test restores model, optimizer, GradScaler and RNG bitwise;
+// suggestions stay finite and inside the range; a curve without descent is reported, not guessed.
 #include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
 
 #include <torch/torch.h>
 
 #include "support.h"
 #include "train/state_compare.h"
+#include "trainkit/amp/grad_scaler.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/tune/lr_finder.h"
@@ -26,10 +31,11 @@ data::TensorLoader toy_loader() {
   return data::TensorLoader(x, y, data::TensorLoaderOptions().batch_size(32).seed(1));
 }
 
-// The golden range test's model, Linear(4,8)-Tanh-Linear(8,3) in float64, with the golden file's parameters.
-torch::nn::Sequential golden_range_model(const toml::table& data) {
+// The golden range test's model, Linear(4,8)-Tanh-Linear(8,3) in float64 (float32 for the AMP cases), with
+// the golden file's parameters.
+torch::nn::Sequential golden_range_model(const toml::table& data, at::ScalarType dtype = torch::kFloat64) {
   torch::nn::Sequential model(torch::nn::Linear(4, 8), torch::nn::Tanh(), torch::nn::Linear(8, 3));
-  model->to(torch::kFloat64);
+  model->to(dtype);
   const auto& params = *data["params"].as_array();
   torch::NoGradGuard no_grad;
   REQUIRE(params.size() == model->parameters().size());
@@ -42,10 +48,21 @@ torch::nn::Sequential golden_range_model(const toml::table& data) {
 }
 
 data::TensorLoader golden_range_loader(const toml::table& data, const char* x_key, const char* y_key,
-                                       int64_t batch_size) {
-  const at::Tensor x = torch::tensor(numbers(*data[x_key].as_array()), torch::kFloat64).view({-1, 4});
+                                       int64_t batch_size, at::ScalarType dtype = torch::kFloat64) {
+  const at::Tensor x = torch::tensor(numbers(*data[x_key].as_array()), torch::kFloat64).to(dtype).view({-1, 4});
   const at::Tensor y = torch::tensor(numbers(*data[y_key].as_array()), torch::kFloat64).to(torch::kLong);
   return data::TensorLoader(x, y, data::TensorLoaderOptions().batch_size(batch_size).shuffle(false));
+}
+
+tune::LRFinderOptions golden_range_options(const toml::table& c) {
+  return tune::LRFinderOptions()
+      .start_lr(c["start_lr"].value<double>().value())
+      .end_lr(c["end_lr"].value<double>().value())
+      .num_iter(c["num_iter"].value<int64_t>().value())
+      .step_mode(c["step_mode"].value<std::string>().value())
+      .smooth_f(c["smooth_f"].value<double>().value())
+      .diverge_th(c["diverge_th"].value<double>().value())
+      .accumulation_steps(c["accumulation_steps"].value_or(int64_t{1}));
 }
 
 }  // namespace
@@ -60,14 +77,7 @@ TEST_CASE("range tests equal torch-lr-finder's range_test", "[tune][lr_finder][g
       torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
       auto train = golden_range_loader(data, "x", "y", 8);
       auto val = golden_range_loader(data, "val_x", "val_y", 16);
-      const auto options = tune::LRFinderOptions()
-                               .start_lr(c["start_lr"].value<double>().value())
-                               .end_lr(c["end_lr"].value<double>().value())
-                               .num_iter(c["num_iter"].value<int64_t>().value())
-                               .step_mode(c["step_mode"].value<std::string>().value())
-                               .smooth_f(c["smooth_f"].value<double>().value())
-                               .diverge_th(c["diverge_th"].value<double>().value())
-                               .accumulation_steps(c["accumulation_steps"].value_or(int64_t{1}));
+      const auto options = golden_range_options(c);
       tune::LRFinder finder(model, opt);
       const auto r = finder.range_test(train, c["validation"].value<bool>().value() ? &val : nullptr, options);
       const auto lrs = numbers(*c["lrs"].as_array());
@@ -86,6 +96,172 @@ TEST_CASE("range tests equal torch-lr-finder's range_test", "[tune][lr_finder][g
       }
     }
   }
+}
+
+// torch-lr-finder with amp_backend="torch": forward and loss under CPU bfloat16 autocast, backward of the
+// scaled loss, GradScaler.step and update once per step; the golden records which steps the scaler skipped
+// (one case overflows the gradients on purpose) and the scale of each step. A skipped step's loss is
+// smoothed like any other, as torch-lr-finder does.
+TEST_CASE("range tests under bfloat16 autocast with a GradScaler equal torch-lr-finder's",
+          "[tune][lr_finder][amp][golden]") {
+  const auto g = trainkit::test::golden("tune.toml");
+  const auto& data = *g["range_data"].as_table();
+  for (const auto& node : *g["range_test_amp"].as_array()) {
+    const auto& c = *node.as_table();
+    DYNAMIC_SECTION(c["name"].value<std::string>().value()) {
+      auto model = golden_range_model(data, torch::kFloat32);
+      torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+      auto train = golden_range_loader(data, "x", "y", 8, torch::kFloat32);
+      auto val = golden_range_loader(data, "val_x", "val_y", 16, torch::kFloat32);
+      const auto options = golden_range_options(c);
+      const bool sum = c["reduction"].value<std::string>().value() == "sum";
+      tune::LRFinder finder(model, opt, [sum](const at::Tensor& out, const data::Batch& b) {
+        namespace F = torch::nn::functional;
+        auto reduction = F::CrossEntropyFuncOptions();
+        if (sum) {
+          reduction.reduction(torch::kSum);
+        }
+        return F::cross_entropy(out, b.target(), reduction);
+      });
+      const auto scaler_options = amp::GradScalerOptions()
+                                      .init_scale(c["init_scale"].value_or(65536.0))
+                                      .growth_interval(c["growth_interval"].value_or(int64_t{2000}));
+      auto scaler = std::make_shared<amp::GradScaler>(torch::kCPU, scaler_options);
+      finder.set_autocast(torch::kCPU, torch::kBFloat16);
+      finder.set_grad_scaler(scaler);
+      const auto r = finder.range_test(train, c["validation"].value<bool>().value() ? &val : nullptr, options);
+      const auto lrs = numbers(*c["lrs"].as_array());
+      const auto smoothed = numbers(*c["smoothed"].as_array());
+      const auto scales = numbers(*c["scales"].as_array());
+      const auto skipped = trainkit::test::values_of<bool>(*c["skipped"].as_array());
+      REQUIRE(r.lrs.size() == lrs.size());
+      REQUIRE(r.skipped.size() == lrs.size());
+      REQUIRE(r.scales.size() == lrs.size());
+      double max_rel = 0;
+      for (size_t i = 0; i < lrs.size(); ++i) {
+        CHECK(r.lrs[i] == Approx(lrs[i]).epsilon(1e-14));
+        CHECK(r.skipped[i] == skipped[i]);
+        CHECK(r.scales[i] == scales[i]);
+        max_rel = std::max(max_rel, std::abs(r.smoothed_losses[i] - smoothed[i]) / std::abs(smoothed[i]));
+      }
+      // Same kernels as the Python wheel: measured 0 here. 1e-6 is far below bfloat16's resolution (the
+      // curve without autocast, or without the scaler's skips, differs by more than 1e-3).
+      INFO("largest relative difference of the smoothed loss: " << max_rel);
+      CHECK(max_rel <= 1e-6);
+      CHECK(r.skipped_steps() == std::count(skipped.begin(), skipped.end(), true));
+      // The scaler's state is put back with the model's.
+      CHECK(scaler->get_scale() == scaler_options.init_scale());
+      CHECK(scaler->get_growth_tracker() == 0);
+    }
+  }
+}
+
+// An inf injected into one step's gradient (a hook on a parameter; the forward and the loss stay finite):
+// with a GradScaler, that step is skipped, recorded as skipped in the result and in the CSV, the scale
+// backs off, and the weights do not move (with a validation source the recorded loss repeats exactly);
+// without one, the inf reaches the weights and the test stops on a non-finite loss.
+TEST_CASE("a step the GradScaler skips on an injected inf is recorded as skipped", "[tune][lr_finder][amp]") {
+  auto loader = toy_loader();
+  auto val = toy_loader();
+  torch::manual_seed(5);
+  auto model = nn::make_mlp(nn::MlpOptions().in_features(16).hidden({32}).num_classes(4));
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  constexpr int64_t kInfStep = 6;
+  int64_t backwards = 0;
+  at::Tensor weight = model->parameters()[0];
+  const auto hook = weight.register_hook([&backwards](const at::Tensor& grad) {
+    return backwards++ == kInfStep ? torch::full_like(grad, std::numeric_limits<float>::infinity()) : grad;
+  });
+  const auto options = tune::LRFinderOptions().start_lr(1e-3).end_lr(0.1).num_iter(12).diverge_th(100);
+  tune::LRFinder finder(model, opt);
+
+  SECTION("with a GradScaler") {
+    auto scaler = std::make_shared<amp::GradScaler>(torch::kCPU);
+    finder.set_autocast(torch::kCPU, torch::kBFloat16);
+    finder.set_grad_scaler(scaler);
+    const auto r = finder.range_test(loader, &val, options);
+    REQUIRE(r.lrs.size() == 12);
+    CHECK_FALSE(r.diverged);
+    CHECK(r.skipped_steps() == 1);
+    for (size_t i = 0; i < r.skipped.size(); ++i) {
+      CHECK(r.skipped[i] == (static_cast<int64_t>(i) == kInfStep));
+    }
+    CHECK(r.scales[kInfStep] == 65536.0);
+    CHECK(r.scales[kInfStep + 1] == 32768.0);
+    // The validation loss is measured after the step: a skipped step leaves it exactly where it was.
+    CHECK(r.losses[kInfStep] == r.losses[kInfStep - 1]);
+    CHECK(r.losses[kInfStep + 1] != r.losses[kInfStep]);
+    CHECK(scaler->get_scale() == 65536.0);
+
+    trainkit::test::TempDir tmp("lrfind-amp");
+    tune::write_lr_finder_csv(r, tmp.str("lr.csv"));
+    std::ifstream in(tmp.str("lr.csv"));
+    std::string line;
+    std::getline(in, line);
+    CHECK(line == "lr,loss,smoothed_loss,skipped,scale");
+    for (int64_t i = 0; std::getline(in, line); ++i) {
+      std::vector<std::string> fields;
+      std::stringstream row(line);
+      for (std::string f; std::getline(row, f, ',');) {
+        fields.push_back(f);
+      }
+      REQUIRE(fields.size() == 5);
+      CHECK(fields[3] == (i == kInfStep ? "1" : "0"));
+    }
+  }
+  SECTION("without one") {
+    const auto r = finder.range_test(loader, &val, options);
+    CHECK(r.diverged);
+    CHECK(static_cast<int64_t>(r.lrs.size()) == kInfStep + 1);
+    CHECK(r.skipped_steps() == 0);
+  }
+  weight.remove_hook(hook);
+}
+
+namespace {
+// SGD whose n-th step throws (inside GradScaler::step, after the unscale).
+struct ThrowingSGD : torch::optim::SGD {
+  ThrowingSGD(std::vector<at::Tensor> params, int throw_at)
+      : torch::optim::SGD(std::move(params), torch::optim::SGDOptions(0.1)), throw_at_(throw_at) {}
+  at::Tensor step(LossClosure closure = nullptr) override {
+    if (++calls_ == throw_at_) {
+      throw std::runtime_error("step failed");
+    }
+    return torch::optim::SGD::step(std::move(closure));
+  }
+  int throw_at_;
+  int calls_ = 0;
+};
+}  // namespace
+
+TEST_CASE("a test that throws mid-step leaves the GradScaler usable and restored", "[tune][lr_finder][amp]") {
+  auto loader = toy_loader();
+  auto model = nn::make_mlp(nn::MlpOptions().in_features(16).num_classes(4));
+  ThrowingSGD opt(model->parameters(), 3);
+  auto scaler = std::make_shared<amp::GradScaler>(torch::kCPU, amp::GradScalerOptions().growth_interval(1));
+  tune::LRFinder finder(model, opt);
+  finder.set_grad_scaler(scaler);
+  const auto options = tune::LRFinderOptions().start_lr(1e-3).end_lr(0.1).num_iter(5);
+  CHECK_THROWS_WITH(finder.range_test(loader, nullptr, options), Contains("step failed"));
+  CHECK(scaler->stage(opt) == amp::OptState::READY);
+  CHECK(scaler->get_scale() == 65536.0);
+  const auto r = finder.range_test(loader, nullptr, options);
+  CHECK(r.lrs.size() == 5);
+  CHECK(r.scales.back() == 65536.0 * 16);  // growth_interval 1: the scale doubles after every clean step
+}
+
+TEST_CASE("a GradScaler in the middle of an iteration is refused", "[tune][lr_finder][amp]") {
+  auto loader = toy_loader();
+  auto model = nn::make_mlp(nn::MlpOptions().in_features(16).num_classes(4));
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  auto scaler = std::make_shared<amp::GradScaler>(torch::kCPU);
+  const auto b = loader.batch(0);
+  scaler->scale(torch::nn::functional::cross_entropy(model->forward(b.input()), b.target())).backward();
+  scaler->unscale_(opt);
+  tune::LRFinder finder(model, opt);
+  finder.set_grad_scaler(scaler);
+  CHECK_THROWS_WITH(finder.range_test(loader), Contains("update()"));
+  CHECK_THROWS_WITH(finder.set_autocast(torch::kCPU, torch::kInt), Contains("not supported"));
 }
 
 TEST_CASE("steepest suggestion equals torch-lr-finder's on the same loss series", "[tune][lr_finder][golden]") {

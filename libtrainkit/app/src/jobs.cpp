@@ -266,12 +266,23 @@ LrFindJobResult run_lr_find_job(const Config& config, const std::string& source,
   }
   Run run = build_run(config, source, {}, catalog);
   tune::LRFinder finder(run.model, run.forward, *run.optimizer, run.loss);
-  spdlog::info("LR range test: {} to {} over {} steps ({}), batch {}", options.finder.start_lr(),
-               options.finder.end_lr(), options.finder.num_iter(), options.finder.step_mode(), config.train.batch_size);
+  // The test runs in the precision the run trains in: the [amp] autocast and GradScaler the Trainer got.
+  if (const auto& autocast = run.trainer->autocast()) {
+    finder.set_autocast(autocast->first, autocast->second);
+  }
+  finder.set_grad_scaler(run.trainer->grad_scaler());
+  spdlog::info("LR range test: {} to {} over {} steps ({}), batch {}{}{}", options.finder.start_lr(),
+               options.finder.end_lr(), options.finder.num_iter(), options.finder.step_mode(), config.train.batch_size,
+               run.trainer->autocast() ? fmt::format(", autocast {}", config.amp.dtype) : "",
+               run.trainer->grad_scaler() ? ", GradScaler" : "");
   LrFindJobResult result;
   result.curve = finder.range_test(*run.train, options.use_val ? run.val.get() : nullptr, options.finder);
   if (result.curve.diverged) {
     spdlog::info("stopped early at lr {:.3g}: the loss diverged", result.curve.lrs.back());
+  }
+  if (const int64_t skipped = result.curve.skipped_steps(); skipped > 0) {
+    spdlog::info("the GradScaler skipped {} of {} steps (inf/NaN gradients; marked in lr_find.csv)", skipped,
+                 result.curve.lrs.size());
   }
   using Suggest = std::function<std::optional<tune::Suggestion>(const tune::LRFinderResult&, std::string*)>;
   const std::vector<Suggest> methods = {

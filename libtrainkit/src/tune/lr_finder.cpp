@@ -1,5 +1,6 @@
 #include "trainkit/tune/lr_finder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -8,6 +9,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "detail/check.h"
+#include "trainkit/amp/autocast.h"
 #include "trainkit/log/svg_plot.h"
 #include "tune/detail/snapshot.h"
 
@@ -37,6 +40,10 @@ void check_options(const LRFinderOptions& o) {
 
 }  // namespace
 
+int64_t LRFinderResult::skipped_steps() const {
+  return static_cast<int64_t>(std::count(skipped.begin(), skipped.end(), true));
+}
+
 LRFinder::LRFinder(std::shared_ptr<torch::nn::Module> module, ForwardFn forward, torch::optim::Optimizer& optimizer,
                    LossFn loss)
     : module_(std::move(module)), forward_(std::move(forward)), optimizer_(optimizer), loss_(std::move(loss)) {
@@ -48,10 +55,20 @@ LRFinder::LRFinder(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
   }
 }
 
+void LRFinder::set_autocast(c10::DeviceType device, c10::ScalarType dtype) {
+  TRAINKIT_CHECK_ARG(amp::is_autocast_dtype_supported(device, dtype),
+                     "LRFinder::set_autocast: {} autocast is not supported on {}", c10::toString(dtype),
+                     c10::DeviceTypeName(device));
+  autocast_ = std::make_pair(device, dtype);
+}
+
 LRFinderResult LRFinder::range_test(data::BatchSource& train, data::BatchSource* val,
                                     const LRFinderOptions& options) {
   check_options(options);
-  detail::Snapshot snapshot(*module_, optimizer_);
+  TRAINKIT_CHECK_ARG(scaler_ == nullptr || scaler_->stage(optimizer_) == amp::OptState::READY,
+                     "LRFinder: the GradScaler is in the middle of an iteration of this optimizer; call its "
+                     "update() before the range test");
+  detail::Snapshot snapshot(*module_, optimizer_, scaler_.get());
   LRFinderResult r;
   try {
     int64_t epoch = 0;
@@ -79,15 +96,38 @@ LRFinderResult LRFinder::range_test(data::BatchSource& train, data::BatchSource*
       }
       module_->train();
       optimizer_.zero_grad();
-      double loss = 0;
+      const double scale = scaler_ != nullptr ? scaler_->get_scale() : 1.0;
+      // torch-lr-finder's _train_batch: the micro-batch losses are summed as tensors in the loss's dtype
+      // (one host read per step); with a scaler, each backward is of the scaled loss and the step and the
+      // scale update happen once, after the last micro-batch.
+      at::Tensor total;
       for (int64_t k = 0; k < options.accumulation_steps(); ++k) {
         const auto b = next_batch();
-        const at::Tensor l = loss_(forward_(b), b) / static_cast<double>(options.accumulation_steps());
-        l.backward();
-        loss += l.item<double>();
+        at::Tensor l;
+        {
+          std::optional<amp::Autocast> region;
+          if (autocast_) {
+            region.emplace(autocast_->first, autocast_->second);
+          }
+          l = loss_(forward_(b), b);
+        }
+        if (autocast_ && (l.scalar_type() == torch::kHalf || l.scalar_type() == torch::kBFloat16)) {
+          l = l.to(torch::kFloat32);  // as the Trainer does: the loss is reported and scaled from float32
+        }
+        l = l / static_cast<double>(options.accumulation_steps());
+        (scaler_ != nullptr ? scaler_->scale(l) : l).backward();
+        total = total.defined() ? total + l.detach() : l.detach();
       }
-      optimizer_.step();
+      bool skipped = false;
+      if (scaler_ != nullptr) {
+        skipped = !scaler_->step(optimizer_);
+        scaler_->update();
+      } else {
+        optimizer_.step();
+      }
+      double loss = total.item<double>();
       if (val != nullptr) {
+        // Validation measures the weights in full precision, without autocast (torch-lr-finder's _validate).
         module_->eval();
         torch::NoGradGuard no_grad;
         double sum = 0;
@@ -104,6 +144,10 @@ LRFinderResult LRFinder::range_test(data::BatchSource& train, data::BatchSource*
       }
       r.lrs.push_back(lr);
       r.losses.push_back(loss);
+      r.skipped.push_back(skipped);
+      r.scales.push_back(scale);
+      // A skipped step's loss is a measurement like any other (of the weights before the step), so it is
+      // smoothed and checked for divergence as torch-lr-finder does.
       double smoothed = loss;
       if (i == 0) {
         best = loss;
@@ -214,9 +258,13 @@ void write_lr_finder_csv(const LRFinderResult& r, const std::string& path) {
   if (!out) {
     throw std::runtime_error(path + ": cannot open for writing");
   }
-  out << "lr,loss,smoothed_loss\n";
+  out << "lr,loss,smoothed_loss,skipped,scale\n";
   for (size_t i = 0; i < r.lrs.size(); ++i) {
-    out << fmt::format("{:.9g},{:.9g},{:.9g}\n", r.lrs[i], r.losses[i], r.smoothed_losses[i]);
+    // A result assembled by hand may lack the scaler's columns: no skip, scale 1.
+    const bool skipped = i < r.skipped.size() && r.skipped[i];
+    const double scale = i < r.scales.size() ? r.scales[i] : 1.0;
+    out << fmt::format("{:.9g},{:.9g},{:.9g},{:d},{:.9g}\n", r.lrs[i], r.losses[i], r.smoothed_losses[i],
+                       skipped ? 1 : 0, scale);
   }
 }
 

@@ -176,6 +176,8 @@ class Trainer {
   torch::optim::Optimizer& optimizer() { return optimizer_; }
   /// The GradScaler set by set_grad_scaler() (null when none).
   const std::shared_ptr<amp::GradScaler>& grad_scaler() const { return scaler_; }
+  /// The device type and dtype set by set_autocast() (empty when none).
+  const std::optional<std::pair<c10::DeviceType, c10::ScalarType>>& autocast() const { return autocast_; }
   /// The metrics evaluate() computes.
   const std::vector<std::shared_ptr<Metric>>& metrics() const { return metrics_; }
   /// The total gradient norm that the last optimizer_step()'s clip_grad_norm_ returned (before clipping;

@@ -3,19 +3,25 @@
 /// The LR range test (Smith 2017, arXiv 1506.01186) with torch-lr-finder's semantics: the LR grows
 /// exponentially (or linearly) from start_lr to end_lr over num_iter steps while the loss is recorded,
 /// smoothed, and the test stops when it diverges. Model, optimizer and RNG state are restored afterwards.
+/// With set_autocast() and set_grad_scaler() it runs in mixed precision as torch-lr-finder's
+/// `amp_backend="torch"` does, and records the steps the GradScaler skips.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
 #include <torch/arg.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "trainkit/amp/grad_scaler.h"
 #include "trainkit/data/batch_source.h"
 #include "trainkit/train/task.h"
 
@@ -40,11 +46,21 @@ struct LRFinderOptions {
 };
 
 /// What the range test recorded, one entry per completed step.
+///
+/// A step the GradScaler skipped (inf/NaN gradients: the optimizer did not step, the weights kept their
+/// values) is marked in `skipped`. Its loss was measured like any other (on the weights before the step),
+/// so it enters the smoothing and the divergence check as in torch-lr-finder; a skip alone never stops
+/// the test, since backing off after an overflow is the scaler calibrating itself.
 struct LRFinderResult {
   std::vector<double> lrs;
   std::vector<double> losses;           ///< raw loss of each step (validation loss with a val loader)
   std::vector<double> smoothed_losses;  ///< torch-lr-finder's history["loss"]
+  std::vector<bool> skipped;            ///< the GradScaler skipped this step (always false without one)
+  std::vector<double> scales;           ///< the loss scale of this step's backward (1 without a GradScaler)
   bool diverged = false;                ///< stopped early by diverge_th
+
+  /// How many steps the GradScaler skipped.
+  int64_t skipped_steps() const;
 };
 
 /// A suggested LR and where it comes from.
@@ -79,11 +95,22 @@ class LRFinder {
   LRFinder(Holder model, torch::optim::Optimizer& optimizer, LossFn loss = nullptr)
       : LRFinder(model.ptr(), train::forward_first_input(model), optimizer, std::move(loss)) {}
 
+  /// Runs each step's forward and loss under autocast to `dtype` on `device` (torch-lr-finder's
+  /// `amp_config`); a float16 or bfloat16 loss is taken in float32, as the Trainer does. Validation runs
+  /// without autocast, as torch-lr-finder's does. Throws std::invalid_argument when autocast does not
+  /// support `dtype` on `device` (amp::is_autocast_dtype_supported()).
+  void set_autocast(c10::DeviceType device, c10::ScalarType dtype);
+  /// Backward of scaler->scale(loss) for each micro-batch, then scaler->step() and scaler->update() once
+  /// per step (torch-lr-finder's `grad_scaler`); a step it skips is recorded in LRFinderResult::skipped.
+  /// The scaler's state (scale, growth tracker) is restored after the test with the model's. Null: none.
+  void set_grad_scaler(std::shared_ptr<amp::GradScaler> scaler) { scaler_ = std::move(scaler); }
+
   /// Runs the test over consecutive batches of `train` from epoch 0 (continuing into epochs 1, 2, ...
   /// when one epoch is too short); with `val`, the recorded loss of each step is the mean validation
   /// loss over epoch 0 of `val`. Parameters, buffers, optimizer state (LRs included) and the CPU RNG are
-  /// restored bitwise afterwards, also when the test throws. Throws std::invalid_argument when a source
-  /// yields no batch.
+  /// restored bitwise afterwards (the GradScaler's state too), also when the test throws. Throws
+  /// std::invalid_argument when a source yields no batch, or when the GradScaler is in the middle of an
+  /// iteration of this optimizer (call its update() first).
   LRFinderResult range_test(data::BatchSource& train, data::BatchSource* val = nullptr,
                             const LRFinderOptions& options = {});
 
@@ -92,9 +119,11 @@ class LRFinder {
   ForwardFn forward_;
   torch::optim::Optimizer& optimizer_;
   LossFn loss_;
+  std::optional<std::pair<c10::DeviceType, c10::ScalarType>> autocast_;
+  std::shared_ptr<amp::GradScaler> scaler_;
 };
 
-/// Writes `lr,loss,smoothed_loss` rows.
+/// Writes `lr,loss,smoothed_loss,skipped,scale` rows (skipped: 1 where the GradScaler skipped the step).
 void write_lr_finder_csv(const LRFinderResult& r, const std::string& path);
 /// Draws the smoothed loss against the LR (log x) with the suggestions marked.
 void write_lr_finder_svg(const LRFinderResult& r, const std::vector<Suggestion>& suggestions,

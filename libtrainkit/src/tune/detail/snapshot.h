@@ -1,17 +1,21 @@
 #pragma once
 // What a tuning run (LR range test, batch-size search) changes, captured before and put back after:
-// parameters and buffers, the optimizer state (LRs included), the CPU RNG and the train/eval mode.
+// parameters and buffers, the optimizer state (LRs included), the CPU RNG, the train/eval mode and, when
+// given, a GradScaler's state.
 
 #include <mutex>
 #include <sstream>
 
 #include <torch/torch.h>
 
+#include "trainkit/amp/grad_scaler.h"
+
 namespace trainkit::tune::detail {
 
 class Snapshot {
  public:
-  Snapshot(torch::nn::Module& module, torch::optim::Optimizer& optimizer) : module_(module), optimizer_(optimizer) {
+  Snapshot(torch::nn::Module& module, torch::optim::Optimizer& optimizer, amp::GradScaler* scaler = nullptr)
+      : module_(module), optimizer_(optimizer), scaler_(scaler) {
     torch::serialize::OutputArchive m;
     module_.save(m);
     m.save_to(model_bytes_);
@@ -22,6 +26,11 @@ class Snapshot {
     std::lock_guard<std::mutex> lock(gen.mutex());
     rng_ = gen.get_state();
     training_ = module_.is_training();
+    if (scaler_ != nullptr) {
+      torch::serialize::OutputArchive a;
+      scaler_->save(a);
+      a.save_to(scaler_bytes_);
+    }
   }
 
   void restore() {
@@ -42,13 +51,27 @@ class Snapshot {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(rng_);
     module_.train(training_);
+    if (scaler_ != nullptr) {
+      // An iteration an exception interrupted is ended first (keeping the scale), so that the scaler
+      // accepts the optimizer again.
+      if (scaler_->stage(optimizer_) != amp::OptState::READY) {
+        scaler_->update(scaler_->get_scale());
+      }
+      scaler_bytes_.clear();
+      scaler_bytes_.seekg(0);
+      torch::serialize::InputArchive a;
+      a.load_from(scaler_bytes_);
+      scaler_->load(a);
+    }
   }
 
  private:
   torch::nn::Module& module_;
   torch::optim::Optimizer& optimizer_;
+  amp::GradScaler* scaler_;
   std::stringstream model_bytes_;
   std::stringstream optim_bytes_;
+  std::stringstream scaler_bytes_;
   at::Tensor rng_;
   bool training_ = true;
 };
