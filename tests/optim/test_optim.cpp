@@ -398,7 +398,7 @@ TEST_CASE("ATen's fused kernels equal the reference path (float64, 20 steps, eve
       });
 }
 
-TEST_CASE("aten_fused: chosen for fused = true off the CPU, or when asked for; the kernel runs exactly then",
+TEST_CASE("aten_fused: chosen for fused = true off the CPU, or when asked for, and the kernel runs exactly then",
           "[optim][aten_fused]") {
   const std::vector<at::Tensor> cpu = {torch::zeros({3})};
   const std::vector<at::Tensor> meta = {torch::empty({3}, torch::TensorOptions().device(torch::kMeta))};
