@@ -144,7 +144,7 @@ class OptionBinding {
     using F = std::decay_t<decltype(field(std::declval<Owner&>()))>;
     constexpr bool optional = std::is_same_v<F, std::optional<T>>;
     static_assert(std::is_same_v<F, T> || optional, "OptionBinding::bind: the rule's type is not the field's");
-    OptionField<Owner> f{std::move(key), rule.type, rule.expected, std::move(doc), {}, {}};
+    OptionField<Owner> f{std::move(key), rule.type, rule.expected, std::move(doc), {}, {}, false, ""};
     f.read = [field, parse = rule.parse](const ArgValue& value, Owner& owner) {
       auto x = parse(value);
       if (x) {

@@ -53,7 +53,7 @@ struct ConfigKeys {
                        const Options& defaults = Options{}) {
     ConfigKeys out{std::move(section), std::move(applies), {}, options_table(binding, defaults)};
     for (const auto& f : binding.fields()) {
-      OptionField<ArgTable> g{f.key, f.type, f.expected, f.doc, {}, {}};
+      OptionField<ArgTable> g{f.key, f.type, f.expected, f.doc, {}, {}, f.required, f.default_text};
       g.read = [key = f.key, read = f.read, show = f.show, defaults](const ArgValue& value, ArgTable& table) {
         Options options = defaults;
         if (!read(value, options)) {
