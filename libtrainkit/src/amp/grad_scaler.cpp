@@ -79,6 +79,20 @@ bool any_nonfinite(const std::vector<at::Tensor>& grads) {
   return found.load();
 }
 
+/// The found-inf flags of every device summed on `device` (no host read). Throws std::logic_error when no
+/// inf check was recorded.
+at::Tensor summed_found_inf(const std::vector<std::pair<c10::Device, at::Tensor>>& per_device,
+                            const c10::Device& device) {
+  if (per_device.empty()) {
+    throw std::logic_error("GradScaler: no inf checks were recorded for this optimizer (no parameter has a gradient)");
+  }
+  at::Tensor found = per_device.front().second.to(device, /*non_blocking=*/true);
+  for (size_t i = 1; i < per_device.size(); ++i) {
+    found = found + per_device[i].second.to(device, /*non_blocking=*/true);
+  }
+  return found;
+}
+
 }  // namespace
 
 GradScaler::GradScaler(c10::Device device, GradScalerOptions options)
@@ -220,15 +234,7 @@ bool GradScaler::step(torch::optim::Optimizer& opt) {
       state.found_inf_per_device = unscale_grads(opt, at::ones({}, scale_.options()), at::zeros({}, scale_.options()));
       grad_scale = scale_;
     }
-    if (state.found_inf_per_device.empty()) {
-      throw std::logic_error(
-          "GradScaler: no inf checks were recorded for this optimizer (no parameter has a gradient)");
-    }
-    at::Tensor found = state.found_inf_per_device.front().second.to(scale_.device(), /*non_blocking=*/true);
-    for (size_t i = 1; i < state.found_inf_per_device.size(); ++i) {
-      found = found + state.found_inf_per_device[i].second.to(scale_.device(), /*non_blocking=*/true);
-    }
-    scaled->step_found_inf(grad_scale, found);
+    scaled->step_found_inf(grad_scale, summed_found_inf(state.found_inf_per_device, scale_.device()));
     state.stage = OptState::STEPPED;
     return true;
   }
@@ -248,15 +254,8 @@ bool GradScaler::step(torch::optim::Optimizer& opt) {
     }
     unscale_(opt);
   }
-  if (state.found_inf_per_device.empty()) {
-    throw std::logic_error("GradScaler: no inf checks were recorded for this optimizer (no parameter has a gradient)");
-  }
   // One host read for all devices together.
-  at::Tensor found = state.found_inf_per_device.front().second.to(scale_.device(), /*non_blocking=*/true);
-  for (size_t i = 1; i < state.found_inf_per_device.size(); ++i) {
-    found = found + state.found_inf_per_device[i].second.to(scale_.device(), /*non_blocking=*/true);
-  }
-  const bool clean = found.item<float>() == 0.0f;
+  const bool clean = summed_found_inf(state.found_inf_per_device, scale_.device()).item<float>() == 0.0f;
   if (clean) {
     opt.step();
   }
