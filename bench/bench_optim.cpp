@@ -7,13 +7,23 @@
 // Variants are interleaved round by round after a warm-up and medians reported, so the ratios come from
 // one run on the same, possibly noisy, machine. trainkit's optimizers also run through ATen's fused kernels
 // (`aten_fused`). `--device cuda` times the paths that run on a GPU (trainkit's foreach and ATen-fused
-// paths, torch::optim, at::_fused_adam_), each step followed by a device synchronize.
+// paths, torch::optim, at::_fused_adam_), each step followed by a device synchronize. `--deepspeed` adds
+// DeepSpeed's DeepSpeedCPUAdam (the CPU Adam of ZeRO-Offload) as a Python peer process
+// (scripts/bench_optim_peer.py, the project's virtual environment): one step per round on request, timed
+// inside the peer, interleaved with the in-process variants.
 #include <algorithm>
 #include <cmath>
 #include <chrono>
 #include <fstream>
 #include <functional>
 #include <map>
+
+#include <csignal>
+#include <cstdio>
+#include <stdexcept>
+#include <thread>
+
+#include <unistd.h>
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -22,7 +32,9 @@
 
 #include "trainkit/amp/grad_scaler.h"
 #include "trainkit/app/cli.h"
+#include "trainkit/app/main.h"
 #include "trainkit/optim.h"
+#include "trainkit/subprocess.h"
 // The benchmarking switches of the kernels (set_kernel_choices: baseline x86-64 instead of AVX2, the old
 // 32K-element chunk split or a per-tensor one), so that the variants run interleaved in one process.
 #include "detail/kernels.h"
@@ -237,9 +249,78 @@ void run_on_device(const std::vector<Case>& cases, c10::Device device, int round
   }
 }
 
-}  // namespace
+/// DeepSpeedCPUAdam in a Python peer process (scripts/bench_optim_peer.py) over parameters of the case's
+/// shapes: step() asks it for one step and returns the step's time as the peer measured it, in seconds.
+class DeepSpeedPeer {
+ public:
+  DeepSpeedPeer(const std::string& python, const Case& c, int threads) {
+    const std::string script = std::string(TRAINKIT_SOURCE_DIR) + "/scripts/bench_optim_peer.py";
+    child_ = trainkit::Subprocess(trainkit::SubprocessOptions()
+                                      .argv({python, script, std::to_string(c.total), std::to_string(c.count),
+                                             std::to_string(threads)})
+                                      .env({{"OMP_NUM_THREADS", std::to_string(threads)}})
+                                      .pipe_input(true)
+                                      .pipe_output(true));
+    in_ = fdopen(child_.take_stdin(), "w");
+    out_ = fdopen(child_.take_stdout(), "r");
+    err_fd_ = child_.take_stderr();
+    // DeepSpeed logs to standard output while it loads; the peer's own first line starts with "ready ".
+    std::string ready;
+    std::string before;
+    while (!(ready = read_line()).empty() || !std::feof(out_)) {
+      if (ready.rfind("ready ", 0) == 0) break;
+      before += ready + "\n";
+    }
+    if (ready.rfind("ready ", 0) != 0) {
+      child_.kill(SIGKILL);
+      throw std::runtime_error(fmt::format("{} {}: the DeepSpeed peer ended before it was ready ({}); its output:\n{}{}",
+                                           python, script, child_.wait().to_string(), before, read_stderr()));
+    }
+    description_ = ready.substr(6);
+  }
+  DeepSpeedPeer(const DeepSpeedPeer&) = delete;
+  DeepSpeedPeer& operator=(const DeepSpeedPeer&) = delete;
+  ~DeepSpeedPeer() {
+    if (in_ != nullptr) std::fclose(in_);  // end of file: the peer exits
+    if (out_ != nullptr) std::fclose(out_);
+    if (err_fd_ >= 0) ::close(err_fd_);
+    child_.wait();
+  }
+  /// "deepspeed 0.19.8 -D__AVX512__": the peer's version and the SIMD width of its compiled op.
+  const std::string& description() const { return description_; }
+  double step() {
+    std::fputs("step\n", in_);
+    std::fflush(in_);
+    const std::string line = read_line();
+    try {
+      return std::stod(line);
+    } catch (const std::exception&) {
+      throw std::runtime_error("the DeepSpeed peer answered '" + line + "' to a step; its stderr:\n" + read_stderr());
+    }
+  }
 
-int main(int argc, char** argv) {
+ private:
+  std::string read_line() {
+    std::string line;
+    for (int ch; (ch = std::fgetc(out_)) != EOF && ch != '\n';) line.push_back(static_cast<char>(ch));
+    return line;
+  }
+  std::string read_stderr() {
+    std::string text;
+    char buffer[4096];
+    for (ssize_t n; err_fd_ >= 0 && (n = ::read(err_fd_, buffer, sizeof buffer)) > 0;) {
+      text.append(buffer, static_cast<size_t>(n));
+    }
+    return text;
+  }
+  trainkit::Subprocess child_;
+  std::FILE* in_ = nullptr;
+  std::FILE* out_ = nullptr;
+  int err_fd_ = -1;
+  std::string description_;
+};
+
+int bench_main(int argc, char** argv) {
   trainkit::app::Cli cli{
       "Optimizer step time: trainkit (fused / reference) vs torch::optim vs at::_fused_adam_ vs a floor"};
   int rounds = 15;
@@ -256,6 +337,10 @@ int main(int argc, char** argv) {
   cli.option("--json", json_path, "Also write the results as JSON");
   std::string device = "cpu";
   cli.option("--device", device, "cpu, or cuda: the paths that run on a GPU").show_default();
+  bool deepspeed = false;
+  cli.flag("--deepspeed", deepspeed, "Add DeepSpeed's DeepSpeedCPUAdam (a Python peer; needs deepspeed installed)");
+  std::string python = std::string(TRAINKIT_SOURCE_DIR) + "/.venv/bin/python";
+  cli.option("--python", python, "Python with the pinned torch and deepspeed (the peer)").show_default();
   std::vector<int64_t> sizes;
   cli.option("--size", sizes, "Instead of the cases: one case of TOTAL parameters in COUNT tensors (e.g. 4096 4)");
   if (auto rc = cli.parse(argc, argv)) return *rc;
@@ -442,6 +527,21 @@ int main(int argc, char** argv) {
     variants.emplace_back("trainkit AdamW fused bf16", [&] { bf_adamw.step(); });
     variants.emplace_back("trainkit AdamW fused bf16, bf16 state", [&] { bf_adamw_lowp.step(); });
     variants.emplace_back("at::_fused_adamw_ bf16", [&] { aten_bf.step(bf_params, bf_grads); });
+    // A variant that times itself (the peer process) sets `reported` to its own step time in seconds.
+    double reported = -1;
+    std::unique_ptr<DeepSpeedPeer> peer;
+    if (deepspeed) {
+      peer = std::make_unique<DeepSpeedPeer>(python, c, torch::get_num_threads());
+      fmt::print("DeepSpeedCPUAdam peer: {}, OMP_NUM_THREADS={}\n", peer->description(), torch::get_num_threads());
+      // OpenMP threads keep spinning after their last loop (LLVM's libomp, which the fused kernels' source
+      // runs on when clang builds it, for 200 ms: KMP_BLOCKTIME), taking the cores from another process's
+      // work: a pause on either side of the peer's step lets each side's threads go to sleep first.
+      variants.emplace_back("DeepSpeedCPUAdam (peer)", [&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+        reported = peer->step();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      });
+    }
     if (!variants_only.empty()) {
       std::vector<std::pair<std::string, std::function<void()>>> kept;
       for (auto& v : variants) {
@@ -455,9 +555,11 @@ int main(int argc, char** argv) {
     std::map<std::string, std::vector<double>> times;
     for (int round = 0; round <= rounds; ++round) {
       for (auto& [name, step] : variants) {
+        reported = -1;
         const auto start = Clock::now();
         step();
-        const double s = std::chrono::duration<double>(Clock::now() - start).count();
+        const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+        const double s = reported >= 0 ? reported : wall;
         if (round > 0) {  // round 0 warms up (allocates state, faults pages in)
           times[name].push_back(s);
         }
@@ -599,6 +701,9 @@ int main(int argc, char** argv) {
       goal("torch::optim::Adam / trainkit fused Adam", ms["torch::optim::Adam"] / adam, ">=", 10.0);
     }
     goal("trainkit fused Adam / at::_fused_adam_", adam / ms["at::_fused_adam_"], "<=", 1.0);
+    if (c.name != "1M/256") {
+      goal("trainkit fused Adam / DeepSpeedCPUAdam", adam / ms["DeepSpeedCPUAdam (peer)"], "<=", 1.0);
+    }
     goal("trainkit fused AdamW / at::_fused_adamw_", ms["trainkit AdamW fused"] / ms["at::_fused_adamw_"], "<=", 1.0);
     if (c.name == "64M/16") {
       goal("trainkit fused Adam / floor", adam / ms["floor (same bytes as Adam)"], "<=", 1.2);
@@ -635,4 +740,10 @@ int main(int argc, char** argv) {
     std::ofstream(json_path) << json;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainkit::app::run_main([&] { return bench_main(argc, argv); });
 }

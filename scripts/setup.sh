@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything trainkit needs on Debian 12 (bookworm); idempotent: skips what is present.
-# Usage: scripts/setup.sh [--fuzz]   (--fuzz: also clang and libFuzzer, for scripts/fuzz.sh)
+# Usage: scripts/setup.sh [--fuzz] [--bench-peers]
+#   --fuzz: also clang and libFuzzer, for scripts/fuzz.sh
+#   --bench-peers: also DeepSpeed (its CPU Adam, bench_optim --deepspeed's peer; not used by any test)
 #   - Debian packages: build dependencies and the Fashion-MNIST data set.
 #   - A project-local virtual environment (.venv/) with the pinned `torch` wheel (LibTorch for the C++
 #     build; Python PyTorch as the test oracle and speed peer) and the test-only oracles.
@@ -75,4 +77,9 @@ for pkg in "${python_oracles[@]}"; do
     "$venv/bin/python" -m pip install -q "$pkg" "torch==$torch_version"
   fi
 done
+# DeepSpeed compiles its CPU Adam op on first use (into the torch extensions cache) with the C++ compiler.
+if [[ " $* " == *" --bench-peers "* ]] && ! "$venv/bin/python" -c "import deepspeed" 2>/dev/null; then
+  echo "setup: installing deepspeed (bench_optim --deepspeed)"
+  "$venv/bin/python" -m pip install -q deepspeed "torch==$torch_version"
+fi
 echo "setup: done"

@@ -93,8 +93,9 @@ Subprocess::Subprocess(const SubprocessOptions& options) {
   int err_fd = -1;
   int out_pipe[2] = {-1, -1};
   int err_pipe[2] = {-1, -1};
+  int in_pipe[2] = {-1, -1};
   auto close_all = [&] {
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], in_pipe[0], in_pipe[1]}) {
       if (fd >= 0) ::close(fd);
     }
     if (!options.pipe_output() && out_fd >= 0) ::close(out_fd);
@@ -115,6 +116,11 @@ Subprocess::Subprocess(const SubprocessOptions& options) {
     out_fd = out_pipe[1];
     err_fd = err_pipe[1];
   }
+  if (options.pipe_input() && ::pipe2(in_pipe, O_CLOEXEC) != 0) {
+    const int e = errno;
+    close_all();
+    throw std::runtime_error(program + ": cannot create its input pipe: " + std::strerror(e));
+  }
 
   std::fflush(stdout);  // what the parent printed so far comes before the child's output
   std::fflush(stderr);
@@ -134,6 +140,7 @@ Subprocess::Subprocess(const SubprocessOptions& options) {
       ::dup2(out_fd, STDOUT_FILENO);  // dup2 clears O_CLOEXEC on the copies
       ::dup2(err_fd, STDERR_FILENO);
     }
+    if (in_pipe[0] >= 0) ::dup2(in_pipe[0], STDIN_FILENO);
     if (options.before_exec()) options.before_exec()();
     ::execvpe(argv[0], argv.data(), envp.data());
     write_all(STDERR_FILENO, exec_failed.c_str());
@@ -150,13 +157,21 @@ Subprocess::Subprocess(const SubprocessOptions& options) {
   } else if (out_fd >= 0) {
     ::close(out_fd);
   }
+  if (options.pipe_input()) {
+    ::close(in_pipe[0]);
+    stdin_fd_ = in_pipe[1];
+  }
 }
 
 Subprocess::Subprocess(Subprocess&& other) noexcept
-    : pid_(other.pid_), status_(other.status_), stdout_fd_(other.stdout_fd_), stderr_fd_(other.stderr_fd_) {
+    : pid_(other.pid_),
+      status_(other.status_),
+      stdout_fd_(other.stdout_fd_),
+      stderr_fd_(other.stderr_fd_),
+      stdin_fd_(other.stdin_fd_) {
   other.pid_ = -1;
   other.status_.reset();
-  other.stdout_fd_ = other.stderr_fd_ = -1;
+  other.stdout_fd_ = other.stderr_fd_ = other.stdin_fd_ = -1;
 }
 
 Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
@@ -166,9 +181,10 @@ Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
     status_ = other.status_;
     stdout_fd_ = other.stdout_fd_;
     stderr_fd_ = other.stderr_fd_;
+    stdin_fd_ = other.stdin_fd_;
     other.pid_ = -1;
     other.status_.reset();
-    other.stdout_fd_ = other.stderr_fd_ = -1;
+    other.stdout_fd_ = other.stderr_fd_ = other.stdin_fd_ = -1;
   }
   return *this;
 }
@@ -182,7 +198,7 @@ void Subprocess::release() noexcept {
     while (::waitpid(static_cast<pid_t>(pid_), &status, 0) < 0 && errno == EINTR) {
     }
   }
-  for (int* fd : {&stdout_fd_, &stderr_fd_}) {
+  for (int* fd : {&stdin_fd_, &stdout_fd_, &stderr_fd_}) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
@@ -223,5 +239,7 @@ void Subprocess::kill(int signal) const {
 int Subprocess::take_stdout() { return std::exchange(stdout_fd_, -1); }
 
 int Subprocess::take_stderr() { return std::exchange(stderr_fd_, -1); }
+
+int Subprocess::take_stdin() { return std::exchange(stdin_fd_, -1); }
 
 }  // namespace trainkit

@@ -65,6 +65,22 @@ TEST_CASE("Subprocess adds variables to the environment, defaults only where not
   CHECK(out == std::string("child|2|") + path + "\n");
 }
 
+TEST_CASE("Subprocess takes its standard input from a pipe, end of file when the parent closes it",
+          "[subprocess]") {
+  // Without the pipe the child would read the test's own standard input; `wc -l` counts only what arrives.
+  Subprocess child(SubprocessOptions().argv({"/bin/sh", "-c", "wc -l"}).pipe_input(true).pipe_output(true));
+  const int in = child.take_stdin();
+  REQUIRE(in >= 0);
+  CHECK(child.take_stdin() == -1);  // taken once
+  const std::string lines = "a\nb\nc\n";
+  REQUIRE(::write(in, lines.data(), lines.size()) == static_cast<ssize_t>(lines.size()));
+  ::close(in);
+  const std::string out = read_all(child.take_stdout());
+  CHECK(child.wait().ok());
+  CHECK(out.find('3') != std::string::npos);
+  CHECK(out.find_first_not_of(" \t3\n") == std::string::npos);
+}
+
 TEST_CASE("Subprocess polls, signals and names a program it cannot run", "[subprocess]") {
   SECTION("a signal") {
     Subprocess child(SubprocessOptions().argv({"sleep", "30"}));  // found in PATH

@@ -45,6 +45,9 @@ struct SubprocessOptions {
   /// Standard output and error go to two pipes whose read ends the parent takes with
   /// Subprocess::take_stdout() and take_stderr(). Not together with log_file.
   TORCH_ARG(bool, pipe_output) = false;
+  /// Standard input comes from a pipe whose write end the parent takes with Subprocess::take_stdin()
+  /// (closing it gives the child end of file); otherwise it is inherited.
+  TORCH_ARG(bool, pipe_input) = false;
   /// Variables set in the child's environment, replacing inherited ones of the same name.
   TORCH_ARG(Environment, env) = {};
   /// Variables set in the child's environment only where it does not inherit them (defaults).
@@ -91,6 +94,8 @@ class Subprocess {
   int take_stdout();
   /// The read end of the child's standard error pipe, as take_stdout().
   int take_stderr();
+  /// The write end of the child's standard input pipe (pipe_input), as take_stdout().
+  int take_stdin();
 
  private:
   void release() noexcept;
@@ -98,6 +103,7 @@ class Subprocess {
   std::optional<ExitStatus> status_;
   int stdout_fd_ = -1;
   int stderr_fd_ = -1;
+  int stdin_fd_ = -1;
 };
 
 }  // namespace trainkit
