@@ -1,12 +1,15 @@
 // layerwise_lr: different learning rates per layer group — conv1 0.01, conv2 0.001, fc 0.0001 as in the
-// notes — through param groups of one optimizer, against the same model trained with one LR for all
-// layers; prints every group's LR each epoch, and shows the one-line manual LR change of a param group.
+// notes — through param groups of one optimizer (the library's optim::lr_groups, by parameter name, as
+// trainkit train's optimizer.lr_by_name), against the same model trained with one LR for all layers; prints
+// every group's LR each epoch, and shows the one-line manual LR change of a param group.
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "trainkit/app/cli.h"
+#include "trainkit/optim/param_groups.h"
 #include "trainkit/optim/sgd.h"
 #include "trainkit/app/config.h"
 #include "trainkit/app/main.h"
@@ -15,28 +18,35 @@
 
 namespace {
 
-struct Group {
-  std::string name;
-  std::vector<at::Tensor> params;
-};
-
-/// Splits the CNN into conv1, conv2, ... (each convolution with its batch norm) and fc (the head).
-std::vector<Group> layer_groups(const torch::nn::Module& model) {
-  std::vector<Group> groups;
-  Group fc{"fc", {}};
-  int conv = 0;
-  for (const auto& child : model.children()) {
-    auto params = child->parameters();
-    if (child->as<torch::nn::Conv2d>() != nullptr) {
-      groups.push_back({fmt::format("conv{}", ++conv), params});
-    } else if (child->as<torch::nn::Linear>() != nullptr) {
-      fc.params.insert(fc.params.end(), params.begin(), params.end());
-    } else if (!params.empty()) {
-      groups.back().params.insert(groups.back().params.end(), params.begin(), params.end());  // batch norm
+/// The rules conv1, conv2, ... (each convolution with the norm after it) and fc (the linear layers), as
+/// patterns "<child>.*" on the model's parameter names, each at its LR from `lrs` (one per rule) or at
+/// `base` for all when `lrs` is empty.
+std::vector<trainkit::optim::LrRule> layer_rules(const torch::nn::Module& model, const std::vector<double>& lrs,
+                                                 double base) {
+  std::vector<trainkit::optim::LrRule> rules;
+  trainkit::optim::LrRule fc{"fc", {}, base};
+  for (const auto& child : model.named_children()) {
+    if (child.value()->parameters().empty()) {
+      continue;
+    }
+    const std::string pattern = child.key() + ".*";
+    if (child.value()->as<torch::nn::Conv2d>() != nullptr) {
+      rules.push_back({fmt::format("conv{}", rules.size() + 1), {pattern}, base});
+    } else if (child.value()->as<torch::nn::Linear>() != nullptr) {
+      fc.patterns.push_back(pattern);
+    } else if (!rules.empty()) {
+      rules.back().patterns.push_back(pattern);  // a batch norm joins its convolution
     }
   }
-  groups.push_back(fc);
-  return groups;
+  rules.push_back(fc);
+  if (!lrs.empty() && lrs.size() != rules.size()) {
+    throw trainkit::app::ConfigError(
+        fmt::format("--lrs: the model has {} layer groups, got {} learning rates", rules.size(), lrs.size()));
+  }
+  for (size_t i = 0; i < lrs.size(); ++i) {
+    rules[i].lr = lrs[i];
+  }
+  return rules;
 }
 
 /// Prints the epoch's result and every group's LR; applies the manual LR change after `decay_epoch`.
@@ -69,23 +79,25 @@ double train(const trainkit::app::Config& config, const std::string& source, con
   // Same seed: same weights and data order. The run's data and model are used; the optimizer with one
   // param group per layer is built here, which is what this demo shows.
   trainkit::app::Run setup = trainkit::app::build_run(config, source);
-  auto groups = layer_groups(*setup.model);
-  if (!lrs.empty() && lrs.size() != groups.size()) {
-    throw trainkit::app::ConfigError(fmt::format("--lrs: the model has {} layer groups, got {} learning rates",
-                                                   groups.size(), lrs.size()));
-  }
   const auto& o = static_cast<const trainkit::optim::SgdOptions&>(*config.optimizer.options);
   const auto base = trainkit::optim::SgdOptions(o.lr()).momentum(o.momentum()).weight_decay(o.weight_decay());
-  std::vector<torch::optim::OptimizerParamGroup> param_groups;
+  // The library's groups by parameter name (trainkit train's optimizer.lr_by_name): the notes' param groups.
+  const auto rules = layer_rules(*setup.model, lrs, o.lr());
+  const auto groups = trainkit::optim::lr_groups(setup.model->named_parameters(), rules,
+                                                 trainkit::optim::LrGroupsOptions().weight_decay(o.weight_decay()));
   auto report = std::make_shared<Report>();
-  for (size_t i = 0; i < groups.size(); ++i) {
-    auto options = base;
-    if (!lrs.empty()) {
-      options.lr(lrs[i]);
-    }
-    param_groups.emplace_back(groups[i].params, std::make_unique<trainkit::optim::SgdOptions>(options));
-    report->names.push_back(groups[i].name);
+  for (const auto& g : groups) {
+    report->names.push_back(g.name);
   }
+  if (!lrs.empty()) {
+    fmt::print("  the same groups in a trainkit train config, under [optimizer]:\n    lr_by_name = [\n");
+    for (const auto& rule : rules) {
+      fmt::print("      {{ name = \"{}\", pattern = [\"{}\"], lr = {:g} }},\n", rule.name,
+                 fmt::join(rule.patterns, "\", \""), rule.lr);
+    }
+    fmt::print("    ]\n");
+  }
+  auto param_groups = trainkit::optim::to_param_groups(groups, base);
   trainkit::optim::Sgd optimizer(param_groups, base);
   report->decay_epoch = decay_epoch;
   trainkit::train::Trainer trainer(setup.model, setup.forward, optimizer,

@@ -26,6 +26,7 @@
 #include "trainkit/data/parallel_loader.h"
 #include "trainkit/optim/adam.h"
 #include "trainkit/optim/param_groups.h"
+#include "trainkit/optim/sgd.h"
 
 using namespace trainkit;
 using trainkit::test::read_epoch;
@@ -334,7 +335,75 @@ TEST_CASE("optimizer.layer_decay: one group per layer and decay, LR scaled by de
   CHECK_THROWS_MATCHES(
       app::build_run(config({"optimizer.layer_decay=0.5", "scheduler.type=\"OneCycleLR\"", "scheduler.max_lr=0.1"}),
                      "test.toml"),
-      app::ConfigError, WhatContains("optimizer.layer_decay scales each layer's LR, but scheduler OneCycleLR"));
+      app::ConfigError, WhatContains("optimizer.layer_decay gives the param groups their own LRs, but scheduler OneCycleLR"));
+}
+
+TEST_CASE("optimizer.lr_by_name: the model's parameters chosen by name train at their rules' LRs",
+          "[app][run][lr_by_name]") {
+  // The CNN's children: conv 0 + norm 1, conv 4 + norm 5, linear 10, linear 13.
+  const std::string rules = R"(
+[optimizer]
+name = "sgd"
+lr = 0.01
+momentum = 0.9
+weight_decay = 0.001
+[[optimizer.lr_by_name]]
+name = "conv1"
+pattern = ["0.*", "1.*"]
+lr = 0.05
+[[optimizer.lr_by_name]]
+pattern = "13.*"
+lr = 0.0001
+)";
+  const std::vector<std::string> small = {"data.limit_train=600", "data.limit_test=100", "data.val_size=100",
+                                          "model.channels=[4, 8]", "model.hidden=16"};
+  const app::Config parsed = app::parse_config(rules, "test.toml", small);
+  app::Run run = app::build_run(parsed, "test.toml");
+  std::map<const void*, std::string> name_of;
+  for (const auto& p : run.model->named_parameters()) {
+    name_of[p.value().unsafeGetTensorImpl()] = p.key();
+  }
+  REQUIRE(run.optimizer->param_groups().size() == 3);  // conv1, 13.*, the rest
+  size_t seen = 0;
+  for (const auto& group : run.optimizer->param_groups()) {
+    const auto& o = static_cast<const optim::SgdOptions&>(group.options());
+    for (const auto& p : group.params()) {
+      const std::string& name = name_of.at(p.unsafeGetTensorImpl());
+      INFO(name);
+      const double expected = name.rfind("0.", 0) == 0 || name.rfind("1.", 0) == 0 ? 0.05
+                              : name.rfind("13.", 0) == 0                          ? 0.0001
+                                                                                   : 0.01;
+      CHECK(o.lr() == expected);
+      CHECK(o.momentum() == 0.9);
+      CHECK(o.weight_decay() == 0.001);
+      ++seen;
+    }
+  }
+  CHECK(seen == run.model->parameters().size());
+  // The effective config records the rules in a form that parses back to the same groups.
+  const ArgTable effective = optim::optimizer_args(parsed.optimizer);
+  const std::string recorded = find_arg(effective, "lr_by_name")->to_string();
+  CHECK(recorded == R"([{ name = "conv1", pattern = ["0.*", "1.*"], lr = 0.05 }, { name = "13.*", pattern = ["13.*"], lr = 0.0001 }])");
+  const app::Config again = app::parse_config("[optimizer]\nname = \"sgd\"\nlr_by_name = " + recorded + "\n", "again.toml");
+  REQUIRE(again.optimizer.lr_by_name.size() == 2);
+  CHECK(again.optimizer.lr_by_name[1].lr == 0.0001);
+
+  // Refused: a rule that matches nothing (named, with the model's names), together with layer_decay, a
+  // rule without an LR, and a scheduler that sets every group to one max_lr.
+  CHECK_THROWS_MATCHES(
+      app::build_run(app::parse_config(rules + "[[optimizer.lr_by_name]]\nname = \"fc\"\npattern = \"fc.*\"\nlr = 0.1\n",
+                                       "test.toml", small),
+                     "test.toml"),
+      app::ConfigError, WhatContains("test.toml: optimizer.lr_by_name: lr_groups: rule \"fc\" (fc.*) matches no parameter") &&
+                            WhatContains("named like 0.weight, 1.weight, 1.bias"));
+  CHECK_THROWS_MATCHES(app::parse_config(rules, "test.toml", {"optimizer.layer_decay=0.5"}), app::ConfigError,
+                       WhatContains("optimizer.layer_decay and optimizer.lr_by_name both set"));
+  CHECK_THROWS_MATCHES(app::parse_config("[optimizer]\n[[optimizer.lr_by_name]]\npattern = \"x\"\n", "test.toml"),
+                       app::ConfigError, WhatContains("lr"));
+  CHECK_THROWS_MATCHES(
+      app::build_run(app::parse_config(rules, "test.toml", {"scheduler.type=\"OneCycleLR\"", "scheduler.max_lr=0.1"}),
+                     "test.toml"),
+      app::ConfigError, WhatContains("optimizer.lr_by_name gives the param groups their own LRs, but scheduler OneCycleLR"));
 }
 
 TEST_CASE("train.val_every_steps: trainkit train validates mid-epoch, logs it, and early stopping follows",

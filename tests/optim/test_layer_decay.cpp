@@ -1,15 +1,17 @@
 // Layer-wise LR decay against timm (tests/golden/layer_decay.toml, scripts/golden_layer_decay.py): the layer
 // ids timm's group_parameters gives a ViT and a ResNet from their group_matcher, and the param groups of
-// param_groups_layer_decay (names, LR scales, weight decays, members in order).
+// param_groups_layer_decay (names, LR scales, weight decays, members in order); and LRs by parameter name.
 #include <torch/torch.h>
 
 #include "support.h"
 #include "trainkit/optim/adam.h"
 #include "trainkit/optim/param_groups.h"
+#include "trainkit/optim/sgd.h"
 
 using namespace trainkit;
 
 using trainkit::test::values_of;
+using trainkit::test::WhatContains;
 
 TEST_CASE("layer_ids and layer_decay_groups follow timm's param_groups_layer_decay", "[optim][layer_decay][golden]") {
   const auto g = trainkit::test::golden("layer_decay.toml");
@@ -87,3 +89,65 @@ TEST_CASE("to_param_groups scales each group's LR and sets its weight decay", "[
   CHECK_FALSE(optim::matches_wildcard("xfc.weight", "fc.*"));
   CHECK_THROWS_AS(optim::layer_ids({"a"}, {{{"(unclosed"}}}), std::invalid_argument);
 }
+
+TEST_CASE("lr_groups gives groups of parameters chosen by name their own LRs, as the LR notes' param groups",
+          "[optim][layer_decay][lr_groups]") {
+  torch::OrderedDict<std::string, at::Tensor> params;
+  for (const std::string name : {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "norm.weight",
+                                 "fc.weight", "fc.bias"}) {
+    params.insert(name, torch::zeros(name.find("weight") != std::string::npos && name != "norm.weight"
+                                         ? std::vector<int64_t>{2, 2}
+                                         : std::vector<int64_t>{2})
+                            .requires_grad_());
+  }
+  params.insert("frozen.weight", torch::zeros({2, 2}));
+  // The notes: conv1 0.01, conv2 0.001, fc 0.0001; "conv*" after "conv1" takes only what conv1 left.
+  const std::vector<optim::LrRule> rules{{"conv1", {"conv1.*"}, 0.01}, {"convs", {"conv*"}, 0.001}, {"fc", {"fc.*"}, 1e-4}};
+  const auto groups = optim::lr_groups(params, rules, optim::LrGroupsOptions().weight_decay(0.1));
+  REQUIRE(groups.size() == 4);
+  const std::vector<std::string> names{"conv1", "convs", "fc", "default"};
+  const std::vector<std::vector<std::string>> members{
+      {"conv1.weight", "conv1.bias"}, {"conv2.weight", "conv2.bias"}, {"fc.weight", "fc.bias"}, {"norm.weight"}};
+  for (size_t i = 0; i < groups.size(); ++i) {
+    INFO(groups[i].name);
+    CHECK(groups[i].name == names[i]);
+    CHECK(groups[i].param_names == members[i]);
+    CHECK(groups[i].weight_decay == 0.1);
+  }
+  CHECK_FALSE(groups[3].lr.has_value());  // the unmatched parameters keep the optimizer's LR
+  optim::Sgd sgd(optim::to_param_groups(groups, optim::SgdOptions(0.5).momentum(0.9)), optim::SgdOptions(0.5));
+  const std::vector<double> lrs{0.01, 0.001, 1e-4, 0.5};
+  for (size_t i = 0; i < lrs.size(); ++i) {
+    const auto& o = static_cast<const optim::SgdOptions&>(sgd.param_groups()[i].options());
+    CHECK(o.lr() == lrs[i]);  // exactly the rule's LR, not a product
+    CHECK(o.momentum() == 0.9);
+    CHECK(o.weight_decay() == 0.1);
+  }
+
+  SECTION("exclude_1d splits each group into a decayed half and a no-decay half") {
+    const auto split = optim::lr_groups(params, rules, optim::LrGroupsOptions().weight_decay(0.1).exclude_1d(true));
+    std::vector<std::string> split_names;
+    for (const auto& g : split) {
+      split_names.push_back(g.name);
+      CHECK(g.weight_decay == (g.name.find("_no_decay") != std::string::npos ? 0.0 : 0.1));
+      for (const auto& p : g.params) {
+        CHECK((p.dim() <= 1) == (g.weight_decay == 0.0));
+      }
+    }
+    CHECK(split_names == std::vector<std::string>{"conv1", "conv1_no_decay", "convs", "convs_no_decay", "fc",
+                                                  "fc_no_decay", "default_no_decay"});
+    CHECK(split[1].lr == 0.01);
+  }
+  SECTION("a rule that matches nothing, and bad rules, are errors naming the rule") {
+    CHECK_THROWS_MATCHES(optim::lr_groups(params, {{"head", {"head.*", "classifier.*"}, 0.1}}), std::invalid_argument,
+                         WhatContains("rule \"head\" (head.*, classifier.*) matches no parameter") &&
+                             WhatContains("named like conv1.weight, conv1.bias"));
+    CHECK_THROWS_MATCHES(optim::lr_groups(params, {{"fc", {"fc.*"}, 0.0}}), std::invalid_argument,
+                         WhatContains("rule \"fc\": invalid lr 0"));
+    CHECK_THROWS_MATCHES(optim::lr_groups(params, {{"fc", {}, 0.1}}), std::invalid_argument,
+                         WhatContains("rule \"fc\" has no pattern"));
+    CHECK_THROWS_MATCHES(optim::lr_groups(params, {{"fc", {"fc.*"}, 0.1}, {"fc", {"conv1.*"}, 0.1}}),
+                         std::invalid_argument, WhatContains("two rules are called \"fc\""));
+  }
+}
+

@@ -28,26 +28,43 @@
 namespace trainkit::app {
 namespace {
 
-/// The config's optimizer over the model: one group, the no-decay split (optimizer.no_decay_1d), or one
-/// group per layer and decay (optimizer.layer_decay, layers by optim::child_layer_ids).
+/// The config's optimizer over the model: one group, the no-decay split (optimizer.no_decay_1d), one group per
+/// layer and decay (optimizer.layer_decay, layers by optim::child_layer_ids), or groups by parameter name
+/// with their own LRs (optimizer.lr_by_name, with the no-decay split inside each group when no_decay_1d).
 std::unique_ptr<torch::optim::Optimizer> make_run_optimizer(const Run& run, const Config& config,
                                                             const std::string& source) {
   const optim::OptimizerSpec& spec = config.optimizer;
-  if (spec.layer_decay == 0) {
+  const bool by_name = !spec.lr_by_name.empty();
+  if (spec.layer_decay == 0 && !by_name) {
     return optim::make_optimizer(spec, run.model->parameters());
   }
-  // Schedulers that set every group to one absolute LR would undo the layers' scales.
+  const char* key = by_name ? "lr_by_name" : "layer_decay";
+  // Schedulers that set every group to one absolute LR would undo the groups' own LRs.
   if (config.scheduler && (config.scheduler->type == "OneCycleLR" || config.scheduler->type == "CyclicLR")) {
-    throw ConfigError(fmt::format("{}: optimizer.layer_decay scales each layer's LR, but scheduler {} sets every "
-                                  "group to its own max_lr; use a scheduler that scales the LR (e.g. WarmupCosine, "
-                                  "CosineAnnealingLR) or layer_decay = 0",
-                                  source, config.scheduler->type));
+    throw ConfigError(fmt::format("{}: optimizer.{} gives the param groups their own LRs, but scheduler {} sets "
+                                  "every group to its own max_lr; use a scheduler that scales the LR (e.g. "
+                                  "WarmupCosine, CosineAnnealingLR) or leave optimizer.{} out",
+                                  source, key, config.scheduler->type, key));
   }
   const ArgTable args = optim::optimizer_args(spec);
   const ArgValue* wd = find_arg(args, "weight_decay");
-  const auto groups = optim::layer_decay_groups(
-      run.model->named_parameters(), optim::child_layer_ids(*run.model),
-      optim::LayerDecayOptions().layer_decay(spec.layer_decay).weight_decay(wd != nullptr ? *wd->as_number() : 0.0));
+  const double weight_decay = wd != nullptr ? *wd->as_number() : 0.0;
+  if (by_name) {
+    std::vector<optim::LayerDecayGroup> groups;
+    try {
+      groups = optim::lr_groups(run.model->named_parameters(), spec.lr_by_name,
+                                optim::LrGroupsOptions().weight_decay(weight_decay).exclude_1d(spec.no_decay_1d));
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(fmt::format("{}: optimizer.lr_by_name: {}", source, e.what()));
+    }
+    for (const auto& g : groups) {
+      spdlog::info("optimizer: group {} lr {} ({} tensors)", g.name,
+                   g.lr ? fmt::format("{:g}", *g.lr) : std::string("as optimizer.lr"), g.params.size());
+    }
+    return optim::make_optimizer(spec, groups);
+  }
+  const auto groups = optim::layer_decay_groups(run.model->named_parameters(), optim::child_layer_ids(*run.model),
+                                                optim::LayerDecayOptions().layer_decay(spec.layer_decay).weight_decay(weight_decay));
   spdlog::info("optimizer: layer_decay {}, {} param groups (lowest LR scale {:.4g})", spec.layer_decay,
                groups.size(), groups.empty() ? 1.0 : groups.front().lr_scale);
   return optim::make_optimizer(spec, groups);

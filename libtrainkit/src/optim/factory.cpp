@@ -20,6 +20,48 @@ constexpr const char* kLayerDecayDoc =
     "Layer-wise LR decay (timm's layer_decay): the model's layers get lr x layer_decay^(deepest - layer) and "
     "parameters with ndim <= 1 weight decay 0 (0 = off)";
 
+constexpr const char* kLrByName = "lr_by_name";
+constexpr const char* kLrByNameDoc =
+    "Learning rates by parameter name, PyTorch's param groups with their own lr: rules { name, pattern (a "
+    "shell-style pattern or an array of them), lr }; a parameter joins the first rule it matches, the others "
+    "keep the optimizer's lr; a rule that matches nothing is an error (not with layer_decay)";
+
+/// The rules of lr_by_name: an array of tables { name (optional), pattern (string or array), lr > 0 }.
+std::vector<LrRule> parse_lr_by_name(ArgReader& args, const std::string& section) {
+  std::vector<LrRule> rules;
+  for (ArgReader& sub : args.required_tables(kLrByName)) {
+    LrRule rule;
+    const ArgValue* pattern = trainkit::find_arg(sub.table(), "pattern");
+    if (pattern == nullptr) {
+      sub.fail_key("pattern", fmt::format("{}: {}.{}: a rule needs a pattern (a string or an array of strings)",
+                                          sub.where(), section, kLrByName));
+    }
+    if (const auto* one = pattern->get_if<std::string>()) {
+      rule.patterns.push_back(*one);
+    } else if (const auto* many = pattern->get_if<ArgValue::Array>()) {
+      for (const ArgValue& p : *many) {
+        const auto* text = p.get_if<std::string>();
+        if (text == nullptr) {
+          sub.fail("pattern", "a string or an array of strings");
+        }
+        rule.patterns.push_back(*text);
+      }
+    }
+    if (rule.patterns.empty()) {
+      sub.fail("pattern", "a string or a non-empty array of strings");
+    }
+    sub.ignore("pattern");
+    rule.lr = sub.required_number("lr");
+    if (!(rule.lr > 0)) {
+      sub.fail("lr", "a number > 0");
+    }
+    rule.name = sub.string("name").value_or(fmt::format("{}", fmt::join(rule.patterns, ",")));
+    sub.finish("a rule of " + section + "." + kLrByName);
+    rules.push_back(std::move(rule));
+  }
+  return rules;
+}
+
 /// The rule of layer_decay: 0 (off) or a factor in (0, 1].
 ValueRule<double> layer_decay_rule() { return rule::number(closed_unit_interval()); }
 
@@ -115,6 +157,8 @@ OptimizerSpec parse_optimizer(const std::string& name, ArgReader& args, const st
                                        line_of(value)));
       }
       spec.layer_decay = *x;
+    } else if (key == kLrByName) {
+      spec.lr_by_name = parse_lr_by_name(args, section);
     } else if (const OptimizerArg* arg = find_arg(*entry, key)) {
       if (!arg->read(value, *spec.options)) {
         args.fail_key(key, fmt::format("{}.{}: expected {}, got {}{}", section, key, arg->expected,
@@ -137,10 +181,15 @@ OptimizerSpec parse_optimizer(const std::string& name, ArgReader& args, const st
       }
       known.push_back(section + "." + kNoDecay1d);
       known.push_back(section + "." + kLayerDecay);
+      known.push_back(section + "." + kLrByName);
       args.fail_key(key, fmt::format("unknown key '{}.{}'{} for optimizer \"{}\" (known: {})", section, key,
                                      line_of(value), name, fmt::join(known, ", ")));
     }
     args.ignore(key);
+  }
+  if (spec.layer_decay != 0 && !spec.lr_by_name.empty()) {
+    args.fail_key(kLrByName, fmt::format("{0}.{1} and {0}.{2} both set the param groups' learning rates; use one",
+                                         section, kLayerDecay, kLrByName));
   }
   args.finish(fmt::format("optimizer \"{}\"", name));
   try {
@@ -185,6 +234,14 @@ ArgTable optimizer_args(const OptimizerSpec& spec) {
   }
   out.emplace_back(kNoDecay1d, ArgValue(spec.no_decay_1d));
   out.emplace_back(kLayerDecay, ArgValue(spec.layer_decay));
+  if (!spec.lr_by_name.empty()) {
+    ArgValue::Array rules;
+    for (const LrRule& rule : spec.lr_by_name) {
+      ArgValue::Array patterns(rule.patterns.begin(), rule.patterns.end());
+      rules.emplace_back(ArgTable{{"name", ArgValue(rule.name)}, {"pattern", ArgValue(patterns)}, {"lr", ArgValue(rule.lr)}});
+    }
+    out.emplace_back(kLrByName, ArgValue(rules));
+  }
   return out;
 }
 
@@ -247,6 +304,7 @@ std::vector<OptimizerArgDoc> optimizer_arg_docs() {
                   "Parameters with ndim <= 1 (biases, norm weights) in a group with weight_decay 0", names_of(all),
                   ArgValue(false)});
   docs.push_back({kLayerDecay, layer_decay_rule().type, kLayerDecayDoc, names_of(all), ArgValue(0.0)});
+  docs.push_back({kLrByName, "array of tables", kLrByNameDoc, names_of(all), std::nullopt});
   return docs;
 }
 

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <regex>
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace trainkit::optim {
 
@@ -151,6 +153,80 @@ std::vector<LayerDecayGroup> layer_decay_groups(const torch::OrderedDict<std::st
     }
     g->param_names.push_back(name);
     g->params.push_back(param);
+  }
+  return groups;
+}
+
+std::vector<LayerDecayGroup> lr_groups(const torch::OrderedDict<std::string, at::Tensor>& named_params,
+                                       const std::vector<LrRule>& rules, const LrGroupsOptions& options) {
+  if (!(options.weight_decay() >= 0)) {
+    throw std::invalid_argument(fmt::format("lr_groups: invalid weight_decay: {}", options.weight_decay()));
+  }
+  for (size_t r = 0; r < rules.size(); ++r) {
+    const LrRule& rule = rules[r];
+    if (rule.patterns.empty()) {
+      throw std::invalid_argument(fmt::format("lr_groups: rule \"{}\" has no pattern", rule.name));
+    }
+    if (!(rule.lr > 0) || !std::isfinite(rule.lr)) {
+      throw std::invalid_argument(fmt::format("lr_groups: rule \"{}\": invalid lr {} (must be > 0)", rule.name, rule.lr));
+    }
+    for (size_t other = 0; other < r; ++other) {
+      if (rules[other].name == rule.name) {
+        throw std::invalid_argument(fmt::format("lr_groups: two rules are called \"{}\"", rule.name));
+      }
+    }
+    if (rule.name == "default") {
+      throw std::invalid_argument("lr_groups: \"default\" names the group of the unmatched parameters");
+    }
+  }
+  // Group g's decayed half at 2g, its no-decay half at 2g + 1; the unmatched parameters are group rules.size().
+  std::vector<LayerDecayGroup> slots(2 * (rules.size() + 1));
+  std::vector<bool> matched(rules.size(), false);
+  std::vector<std::string> names;
+  for (const auto& item : named_params) {
+    const std::string& name = item.key();
+    const at::Tensor& param = item.value();
+    if (!param.requires_grad()) {
+      continue;
+    }
+    names.push_back(name);
+    size_t g = 0;
+    while (g < rules.size() && std::none_of(rules[g].patterns.begin(), rules[g].patterns.end(),
+                                            [&](const std::string& p) { return matches_wildcard(name, p); })) {
+      ++g;
+    }
+    if (g < rules.size()) {
+      matched[g] = true;
+    }
+    const bool no_decay = options.exclude_1d() && param.dim() <= 1;
+    LayerDecayGroup& slot = slots[2 * g + (no_decay ? 1 : 0)];
+    slot.param_names.push_back(name);
+    slot.params.push_back(param);
+  }
+  for (size_t r = 0; r < rules.size(); ++r) {
+    if (!matched[r]) {
+      const size_t shown = std::min<size_t>(names.size(), 8);
+      throw std::invalid_argument(fmt::format(
+          "lr_groups: rule \"{}\" ({}) matches no parameter; the parameters are named like {}{}", rules[r].name,
+          fmt::join(rules[r].patterns, ", "), fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+          names.size() > shown ? ", ..." : ""));
+    }
+  }
+  std::vector<LayerDecayGroup> groups;
+  for (size_t g = 0; g <= rules.size(); ++g) {
+    for (const bool no_decay : {false, true}) {
+      LayerDecayGroup& slot = slots[2 * g + (no_decay ? 1 : 0)];
+      if (slot.params.empty()) {
+        continue;
+      }
+      const std::string base = g < rules.size() ? rules[g].name : "default";
+      slot.name = no_decay ? base + "_no_decay" : base;
+      if (g < rules.size()) {
+        slot.lr = rules[g].lr;
+      }
+      slot.weight_decay = no_decay ? 0.0 : options.weight_decay();
+      groups.push_back(std::move(slot));
+    }
   }
   return groups;
 }

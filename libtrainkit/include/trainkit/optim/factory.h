@@ -41,6 +41,8 @@ struct OptimizerSpec {
   /// Layer-wise LR decay (timm's layer_decay): 0 = off; else each layer's group gets lr × layer_decay^(deepest
   /// − layer) and the parameters with ndim <= 1 weight decay 0 (make_optimizer over layer_decay_groups).
   double layer_decay = 0.0;
+  /// Learning rates by parameter name (lr_groups; not together with layer_decay): empty = off.
+  std::vector<LrRule> lr_by_name;
 };
 
 /// Reads the arguments of optimizer `name` from `args` (every key not read before must be one of its
@@ -64,7 +66,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& spe
                                                         const std::vector<LayerDecayGroup>& groups);
 
 /// The effective value of every argument of spec's optimizer (unset optional ones left out), in
-/// binding order, then `no_decay_1d` and `layer_decay`: what a run's config.toml records.
+/// binding order, then `no_decay_1d`, `layer_decay` and (when set) `lr_by_name`: what a run's config.toml
+/// records.
 ArgTable optimizer_args(const OptimizerSpec& spec);
 
 /// The registered optimizer names, sorted.
@@ -84,8 +87,8 @@ struct OptimizerArgDoc {
   /// The default, when every optimizer that takes it has the same one (else the optimizer's own).
   std::optional<ArgValue> default_value;
 };
-/// Every argument name once (in binding order, optimizers taken by name), then `no_decay_1d` and
-/// `layer_decay`.
+/// Every argument name once (in binding order, optimizers taken by name), then `no_decay_1d`,
+/// `layer_decay` and `lr_by_name`.
 std::vector<OptimizerArgDoc> optimizer_arg_docs();
 
 /// One bound argument of one optimizer, type-erased over the Options types (OptimizerBinding writes these).

@@ -3,15 +3,20 @@
 /// Param-group helpers: the usual split that keeps biases and norm weights out of weight decay (and so out
 /// of LARS/LAMB adaptation), as timm's param_groups_weight_decay does; and layer-wise LR decay, as timm's
 /// param_groups_layer_decay (BEiT's): parameters grouped by depth, each group's LR scaled by
-/// layer_decay^(deepest - depth).
+/// layer_decay^(deepest - depth); and learning rates by parameter name, as a PyTorch param group with its
+/// own 'lr' (lr_groups).
 ///
 ///   auto ids = optim::layer_ids(names, {{{"^stem"}}, {{"^blocks\\.(\\d+)"}}});  // depth by block number
 ///   auto groups = optim::layer_decay_groups(model->named_parameters(), ids, optim::LayerDecayOptions());
 ///   optim::AdamW opt(optim::to_param_groups(groups, optim::AdamWOptions(1e-3)), optim::AdamWOptions(1e-3));
+///
+///   auto by_name = optim::lr_groups(model->named_parameters(), {{"conv1", {"0.*", "1.*"}, 0.01}, {"fc", {"8.*"}, 1e-4}});
+///   optim::Sgd sgd(optim::to_param_groups(by_name, optim::SgdOptions(1e-3)), optim::SgdOptions(1e-3));
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,7 +95,8 @@ struct LayerDecayOptions {
 /// One group of layer_decay_groups().
 struct LayerDecayGroup {
   std::string name;          ///< "layer_<id>_decay" or "layer_<id>_no_decay", as timm names it
-  double lr_scale = 1.0;     ///< multiplies the optimizer's LR
+  double lr_scale = 1.0;     ///< multiplies the optimizer's LR (when `lr` is unset)
+  std::optional<double> lr;  ///< the group's own LR, replacing the optimizer's (lr_groups)
   double weight_decay = 0.0;
   std::vector<std::string> param_names;
   std::vector<at::Tensor> params;
@@ -105,15 +111,41 @@ std::vector<LayerDecayGroup> layer_decay_groups(const torch::OrderedDict<std::st
 /// Whether `name` matches the shell-style `pattern` (`*`, `?`; Python's fnmatch without character classes).
 bool matches_wildcard(const std::string& name, const std::string& pattern);
 
-/// `groups` as optimizer param groups: each one `options` with lr × lr_scale and its weight decay. Works with
-/// any options type that has lr and weight_decay accessors (trainkit's and LibTorch's).
+/// One rule of lr_groups(): the parameters whose name matches one of `patterns` (shell-style, as
+/// matches_wildcard) train with learning rate `lr`, in a group called `name`.
+struct LrRule {
+  std::string name;
+  std::vector<std::string> patterns;
+  double lr = 0.0;
+};
+
+/// Options of lr_groups().
+struct LrGroupsOptions {
+  /// Weight decay of every group (of the decayed halves with exclude_1d).
+  TORCH_ARG(double, weight_decay) = 0.0;
+  /// Each group's parameters with ndim <= 1 (biases, norm weights) in a second group "<name>_no_decay"
+  /// with weight decay 0.
+  TORCH_ARG(bool, exclude_1d) = false;
+};
+
+/// Learning rates by parameter name (PyTorch's `[{'params': ..., 'lr': 0.01}, ...]`): one group per rule, in
+/// rule order, holding the parameters that require grad whose name a rule matches first (in the model's
+/// order); the parameters no rule matches form a last group "default" with the optimizer's LR (`lr` unset).
+/// Throws std::invalid_argument naming the rule when a rule has no pattern, an LR that is not > 0, or matches
+/// no parameter (the message lists some of the names), and for a name used twice.
+std::vector<LayerDecayGroup> lr_groups(const torch::OrderedDict<std::string, at::Tensor>& named_params,
+                                       const std::vector<LrRule>& rules, const LrGroupsOptions& options = {});
+
+/// `groups` as optimizer param groups: each one `options` with the group's `lr` where set, else lr ×
+/// lr_scale, and its weight decay. Works with any options type that has lr and weight_decay accessors
+/// (trainkit's and LibTorch's).
 template <class Options>
 std::vector<torch::optim::OptimizerParamGroup> to_param_groups(const std::vector<LayerDecayGroup>& groups,
                                                                const Options& options) {
   std::vector<torch::optim::OptimizerParamGroup> out;
   for (const auto& g : groups) {
     Options o = options;
-    o.lr(options.lr() * g.lr_scale);
+    o.lr(g.lr ? *g.lr : options.lr() * g.lr_scale);
     o.weight_decay(g.weight_decay);
     out.emplace_back(g.params, std::make_unique<Options>(o));
   }
