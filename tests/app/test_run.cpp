@@ -399,7 +399,9 @@ lr = 0.0001
   CHECK_THROWS_MATCHES(app::parse_config(rules, "test.toml", {"optimizer.layer_decay=0.5"}), app::ConfigError,
                        WhatContains("optimizer.layer_decay and optimizer.lr_by_name both set"));
   CHECK_THROWS_MATCHES(app::parse_config("[optimizer]\n[[optimizer.lr_by_name]]\npattern = \"x\"\n", "test.toml"),
-                       app::ConfigError, WhatContains("lr"));
+                       app::ConfigError, WhatContains("test.toml: optimizer.lr_by_name[0]: lr is required"));
+  CHECK_THROWS_MATCHES(app::parse_config("[optimizer]\nlr_by_name = 3\n", "test.toml"), app::ConfigError,
+                       WhatContains("optimizer.lr_by_name: expected a non-empty array of tables"));
   CHECK_THROWS_MATCHES(
       app::build_run(app::parse_config(rules, "test.toml", {"scheduler.type=\"OneCycleLR\"", "scheduler.max_lr=0.1"}),
                      "test.toml"),

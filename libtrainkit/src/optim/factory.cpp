@@ -26,42 +26,6 @@ constexpr const char* kLrByNameDoc =
     "shell-style pattern or an array of them), lr }; a parameter joins the first rule it matches, the others "
     "keep the optimizer's lr; a rule that matches nothing is an error (not with layer_decay)";
 
-/// The rules of lr_by_name: an array of tables { name (optional), pattern (string or array), lr > 0 }.
-std::vector<LrRule> parse_lr_by_name(ArgReader& args, const std::string& section) {
-  std::vector<LrRule> rules;
-  for (ArgReader& sub : args.required_tables(kLrByName)) {
-    LrRule rule;
-    const ArgValue* pattern = trainkit::find_arg(sub.table(), "pattern");
-    if (pattern == nullptr) {
-      sub.fail_key("pattern", fmt::format("{}: {}.{}: a rule needs a pattern (a string or an array of strings)",
-                                          sub.where(), section, kLrByName));
-    }
-    if (const auto* one = pattern->get_if<std::string>()) {
-      rule.patterns.push_back(*one);
-    } else if (const auto* many = pattern->get_if<ArgValue::Array>()) {
-      for (const ArgValue& p : *many) {
-        const auto* text = p.get_if<std::string>();
-        if (text == nullptr) {
-          sub.fail("pattern", "a string or an array of strings");
-        }
-        rule.patterns.push_back(*text);
-      }
-    }
-    if (rule.patterns.empty()) {
-      sub.fail("pattern", "a string or a non-empty array of strings");
-    }
-    sub.ignore("pattern");
-    rule.lr = sub.required_number("lr");
-    if (!(rule.lr > 0)) {
-      sub.fail("lr", "a number > 0");
-    }
-    rule.name = sub.string("name").value_or(fmt::format("{}", fmt::join(rule.patterns, ",")));
-    sub.finish("a rule of " + section + "." + kLrByName);
-    rules.push_back(std::move(rule));
-  }
-  return rules;
-}
-
 /// The rule of layer_decay: 0 (off) or a factor in (0, 1].
 ValueRule<double> layer_decay_rule() { return rule::number(closed_unit_interval()); }
 
@@ -95,6 +59,49 @@ const OptimizerArg* find_arg(const OptimizerEntry& entry, const std::string& key
 
 std::string line_of(const ArgValue& value) {
   return value.line() > 0 ? fmt::format(" (line {})", value.line()) : std::string();
+}
+
+/// The rules of lr_by_name: an array of tables { name (optional), pattern (string or array), lr > 0 }.
+std::vector<LrRule> parse_lr_by_name(ArgReader& args, const std::string& section) {
+  const ArgValue& value = *trainkit::find_arg(args.table(), kLrByName);
+  const auto* array = value.get_if<ArgValue::Array>();
+  const auto is_table = [](const ArgValue& e) { return e.get_if<ArgTable>() != nullptr; };
+  if (array == nullptr || array->empty() || !std::all_of(array->begin(), array->end(), is_table)) {
+    args.fail_key(kLrByName, fmt::format("{}.{}: expected a non-empty array of tables {{ name, pattern, lr }}, got {}{}",
+                                         section, kLrByName, value.to_string(), line_of(value)));
+  }
+  std::vector<LrRule> rules;
+  for (size_t i = 0; i < array->size(); ++i) {
+    ArgReader sub(*(*array)[i].get_if<ArgTable>(), fmt::format("{}: {}.{}[{}]", args.where(), section, kLrByName, i));
+    LrRule rule;
+    const ArgValue* pattern = trainkit::find_arg(sub.table(), "pattern");
+    if (pattern == nullptr) {
+      sub.fail_key("pattern", "a rule needs a pattern (a string or an array of strings)");
+    }
+    if (const auto* one = pattern->get_if<std::string>()) {
+      rule.patterns.push_back(*one);
+    } else if (const auto* many = pattern->get_if<ArgValue::Array>()) {
+      for (const ArgValue& p : *many) {
+        const auto* text = p.get_if<std::string>();
+        if (text == nullptr) {
+          sub.fail("pattern", "a string or an array of strings");
+        }
+        rule.patterns.push_back(*text);
+      }
+    }
+    if (rule.patterns.empty()) {
+      sub.fail("pattern", "a string or a non-empty array of strings");
+    }
+    sub.ignore("pattern");
+    rule.lr = sub.required_number("lr");
+    if (!(rule.lr > 0)) {
+      sub.fail("lr", "a number > 0");
+    }
+    rule.name = sub.string("name").value_or(fmt::format("{}", fmt::join(rule.patterns, ",")));
+    sub.finish("a rule of " + section + "." + kLrByName + " (name, pattern, lr)");
+    rules.push_back(std::move(rule));
+  }
+  return rules;
 }
 
 std::vector<std::string> names_of(const std::vector<OptimizerEntry>& all) {
