@@ -181,3 +181,16 @@ TEST_CASE("Autocast on CUDA casts matmuls and restores float32", "[amp][autocast
   }
   CHECK(mm_dtype(torch::kCUDA) == torch::kFloat32);
 }
+
+TEST_CASE("loss_for_backward takes a half or bfloat16 loss to float32 and leaves float32 and float64 alone",
+          "[amp][autocast]") {
+  const at::Tensor f32 = torch::tensor(0.25f);
+  for (const auto low : {torch::kHalf, torch::kBFloat16}) {
+    const at::Tensor converted = trainkit::amp::loss_for_backward(f32.to(low));
+    CHECK(converted.scalar_type() == torch::kFloat32);
+    CHECK(converted.item<float>() == 0.25f);
+  }
+  CHECK(trainkit::amp::loss_for_backward(f32).is_same(f32));
+  const at::Tensor f64 = torch::tensor(1.0 / 3.0, torch::kFloat64);
+  CHECK(trainkit::amp::loss_for_backward(f64).is_same(f64));  // no precision lost
+}

@@ -70,4 +70,9 @@ Autocast::~Autocast() {
   compat::set_autocast_cache_enabled(prev_cache_enabled_);
 }
 
+at::Tensor loss_for_backward(const at::Tensor& loss) {
+  const auto t = loss.scalar_type();
+  return t == c10::ScalarType::Half || t == c10::ScalarType::BFloat16 ? loss.to(c10::ScalarType::Float) : loss;
+}
+
 }  // namespace trainkit::amp

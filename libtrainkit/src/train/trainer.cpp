@@ -145,8 +145,8 @@ std::optional<amp::Autocast> Trainer::autocast_region() const {
 at::Tensor Trainer::forward_loss(const data::Batch& batch) {
   const auto guard = autocast_region();
   const at::Tensor loss = loss_(forward_(batch), batch);
-  // Under autocast the loss is reported and backpropagated from float32, whatever the forward's precision.
-  return autocast_ ? loss.to(torch::kFloat32) : loss;
+  // Under autocast a half or bfloat16 loss is reported and backpropagated from float32.
+  return autocast_ ? amp::loss_for_backward(loss) : loss;
 }
 
 void Trainer::sync_for_profile(const c10::Device& device) const {

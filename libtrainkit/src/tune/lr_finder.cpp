@@ -111,8 +111,8 @@ LRFinderResult LRFinder::range_test(data::BatchSource& train, data::BatchSource*
           }
           l = loss_(forward_(b), b);
         }
-        if (autocast_ && (l.scalar_type() == torch::kHalf || l.scalar_type() == torch::kBFloat16)) {
-          l = l.to(torch::kFloat32);  // as the Trainer does: the loss is reported and scaled from float32
+        if (autocast_) {
+          l = amp::loss_for_backward(l);  // as the Trainer does: reported and scaled from float32
         }
         l = l / static_cast<double>(options.accumulation_steps());
         (scaler_ != nullptr ? scaler_->scale(l) : l).backward();

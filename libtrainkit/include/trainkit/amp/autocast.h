@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
@@ -14,6 +15,11 @@ namespace trainkit::amp {
 /// Whether autocast on `device` can use `dtype`: CPU takes bfloat16 (and float16 from LibTorch 2.5),
 /// CUDA float16 and bfloat16; other devices are not supported.
 bool is_autocast_dtype_supported(c10::DeviceType device, c10::ScalarType dtype);
+
+/// A loss computed under autocast, as it is reported and backpropagated: float16 and bfloat16 become float32
+/// (where autocast ran the loss's last op in the lower precision); float32 and float64 stay as they are.
+/// The Trainer and the LR finder both take their loss through it.
+at::Tensor loss_for_backward(const at::Tensor& loss);
 
 /// Autocast for one device type while the object lives (thread-local, like all autocast state).
 ///
