@@ -46,6 +46,7 @@ struct ZeroArgs {
   std::string save_dir;
   std::string load_dir;
   int64_t steps = 4;
+  int64_t data_steps = 0;  // 0: steps
   int64_t accum = 1;
   double bucket_kb = 1.0;
   std::string out = ".";
@@ -74,7 +75,8 @@ int run_zero(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg, const Zero
     start = saved.back().item<int64_t>();
     zero.load_sharded(a.load_dir);
   }
-  const auto data = td::make_data(a.steps * world * a.accum * a.micro);
+  // The data of `data_steps` steps (labels depend on the length): a saved run and its continuation agree.
+  const auto data = td::make_data((a.data_steps > 0 ? a.data_steps : a.steps) * world * a.accum * a.micro);
   std::string skipped;
   trainkit::dist::CommStats no_sync_comm, sync_comm;
   int64_t grad_bytes = 0;
@@ -163,6 +165,7 @@ int main(int argc, char** argv) {
   cli.option("--optim", za.optim, "zero2: adam, adamw, sgd or lamb").show_default();
   cli.option("--clip", za.clip, "zero2: clip the gradient norm to this (0 = off)").show_default();
   cli.flag("--scaler", za.scaler, "zero2: GradScaler, with an inf in one gradient of rank 0's shard at step 2");
+  cli.option("--data-steps", za.data_steps, "zero2: generate the data of this many steps (0 = --steps)");
   cli.option("--micro", za.micro, "Rows per micro-batch and rank").show_default();
   cli.option("--save-dir", za.save_dir, "zero2: write the model and the shards there after the last step");
   cli.option("--load-dir", za.load_dir, "zero2: start from the model and the shards there");

@@ -331,9 +331,9 @@ void ZeroRedundancyOptimizer::load_shards(const std::vector<torch::serialize::In
   // The first source becomes the shard's optimizer: it keeps what its type saves besides the per-parameter
   // state (e.g. LAMB's step count), which every rank's shard holds alike. Its parameters become this rank's
   // and every parameter's state moves to its new key.
+  const int64_t first_source = sources.begin()->first;
   auto local = std::move(sources.begin()->second);
   sources.erase(sources.begin());
-  const int64_t first_source = reference.owner[static_cast<size_t>(mine.front())];
   std::remove_reference_t<decltype(local->state())> moved;
   for (int64_t i : mine) {
     const int64_t from = reference.owner[static_cast<size_t>(i)];
