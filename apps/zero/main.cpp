@@ -1,7 +1,9 @@
-// zero: optimizer-state memory per rank with ZeRO stage 1. Trains an MLP on Fashion-MNIST with
-// DistributedDataParallel and a ZeroRedundancyOptimizer(Adam) under the launcher, then prints for every rank
-// the parameters it owns and the bytes of Adam state it holds, against one unsharded Adam:
+// zero: gradient and optimizer-state memory per rank with ZeRO stages 1 and 2. Trains an MLP on Fashion-MNIST
+// with DistributedDataParallel and a ZeroRedundancyOptimizer(Adam) under the launcher, once per stage, then
+// prints for every rank the parameters it owns and the bytes of gradients and Adam state it holds, against
+// the unsharded run, and checks that both stages trained the same model:
 //   trainkit launch --nproc 2 -- build/apps/zero --steps 20
+#include <algorithm>
 #include <cstdio>
 
 #include <torch/torch.h>
@@ -15,7 +17,7 @@
 #include "trainkit/nn/models.h"
 
 int main(int argc, char** argv) {
-  trainkit::app::Cli cli{"ZeRO-1: Adam state memory per rank vs unsharded (run under `trainkit launch` or torchrun)"};
+  trainkit::app::Cli cli{"ZeRO stages 1 and 2: gradient and Adam state memory per rank vs unsharded (run under `trainkit launch` or torchrun)"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t steps = 20;
   int64_t batch_size = 128;
@@ -38,44 +40,66 @@ int main(int argc, char** argv) {
     trainkit::data::TensorLoader loader(
         train.images, train.labels,
         trainkit::data::TensorLoaderOptions().batch_size(std::max<int64_t>(1, batch_size / world)).num_replicas(world).rank(rank));
-    torch::manual_seed(0);
-    auto model = trainkit::nn::make_mlp(trainkit::nn::MlpOptions().hidden({hidden, hidden}));
-    trainkit::dist::DistributedDataParallel ddp(model.ptr(), pg);
-    trainkit::dist::ZeroRedundancyOptimizer zero(
-        model->parameters(), pg, [lr](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
-          return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(lr));
-        });
-    double loss_sum = 0;
-    for (int64_t step = 0; step < steps; ++step) {
-      const auto batch = loader.batch(step % loader.num_batches());
-      zero.zero_grad();
-      const auto loss = torch::nn::functional::cross_entropy(model->forward(batch.input()), batch.target());
-      loss.backward();
-      zero.step();
-      loss_sum += loss.item<double>();
-    }
-    const double mean_loss = pg->all_reduce_mean(loss_sum / static_cast<double>(steps));
     // The unsharded reference: one Adam over all parameters of a copy, stepped once (its state is then
-    // allocated in full).
+    // allocated in full), and all of its gradients.
     auto copy = trainkit::nn::make_mlp(trainkit::nn::MlpOptions().hidden({hidden, hidden}));
     for (auto& p : copy->parameters()) p.mutable_grad() = torch::zeros_like(p);
     torch::optim::Adam full(copy->parameters(), torch::optim::AdamOptions(lr));
     full.step();
-    const double full_bytes = static_cast<double>(trainkit::dist::optimizer_state_bytes(full));
-    const double mine = static_cast<double>(zero.local_state_bytes());
-    const double total = pg->all_reduce_sum(mine);
-    for (int64_t r = 0; r < world; ++r) {
-      pg->barrier();
-      if (r == rank) {
-        std::printf("rank %lld: %zu of %zu parameter tensors, Adam state %.2f MiB (%.1f%% of unsharded %.2f MiB)\n",
-                    static_cast<long long>(rank), zero.shard(rank).size(), model->parameters().size(), mine / 1048576.0,
-                    100.0 * mine / full_bytes, full_bytes / 1048576.0);
-        std::fflush(stdout);
+    const double full_state = static_cast<double>(trainkit::dist::optimizer_state_bytes(full));
+    double full_grads = 0;
+    for (const auto& p : copy->parameters()) full_grads += static_cast<double>(p.grad().nbytes());
+    std::vector<at::Tensor> finals[2];
+    for (const int64_t stage : {int64_t{1}, int64_t{2}}) {
+      torch::manual_seed(0);
+      auto model = trainkit::nn::make_mlp(trainkit::nn::MlpOptions().hidden({hidden, hidden}));
+      trainkit::dist::DistributedDataParallel ddp(model.ptr(), pg);
+      trainkit::dist::ZeroRedundancyOptimizer zero(
+          ddp,
+          [lr](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+            return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(lr));
+          },
+          trainkit::dist::ZeroOptions().stage(stage));
+      double loss_sum = 0;
+      double grads = 0;
+      for (int64_t step = 0; step < steps; ++step) {
+        const auto batch = loader.batch(step % loader.num_batches());
+        zero.zero_grad();
+        const auto loss = torch::nn::functional::cross_entropy(model->forward(batch.input()), batch.target());
+        loss.backward();
+        grads = static_cast<double>(zero.local_gradient_bytes());  // after backward: stage 2 holds its shard only
+        zero.step();
+        loss_sum += loss.item<double>();
       }
+      const double mean_loss = pg->all_reduce_mean(loss_sum / static_cast<double>(steps));
+      const double state = static_cast<double>(zero.local_state_bytes());
+      for (int64_t r = 0; r < world; ++r) {
+        pg->barrier();
+        if (r == rank) {
+          std::printf("stage %lld rank %lld: %zu of %zu parameter tensors; gradients %.2f MiB, Adam state %.2f MiB: "
+                      "%.1f%% of the unsharded %.2f MiB\n",
+                      static_cast<long long>(stage), static_cast<long long>(rank), zero.shard(rank).size(),
+                      model->parameters().size(), grads / 1048576.0, state / 1048576.0,
+                      100.0 * (grads + state) / (full_grads + full_state), (full_grads + full_state) / 1048576.0);
+          std::fflush(stdout);
+        }
+      }
+      if (pg->is_main()) {
+        std::printf("stage %lld, %lld rank(s): mean training loss over %lld steps %.4f\n", static_cast<long long>(stage),
+                    static_cast<long long>(world), static_cast<long long>(steps), mean_loss);
+      }
+      for (const auto& p : model->parameters()) finals[stage - 1].push_back(p.detach().clone());
+    }
+    double diff = 0;
+    for (size_t i = 0; i < finals[0].size(); ++i) {
+      diff = std::max(diff, (finals[0][i] - finals[1][i]).abs().max().item<double>());
     }
     if (pg->is_main()) {
-      std::printf("%lld rank(s): all shards together %.2f MiB; mean training loss over %lld steps %.4f\n",
-                  static_cast<long long>(world), total / 1048576.0, static_cast<long long>(steps), mean_loss);
+      std::printf("largest parameter difference between stage 1 and stage 2: %.3g (float32 sums in another order)\n", diff);
+    }
+    if (!(diff < 1e-4)) {
+      std::fprintf(stderr, "zero: stages 1 and 2 trained different models (difference %g)\n", diff);
+      return 1;
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zero: rank %lld: %s\n", static_cast<long long>(rank), e.what());

@@ -8,6 +8,8 @@
 
 #include <torch/torch.h>
 
+#include "trainkit/optim/lamb.h"
+
 namespace trainkit::test::dist {
 
 /// Many small float64 tensors (13 Linear layers): with a small bucket cap they span several buckets.
@@ -69,6 +71,22 @@ inline std::vector<at::Tensor> snapshot(const torch::nn::Module& m) {
   std::vector<at::Tensor> out;
   for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
   return out;
+}
+
+/// The optimizers of the ZeRO tests by name: "adam", "adamw", "sgd" (momentum 0.9) or "lamb" (weight decay
+/// 0.01, no internal clip: the test clips with the norm over all ranks).
+inline std::unique_ptr<torch::optim::Optimizer> make_zero_test_optimizer(const std::string& name,
+                                                                        std::vector<at::Tensor> params) {
+  if (name == "adam") return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-2));
+  if (name == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-2).weight_decay(0.05));
+  }
+  if (name == "sgd") return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1).momentum(0.9));
+  if (name == "lamb") {
+    return std::make_unique<trainkit::optim::Lamb>(
+        params, trainkit::optim::LambOptions(1e-2).weight_decay(0.01).max_grad_norm(std::nullopt));
+  }
+  throw std::invalid_argument("unknown test optimizer '" + name + "'");
 }
 
 constexpr int64_t kMicro = 6;

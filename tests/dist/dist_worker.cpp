@@ -9,12 +9,16 @@
 //   scaler like ddp with a GradScaler; rank 1's loss is inf at step 2: every rank must skip that step
 //   metrics evaluate a fixed model on this rank's half of a fixed data set with the Trainer, reducing loss
 //           and metrics through an all-reduce; prints them
+//   zero2  ZeroRedundancyOptimizer over the DDP (--stage 1|2, --optim adam|adamw|sgd|lamb) with accumulation,
+//          --clip (the norm over all ranks), --scaler (an inf in one gradient of rank 0's shard at step 2),
+//          --save-dir/--load-dir (sharded checkpoints; any world size); prints bytes per rank
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <limits>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -31,6 +35,111 @@
 
 namespace td = trainkit::test::dist;
 
+namespace {
+
+struct ZeroArgs {
+  int64_t stage = 2;
+  std::string optim = "adam";
+  double clip = 0.0;
+  bool scaler = false;
+  int64_t micro = td::kMicro;
+  std::string save_dir;
+  std::string load_dir;
+  int64_t steps = 4;
+  int64_t data_steps = 0;  // 0: steps
+  int64_t accum = 1;
+  double bucket_kb = 1.0;
+  std::string out = ".";
+};
+
+/// Mode zero2: ChainNet with DDP + ZeroRedundancyOptimizer. A run that loads continues at the step saved.
+int run_zero(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg, const ZeroArgs& a) {
+  const int64_t rank = pg->rank();
+  const int64_t world = pg->world_size();
+  auto net = td::make_chain_net(7 + static_cast<uint64_t>(rank));
+  trainkit::dist::DistributedDataParallel ddp(
+      net, pg,
+      trainkit::dist::DistributedDataParallelOptions().bucket_cap_mb(a.bucket_kb / 1024.0).first_bucket_mb(a.bucket_kb / 1024.0));
+  trainkit::dist::ZeroRedundancyOptimizer zero(
+      ddp, [&a](std::vector<at::Tensor> params) { return td::make_zero_test_optimizer(a.optim, std::move(params)); },
+      trainkit::dist::ZeroOptions().stage(a.stage));
+  trainkit::amp::GradScaler scaler(c10::kCPU, trainkit::amp::GradScalerOptions().init_scale(1024.0).enabled(a.scaler));
+  scaler.set_found_inf_reducer(zero.found_inf_reducer());
+  int64_t start = 0;
+  if (!a.load_dir.empty()) {
+    std::vector<at::Tensor> saved;
+    torch::load(saved, a.load_dir + "/model.pt");
+    const auto params = net->parameters();
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) params[i].copy_(saved.at(i));
+    start = saved.back().item<int64_t>();
+    zero.load_sharded(a.load_dir);
+  }
+  // The data of `data_steps` steps (labels depend on the length): a saved run and its continuation agree.
+  const auto data = td::make_data((a.data_steps > 0 ? a.data_steps : a.steps) * world * a.accum * a.micro);
+  std::string skipped;
+  trainkit::dist::CommStats no_sync_comm, sync_comm;
+  int64_t grad_bytes = 0;
+  for (int64_t step = start; step < a.steps; ++step) {
+    zero.zero_grad();
+    for (int64_t k = 0; k < a.accum; ++k) {
+      auto x = td::rows(data.first, step, k, rank, world, a.accum, a.micro);
+      auto y = td::rows(data.second, step, k, rank, world, a.accum, a.micro);
+      const auto before = pg->stats();
+      {
+        std::optional<trainkit::dist::DistributedDataParallel::NoSyncGuard> guard;
+        if (k + 1 < a.accum) guard.emplace(ddp);
+        scaler.scale(torch::nn::functional::cross_entropy(net->forward(x), y) / static_cast<double>(a.accum)).backward();
+      }
+      const auto after = pg->stats();
+      auto& count = k + 1 < a.accum ? no_sync_comm : sync_comm;
+      count.reduces += after.reduces - before.reduces;
+      count.reduce_bytes += after.reduce_bytes - before.reduce_bytes;
+      count.all_reduces += after.all_reduces - before.all_reduces;
+    }
+    grad_bytes = zero.local_gradient_bytes();
+    if (a.scaler && step == 2 && zero.owner(0) == rank) {
+      // An overflow in one gradient of rank 0's shard only: every rank must skip the step.
+      torch::NoGradGuard no_grad;
+      net->parameters()[0].grad().view({-1})[0] = std::numeric_limits<double>::infinity();
+    }
+    if (a.clip > 0) {
+      scaler.unscale_(zero);
+      const double norm = zero.clip_grad_norm_(a.clip).item<double>();
+      std::printf("rank %lld: step %lld norm %.12f\n", static_cast<long long>(rank), static_cast<long long>(step), norm);
+    }
+    if (!scaler.step(zero)) skipped += " " + std::to_string(step);
+    scaler.update();
+  }
+  std::printf("rank %lld: stage %lld: gradient bytes %lld, optimizer state bytes %lld, bucket bytes %lld, %zu of %zu "
+              "parameters\n",
+              static_cast<long long>(rank), static_cast<long long>(zero.stage()), static_cast<long long>(grad_bytes),
+              static_cast<long long>(zero.local_state_bytes()), static_cast<long long>(ddp.bucket_bytes()),
+              zero.shard(rank).size(), net->parameters().size());
+  std::printf("rank %lld: backward reduces: %lld (%lld bytes) under no_sync, %lld (%lld bytes) synchronising, "
+              "%lld all-reduces\n",
+              static_cast<long long>(rank), static_cast<long long>(no_sync_comm.reduces),
+              static_cast<long long>(no_sync_comm.reduce_bytes), static_cast<long long>(sync_comm.reduces),
+              static_cast<long long>(sync_comm.reduce_bytes),
+              static_cast<long long>(no_sync_comm.all_reduces + sync_comm.all_reduces));
+  if (a.scaler) {
+    std::printf("rank %lld: skipped steps:%s; scale %g\n", static_cast<long long>(rank), skipped.c_str(),
+                scaler.get_scale());
+  }
+  if (!a.save_dir.empty()) {
+    zero.save_sharded(a.save_dir);
+    if (rank == 0) {
+      auto saved = td::snapshot(*net);
+      saved.push_back(at::tensor(a.steps));
+      torch::save(saved, a.save_dir + "/model.pt");
+    }
+  }
+  torch::save(td::snapshot(*net), a.out + "/rank" + std::to_string(rank) + ".pt");
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   trainkit::app::Cli cli{"One rank of trainkit's multi-process tests (run under `trainkit launch` or torchrun)"};
   std::string mode = "ddp";
@@ -41,7 +150,7 @@ int main(int argc, char** argv) {
   bool no_overlap = false;
   std::string compression = "none";
   cli.option("--mode", mode, "ddp, zero, fault, hang or env")
-      .one_of({"ddp", "zero", "fault", "hang", "env", "unused", "scaler", "metrics"})
+      .one_of({"ddp", "zero", "zero2", "fault", "hang", "env", "unused", "scaler", "metrics"})
       .show_default();
   cli.option("--out", out, "Directory for rank<r>.pt and checkpoints").show_default();
   cli.option("--steps", steps, "Optimizer steps").show_default();
@@ -51,6 +160,15 @@ int main(int argc, char** argv) {
   cli.option("--compression", compression, "none, fp16 or bf16").show_default();
   bool find_unused = false;
   cli.flag("--find-unused", find_unused, "DDP's find_unused_parameters");
+  ZeroArgs za;
+  cli.option("--stage", za.stage, "zero2: ZeRO stage").show_default();
+  cli.option("--optim", za.optim, "zero2: adam, adamw, sgd or lamb").show_default();
+  cli.option("--clip", za.clip, "zero2: clip the gradient norm to this (0 = off)").show_default();
+  cli.flag("--scaler", za.scaler, "zero2: GradScaler, with an inf in one gradient of rank 0's shard at step 2");
+  cli.option("--data-steps", za.data_steps, "zero2: generate the data of this many steps (0 = --steps)");
+  cli.option("--micro", za.micro, "Rows per micro-batch and rank").show_default();
+  cli.option("--save-dir", za.save_dir, "zero2: write the model and the shards there after the last step");
+  cli.option("--load-dir", za.load_dir, "zero2: start from the model and the shards there");
   if (auto rc = cli.parse(argc, argv)) return *rc;
 
   int64_t rank = -1;
@@ -83,6 +201,13 @@ int main(int argc, char** argv) {
       return 0;
     }
 
+    if (mode == "zero2") {
+      za.steps = steps;
+      za.accum = accum;
+      za.bucket_kb = bucket_kb;
+      za.out = out;
+      return run_zero(pg, za);
+    }
     // Each rank starts from a different initialisation: DDP's broadcast makes rank 0's the common one.
     auto net = td::make_chain_net(7 + static_cast<uint64_t>(rank));
     // "unused": the chain plus a Linear that forward never calls (its parameters come last).

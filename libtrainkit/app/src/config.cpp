@@ -212,6 +212,8 @@ const std::vector<Section>& plain_sections() {
     s.push_back({"distributed", OptionBinding<Config>()
         .include(dist::InitOptions::binding(), [](auto& c) -> auto& { return c.distributed.group; })
         .include(dist::DistributedDataParallelOptions::binding(), [](auto& c) -> auto& { return c.distributed.ddp; })});
+    s.push_back({"zero", OptionBinding<Config>()
+        .include(dist::ZeroOptions::binding(), [](auto& c) -> auto& { return c.distributed.zero; })});
     return s;
   }();
   return all;
@@ -264,7 +266,7 @@ std::vector<std::string> section_keys(const ConfigExtensions& extensions, const 
 /// program's own sections, then [scheduler].
 std::vector<std::string> sections(const ConfigExtensions& extensions = {}) {
   std::vector<std::string> names = {"data", "model", "optimizer", "train", "grad", "amp", "checkpoint",
-                                    "early_stopping", "ema", "swa", "log", "profile", "distributed"};
+                                    "early_stopping", "ema", "swa", "log", "profile", "distributed", "zero"};
   for (const auto& keys : extensions.keys) {
     if (std::find(names.begin(), names.end(), keys.section) == names.end()) {
       names.push_back(keys.section);

@@ -54,6 +54,8 @@ std::string summary_json(const TrainJobResult& result, const train::StepTimes& s
   if (distributed) {
     json["all_reduces"] = result.all_reduces;
     json["all_reduce_bytes"] = result.all_reduce_bytes;
+    json["zero_stage"] = result.zero_stage;
+    json["optimizer_state_bytes"] = result.optimizer_state_bytes;
   }
   json["torch_version"] = compat::torch_version();
   return json.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
@@ -122,6 +124,20 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
           fmt::format("{}: does not match this config's model or optimizer: {}", resume_path, why));
     };
     try {
+#if TRAINKIT_WITH_DISTRIBUTED
+      if (run.zero != nullptr && !run.main_rank()) {
+        // ZeRO: every rank saved its own shard beside rank 0's checkpoint (checkpoint_dir); it resumes from it.
+        resume_path = (fs::path(checkpoint_dir(plan.dir, run)) / fs::path(resume_path).filename()).string();
+        if (!fs::exists(resume_path)) {
+          throw train::CheckpointError(fmt::format(
+              "{}: rank {} has no ZeRO shard of this checkpoint (was it saved by another number of ranks, or "
+              "without [zero]?)",
+              resume_path, run.rank));
+        }
+        archive = torch::serialize::InputArchive();
+        train::load_checkpoint(resume_path, archive);
+      }
+#endif
       trainer.load(archive);
     } catch (const c10::Error& e) {  // LibTorch's archive reader (a missing key or a shape)
       throw mismatch(e.what_without_backtrace());
@@ -198,6 +214,9 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     const dist::CommStats comm = run.group->stats();
     result.all_reduces = comm.all_reduces;
     result.all_reduce_bytes = comm.all_reduce_bytes;
+    result.zero_stage = run.zero != nullptr ? run.zero->stage() : 0;
+    result.optimizer_state_bytes = run.zero != nullptr ? run.zero->local_state_bytes()
+                                                       : dist::optimizer_state_bytes(*run.optimizer);
   }
   if (!run.main_rank()) {
     return result;  // rank 0 writes the run directory

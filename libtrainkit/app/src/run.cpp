@@ -264,9 +264,15 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
   if (options.dir().empty()) {
     return;
   }
-  run.checkpoints = std::make_shared<train::CheckpointManager>(
-      (std::filesystem::path(options.dir()) / "checkpoints").string(), config.checkpoint.keep_last);
+  run.checkpoints = std::make_shared<train::CheckpointManager>(checkpoint_dir(options.dir(), run),
+                                                               config.checkpoint.keep_last);
   if (!run.main_rank()) {
+#if TRAINKIT_WITH_DISTRIBUTED
+    if (run.zero != nullptr) {  // its shard of the optimizer state, at the same steps as rank 0
+      run.trainer->add_callback(
+          std::make_shared<train::TrainerCheckpoint>(run.checkpoints, config.checkpoint.every_steps));
+    }
+#endif
     return;
   }
   std::filesystem::create_directories(options.dir());
@@ -312,6 +318,17 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
 }
 
 }  // namespace
+
+std::string checkpoint_dir(const std::string& dir, const Run& run) {
+  const auto base = std::filesystem::path(dir) / "checkpoints";
+#if TRAINKIT_WITH_DISTRIBUTED
+  if (run.zero != nullptr && !run.main_rank()) {
+    return (base / ("rank" + std::to_string(run.rank))).string();
+  }
+#endif
+  (void)run;
+  return base.string();
+}
 
 torch::Device choose_device(const std::string& setting, int64_t world_size, int64_t local_rank,
                             int64_t cuda_devices, const std::string& source) {
@@ -395,6 +412,30 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   }
 #endif
   run.optimizer = make_run_optimizer(run, config, source);
+#if TRAINKIT_WITH_DISTRIBUTED
+  if (run.group && config.distributed.zero.stage() > 0) {
+    if (config.optimizer.layer_decay != 0 || config.optimizer.no_decay_1d) {
+      throw ConfigError(fmt::format("{}: [zero] stage = {} shards one param group; optimizer.{} makes several "
+                                    "(turn one of them off)",
+                                    source, config.distributed.zero.stage(),
+                                    config.optimizer.layer_decay != 0 ? "layer_decay" : "no_decay_1d"));
+    }
+    std::unique_ptr<dist::ZeroRedundancyOptimizer> zero;
+    try {
+      zero = std::make_unique<dist::ZeroRedundancyOptimizer>(
+          *run.ddp, [&config](std::vector<at::Tensor> params) { return optim::make_optimizer(config.optimizer, params); },
+          config.distributed.zero);
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(fmt::format("{}: [zero] stage = {}: {}", source, config.distributed.zero.stage(), e.what()));
+    }
+    spdlog::info("zero: stage {}, rank 0 owns {} of {} parameter tensors", zero->stage(), zero->shard(0).size(),
+                 zero->param_groups()[0].params().size());
+    run.zero = zero.get();
+    run.optimizer = std::move(zero);
+  } else if (config.distributed.zero.stage() > 0) {
+    spdlog::info("zero: stage {} has no effect on one process", config.distributed.zero.stage());
+  }
+#endif
   const int64_t accumulation = config.trainer.accumulation_steps();
   run.steps_per_epoch = (run.train->num_batches() + accumulation - 1) / accumulation;
   run.trainer = std::make_unique<train::Trainer>(run.model, std::move(forward), *run.optimizer, config.trainer);
@@ -402,6 +443,17 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
     run.trainer->set_loss(parts.loss);
   }
   attach_precision(run, config, source);
+#if TRAINKIT_WITH_DISTRIBUTED
+  if (run.zero != nullptr) {
+    // Each rank holds a shard of the gradients (stage 2): the clipped norm and the inf check span all ranks.
+    run.trainer->set_clip_grad_norm([zero = run.zero](double max_norm, double norm_type) {
+      return zero->clip_grad_norm_(max_norm, norm_type);
+    });
+    if (run.trainer->grad_scaler()) {
+      run.trainer->grad_scaler()->set_found_inf_reducer(run.zero->found_inf_reducer());
+    }
+  }
+#endif
   attach_metrics(run, config, source);
   if (config.scheduler) {
     try {

@@ -195,6 +195,15 @@ std::vector<std::pair<c10::Device, at::Tensor>> GradScaler::unscale_grads(torch:
   return found_inf_per_device;
 }
 
+void GradScaler::agree(std::vector<std::pair<c10::Device, at::Tensor>>& per_device) const {
+  if (!found_inf_reducer_) {
+    return;
+  }
+  at::Tensor flag = per_device.empty() ? at::zeros({}, scale_.options()) : summed_found_inf(per_device, scale_.device());
+  found_inf_reducer_(flag);
+  per_device = {{scale_.device(), flag}};
+}
+
 void GradScaler::unscale_(torch::optim::Optimizer& opt) {
   if (!enabled_) {
     return;
@@ -211,6 +220,7 @@ void GradScaler::unscale_(torch::optim::Optimizer& opt) {
   const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
   const at::Tensor found_inf = at::zeros({}, scale_.options());
   state.found_inf_per_device = unscale_grads(opt, inv_scale, found_inf);
+  agree(state.found_inf_per_device);
   state.stage = OptState::UNSCALED;
 }
 
@@ -232,6 +242,7 @@ bool GradScaler::step(torch::optim::Optimizer& opt) {
     at::Tensor grad_scale;
     if (state.stage == OptState::READY) {
       state.found_inf_per_device = unscale_grads(opt, at::ones({}, scale_.options()), at::zeros({}, scale_.options()));
+      agree(state.found_inf_per_device);
       grad_scale = scale_;
     }
     scaled->step_found_inf(grad_scale, summed_found_inf(state.found_inf_per_device, scale_.device()));
@@ -244,9 +255,10 @@ bool GradScaler::step(torch::optim::Optimizer& opt) {
     if (scaled != nullptr && scale_.device().is_cpu()) {
       if (const auto grads = fused_checkable_grads(opt)) {
         const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
-        const bool overflow = any_nonfinite(*grads);
-        const at::Tensor found_inf = at::full({}, overflow ? 1.0f : 0.0f, scale_.options());
-        state.found_inf_per_device = {{c10::Device(c10::kCPU), found_inf}};
+        state.found_inf_per_device = {{c10::Device(c10::kCPU), at::full({}, any_nonfinite(*grads) ? 1.0f : 0.0f, scale_.options())}};
+        agree(state.found_inf_per_device);
+        const at::Tensor found_inf = state.found_inf_per_device.front().second;
+        const bool overflow = found_inf.item<float>() != 0.0f;
         scaled->step_scaled(inv_scale, found_inf);
         state.stage = OptState::STEPPED;
         return !overflow;

@@ -1,5 +1,6 @@
 #include "trainkit/dist/ddp.h"
 
+#include <algorithm>
 #include <mutex>
 #include <sstream>
 
@@ -42,6 +43,52 @@ std::vector<std::vector<int64_t>> compute_bucket_assignment(const std::vector<at
   return buckets;
 }
 
+std::vector<std::vector<int64_t>> compute_owner_bucket_assignment(const std::vector<at::Tensor>& params,
+                                                                  const std::vector<int64_t>& owner,
+                                                                  double first_bucket_mb, double bucket_cap_mb,
+                                                                  std::vector<int64_t>* roots) {
+  TRAINKIT_CHECK_ARG(first_bucket_mb > 0, "Invalid first_bucket_mb: {}", first_bucket_mb);
+  TRAINKIT_CHECK_ARG(bucket_cap_mb > 0, "Invalid bucket_cap_mb: {}", bucket_cap_mb);
+  TRAINKIT_CHECK_ARG(owner.size() == params.size(), "compute_owner_bucket_assignment: {} owners for {} parameters",
+                     owner.size(), params.size());
+  struct Open {
+    int64_t owner = -1;
+    std::vector<int64_t> indices;
+    int64_t bytes = 0;
+    bool first = true;  // no bucket of this owner closed yet
+  };
+  std::vector<std::vector<int64_t>> buckets;
+  std::vector<int64_t> bucket_roots;
+  std::vector<Open> open;  // one per owner, in first-seen order
+  const auto close = [&](Open& o) {
+    if (o.indices.empty()) return;
+    buckets.push_back(std::move(o.indices));
+    bucket_roots.push_back(o.owner);
+    o.indices.clear();
+    o.bytes = 0;
+    o.first = false;
+  };
+  for (int64_t i = static_cast<int64_t>(params.size()) - 1; i >= 0; --i) {
+    const auto& p = params[static_cast<size_t>(i)];
+    const int64_t r = owner[static_cast<size_t>(i)];
+    auto it = std::find_if(open.begin(), open.end(), [r](const Open& o) { return o.owner == r; });
+    if (it == open.end()) {
+      open.push_back(Open{r, {}, 0, true});
+      it = std::prev(open.end());
+    }
+    if (!it->indices.empty()) {
+      const auto& head = params[static_cast<size_t>(it->indices.front())];
+      if (head.scalar_type() != p.scalar_type() || head.device() != p.device()) close(*it);
+    }
+    it->indices.push_back(i);
+    it->bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    if (static_cast<double>(it->bytes) >= (it->first ? first_bucket_mb : bucket_cap_mb) * 1024.0 * 1024.0) close(*it);
+  }
+  for (auto& o : open) close(o);
+  if (roots != nullptr) *roots = std::move(bucket_roots);
+  return buckets;
+}
+
 namespace detail {
 
 namespace {
@@ -70,19 +117,23 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
     : params_(std::move(params)), names_(std::move(names)), group_(std::move(group)), options_(std::move(options)) {
   TRAINKIT_CHECK_ARG(options_.compression == "none" || options_.compression == "fp16" || options_.compression == "bf16",
                      "Invalid gradient compression: '{}' (none, fp16 or bf16)", options_.compression);
+  TRAINKIT_CHECK_ARG(options_.roots.empty() || options_.roots.size() == buckets.size(),
+                     "Reducer: {} bucket roots for {} buckets", options_.roots.size(), buckets.size());
   bucket_of_.assign(params_.size(), -1);
   ready_.assign(params_.size(), false);
   for (auto& indices : buckets) {
     Bucket b;
     b.indices = indices;
-    int64_t numel = 0;
     for (int64_t i : indices) {
-      b.offsets.push_back(numel);
-      numel += params_[static_cast<size_t>(i)].numel();
+      b.offsets.push_back(b.numel);
+      b.numel += params_[static_cast<size_t>(i)].numel();
       bucket_of_[static_cast<size_t>(i)] = static_cast<int64_t>(buckets_.size());
     }
-    const auto& first = params_[static_cast<size_t>(indices.front())];
-    b.flat = at::zeros({numel}, first.options().requires_grad(false));
+    b.root = options_.roots.empty() ? -1 : options_.roots[buckets_.size()];
+    if (b.root < 0) {  // all-reduce buckets keep their buffer; reduced ones allocate it per backward
+      const auto& first = params_[static_cast<size_t>(indices.front())];
+      b.flat = at::zeros({b.numel}, first.options().requires_grad(false));
+    }
     buckets_.push_back(std::move(b));
   }
   for (auto& b : buckets_) b.pending = static_cast<int64_t>(b.indices.size());
@@ -129,13 +180,21 @@ void Reducer::mark_ready(int64_t index) {
 
 void Reducer::launch(Bucket& bucket) {
   at::NoGradGuard no_grad;
+  if (bucket.root >= 0) {
+    const auto& first = params_[static_cast<size_t>(bucket.indices.front())];
+    bucket.flat = at::empty({bucket.numel}, first.options().requires_grad(false));
+  }
+  const bool drop = bucket.root >= 0 && bucket.root != group_->rank();
   for (size_t k = 0; k < bucket.indices.size(); ++k) {
-    const auto& p = params_[static_cast<size_t>(bucket.indices[k])];
+    auto& p = params_[static_cast<size_t>(bucket.indices[k])];
     at::Tensor slot = bucket.flat.narrow(0, bucket.offsets[k], p.numel());
     if (p.grad().defined()) {
       slot.copy_(p.grad().reshape({-1}));
     } else {
       slot.zero_();  // an unused parameter (find_unused_parameters) contributes zero
+    }
+    if (drop) {
+      p.mutable_grad() = at::Tensor();  // ZeRO-2: another rank owns it; the bucket carries it from here
     }
   }
   // Divide before the sum, as PyTorch does, so large sums do not overflow in reduced precision.
@@ -147,7 +206,7 @@ void Reducer::launch(Bucket& bucket) {
   } else {
     bucket.comm = bucket.flat;
   }
-  bucket.work = group_->all_reduce(bucket.comm);
+  bucket.work = bucket.root >= 0 ? group_->reduce(bucket.comm, bucket.root) : group_->all_reduce(bucket.comm);
   bucket.launched = true;
   if (num_ready_ < params_.size()) ++started_early_;
 }
@@ -170,6 +229,7 @@ void Reducer::reset() {
     b.launched = false;
     b.work = Work();
     b.comm = at::Tensor();
+    if (b.root >= 0) b.flat = at::Tensor();
   }
 }
 
@@ -211,6 +271,11 @@ void Reducer::finalize() {
   at::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
     bucket.work.wait();
+    if (bucket.root >= 0 && bucket.root != group_->rank()) {
+      bucket.flat = at::Tensor();  // the gradients were dropped at launch; the owner has the mean
+      bucket.comm = at::Tensor();
+      continue;
+    }
     if (bucket.comm.data_ptr() != bucket.flat.data_ptr()) {
       bucket.flat.copy_(bucket.comm);
     }
@@ -223,8 +288,21 @@ void Reducer::finalize() {
         p.mutable_grad() = slot.clone();
       }
     }
+    if (bucket.root >= 0) {
+      bucket.flat = at::Tensor();
+      bucket.comm = at::Tensor();
+    }
   }
   last_started_early_ = started_early_;
+}
+
+int64_t Reducer::resident_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& b : buckets_) {
+    if (b.flat.defined()) bytes += static_cast<int64_t>(b.flat.nbytes());
+    if (b.comm.defined() && b.comm.data_ptr() != b.flat.data_ptr()) bytes += static_cast<int64_t>(b.comm.nbytes());
+  }
+  return bytes;
 }
 
 void Reducer::set_sync(bool enabled) {
@@ -248,6 +326,26 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   if (group_->world_size() == 1) {
     return;  // nothing to average: no hooks, no cost
   }
+  std::vector<at::Tensor> state;
+  for (const auto& p : module_->parameters()) state.push_back(p);
+  for (const auto& b : module_->buffers()) state.push_back(b);
+  group_->broadcast_tensors(state, 0);
+  const auto params = trained_parameters();
+  if (params.empty()) {
+    return;
+  }
+  install_reducer(compute_bucket_assignment(params, options_.first_bucket_mb(), options_.bucket_cap_mb()), {});
+}
+
+std::vector<at::Tensor> DistributedDataParallel::trained_parameters() const {
+  std::vector<at::Tensor> params;
+  for (const auto& p : module_->parameters(/*recurse=*/true)) {
+    if (p.requires_grad()) params.push_back(p);
+  }
+  return params;
+}
+
+void DistributedDataParallel::install_reducer(std::vector<std::vector<int64_t>> buckets, std::vector<int64_t> roots) {
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
@@ -256,21 +354,36 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
       names.push_back(item.key());
     }
   }
-  std::vector<at::Tensor> state;
-  for (const auto& p : module_->parameters()) state.push_back(p);
-  for (const auto& b : module_->buffers()) state.push_back(b);
-  group_->broadcast_tensors(state, 0);
-  if (params.empty()) {
-    return;
-  }
-  auto buckets = compute_bucket_assignment(params, options_.first_bucket_mb(), options_.bucket_cap_mb());
   detail::ReducerOptions ropts;
   ropts.overlap = options_.overlap();
   ropts.find_unused_parameters = options_.find_unused_parameters();
   ropts.compression = options_.compression();
+  ropts.roots = std::move(roots);
+  // The hooks of a replaced reducer hold it weakly: they do nothing once it is gone.
   reducer_ = std::make_shared<detail::Reducer>(std::move(params), std::move(names), group_, std::move(buckets), ropts);
   detail::Reducer::install_hooks(reducer_);
+  if (!sync_) reducer_->set_sync(false);
 }
+
+void DistributedDataParallel::reduce_to_owners(const std::vector<int64_t>& owner) {
+  if (!reducer_) {
+    return;  // world size 1 (or nothing to train): every gradient is already this rank's
+  }
+  const auto params = trained_parameters();
+  TRAINKIT_CHECK_ARG(owner.size() == params.size(),
+                     "DistributedDataParallel::reduce_to_owners: {} owners for {} parameters that require grad",
+                     owner.size(), params.size());
+  for (size_t i = 0; i < owner.size(); ++i) {
+    TRAINKIT_CHECK_ARG(owner[i] >= 0 && owner[i] < group_->world_size(),
+                       "DistributedDataParallel::reduce_to_owners: parameter {} has owner {}, not in [0, {})", i,
+                       owner[i], group_->world_size());
+  }
+  std::vector<int64_t> roots;
+  auto buckets = compute_owner_bucket_assignment(params, owner, options_.first_bucket_mb(), options_.bucket_cap_mb(), &roots);
+  install_reducer(std::move(buckets), std::move(roots));
+}
+
+int64_t DistributedDataParallel::bucket_bytes() const { return reducer_ ? reducer_->resident_bytes() : 0; }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 

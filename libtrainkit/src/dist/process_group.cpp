@@ -142,6 +142,8 @@ struct ProcessGroup::Impl {
   std::atomic<int64_t> all_reduce_bytes{0};
   std::atomic<int64_t> broadcasts{0};
   std::atomic<int64_t> broadcast_bytes{0};
+  std::atomic<int64_t> reduces{0};
+  std::atomic<int64_t> reduce_bytes{0};
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> gloo;
   c10::intrusive_ptr<c10d::Backend> nccl;
@@ -280,32 +282,66 @@ Work ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
   return Work(std::move(impl));
 }
 
-Work ProcessGroup::broadcast(at::Tensor tensor, int64_t root) {
-  if (world_size() == 1) {
-    return {};
-  }
-  if (root < 0 || root >= world_size()) {
-    throw std::invalid_argument("broadcast: root " + std::to_string(root) + " not in [0, " +
-                                std::to_string(world_size()) + ")");
+namespace {
+
+/// Starts a rooted collective (reduce, broadcast) of one contiguous tensor after checking root and layout,
+/// counting it in `count`/`bytes`; `what` names it in errors.
+template <class Start>
+Work start_rooted(const char* name, const at::Tensor& tensor, int64_t root, int64_t world, std::string what,
+                  std::string timeout, std::atomic<int64_t>& count, std::atomic<int64_t>& bytes, const Start& start) {
+  if (root < 0 || root >= world) {
+    throw std::invalid_argument(std::string(name) + ": root " + std::to_string(root) + " not in [0, " +
+                                std::to_string(world) + ")");
   }
   if (!tensor.is_contiguous()) {
-    throw std::invalid_argument("broadcast: the tensor must be contiguous");
+    throw std::invalid_argument(std::string(name) + ": the tensor must be contiguous");
   }
   auto impl = std::make_shared<Work::Impl>();
-  impl->what = "broadcast from rank " + std::to_string(root) + " on rank " + std::to_string(rank());
-  impl->timeout = seconds_text(options_.timeout());
-  c10d::BroadcastOptions opts;
-  opts.rootRank = root;
-  opts.timeout = options_.timeout();
+  impl->what = std::move(what);
+  impl->timeout = std::move(timeout);
   std::vector<at::Tensor> tensors{tensor};
-  impl_->broadcasts += 1;
-  impl_->broadcast_bytes += static_cast<int64_t>(tensor.nbytes());
+  count += 1;
+  bytes += static_cast<int64_t>(tensor.nbytes());
   try {
-    impl->work = impl_->backend_for(tensor, "broadcast").broadcast(tensors, opts);
+    impl->work = start(tensors);
   } catch (const std::exception& e) {
     throw DistError(impl->what + " could not start: " + error_text(e));
   }
   return Work(std::move(impl));
+}
+
+}  // namespace
+
+Work ProcessGroup::reduce(at::Tensor tensor, int64_t root) {
+  if (world_size() == 1) {
+    return {};
+  }
+  c10d::ReduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::SUM;
+  opts.rootRank = root;
+  opts.timeout = options_.timeout();
+  return start_rooted("reduce", tensor, root, world_size(),
+                      "reduce of " + std::to_string(tensor.numel()) + " elements to rank " + std::to_string(root) +
+                          " on rank " + std::to_string(rank()),
+                      seconds_text(options_.timeout()), impl_->reduces, impl_->reduce_bytes,
+                      [&](std::vector<at::Tensor>& tensors) {
+                        return impl_->backend_for(tensor, "reduce").reduce(tensors, opts);
+                      });
+}
+
+Work ProcessGroup::broadcast(at::Tensor tensor, int64_t root) {
+  if (world_size() == 1) {
+    return {};
+  }
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  opts.timeout = options_.timeout();
+  return start_rooted("broadcast", tensor, root, world_size(),
+                      "broadcast from rank " + std::to_string(root) + " on rank " + std::to_string(rank()),
+                      seconds_text(options_.timeout()), impl_->broadcasts, impl_->broadcast_bytes,
+                      [&](std::vector<at::Tensor>& tensors) {
+                        return impl_->backend_for(tensor, "broadcast").broadcast(tensors, opts);
+                      });
 }
 
 void ProcessGroup::broadcast_tensors(const std::vector<at::Tensor>& tensors, int64_t root) {
@@ -345,6 +381,8 @@ CommStats ProcessGroup::stats() const {
   s.all_reduce_bytes = impl_->all_reduce_bytes.load();
   s.broadcasts = impl_->broadcasts.load();
   s.broadcast_bytes = impl_->broadcast_bytes.load();
+  s.reduces = impl_->reduces.load();
+  s.reduce_bytes = impl_->reduce_bytes.load();
   return s;
 }
 

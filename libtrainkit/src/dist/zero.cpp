@@ -1,16 +1,27 @@
 #include "trainkit/dist/zero.h"
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
 #include <numeric>
 #include <sstream>
 
 #include <torch/torch.h>
 
 #include "detail/check.h"
+#include "trainkit/compat.h"
+#include "trainkit/dist/ddp.h"
+#include "trainkit/grad/clip.h"
+#include "trainkit/optim/lamb.h"
+#include "trainkit/train/checkpoint.h"
 
 namespace trainkit::dist {
 
 namespace {
+
+constexpr int64_t kShardVersion = 2;
 
 int64_t tensor_bytes_in(torch::serialize::InputArchive& archive) {
   int64_t bytes = 0;
@@ -24,6 +35,43 @@ int64_t tensor_bytes_in(torch::serialize::InputArchive& archive) {
     if (archive.try_read(key, nested)) bytes += tensor_bytes_in(nested);
   }
   return bytes;
+}
+
+int64_t read_int(torch::serialize::InputArchive& archive, const char* key) {
+  at::Tensor t;
+  TRAINKIT_CHECK_ARG(archive.try_read(key, t), "ZeroRedundancyOptimizer: the shard has no '{}' (not a ZeRO shard?)",
+                     key);
+  return t.item<int64_t>();
+}
+
+std::vector<int64_t> read_ints(torch::serialize::InputArchive& archive, const char* key) {
+  at::Tensor t;
+  TRAINKIT_CHECK_ARG(archive.try_read(key, t), "ZeroRedundancyOptimizer: the shard has no '{}' (not a ZeRO shard?)",
+                     key);
+  t = t.to(at::kLong).contiguous();
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+}
+
+/// The metadata of one saved shard.
+struct ShardInfo {
+  int64_t world = 0;
+  int64_t rank = 0;
+  std::vector<int64_t> owner;
+  std::vector<int64_t> numel;
+  torch::serialize::InputArchive* archive = nullptr;
+};
+
+ShardInfo read_info(torch::serialize::InputArchive& archive) {
+  const int64_t version = read_int(archive, "zero_version");
+  TRAINKIT_CHECK_ARG(version == kShardVersion, "ZeroRedundancyOptimizer: shard format version {} (this build reads {})",
+                     version, kShardVersion);
+  ShardInfo info;
+  info.world = read_int(archive, "world_size");
+  info.rank = read_int(archive, "rank");
+  info.owner = read_ints(archive, "owner");
+  info.numel = read_ints(archive, "numel");
+  info.archive = &archive;
+  return info;
 }
 
 }  // namespace
@@ -41,32 +89,97 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
   return tensor_bytes_in(in);
 }
 
+struct ZeroRedundancyOptimizer::Partition {
+  std::vector<at::Tensor> params;
+  std::vector<int64_t> owner;
+  std::unique_ptr<torch::optim::Optimizer> local;
+  OptimizerFactory factory;
+
+  Partition(std::vector<at::Tensor> all, int64_t world, int64_t rank, const OptimizerFactory& make)
+      : params(std::move(all)), factory(make) {
+    TRAINKIT_CHECK_ARG(factory, "ZeroRedundancyOptimizer: optimizer factory is empty");
+    TRAINKIT_CHECK_ARG(!params.empty(), "ZeroRedundancyOptimizer: no parameters");
+    TRAINKIT_CHECK_ARG(static_cast<int64_t>(params.size()) >= world,
+                       "ZeroRedundancyOptimizer: {} parameter tensors cannot be shared by {} ranks (each rank must own "
+                       "one at least)",
+                       params.size(), world);
+    // PyTorch's partition: parameters by size, largest first, each to the rank with the smallest total.
+    std::vector<size_t> order(params.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+    std::vector<int64_t> load(static_cast<size_t>(world), 0);
+    std::vector<int64_t> count(static_cast<size_t>(world), 0);
+    owner.assign(params.size(), 0);
+    for (size_t i : order) {
+      const auto r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      owner[i] = static_cast<int64_t>(r);
+      load[r] += params[i].numel();
+      ++count[r];
+    }
+    const auto idle = std::find(count.begin(), count.end(), 0);
+    TRAINKIT_CHECK_ARG(idle == count.end(),
+                       "ZeroRedundancyOptimizer: rank {} of {} would own no parameter (empty tensors?)",
+                       idle - count.begin(), world);
+    std::vector<at::Tensor> mine;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (owner[i] == rank) mine.push_back(params[i]);
+    }
+    local = factory(std::move(mine));
+    TRAINKIT_CHECK_ARG(local, "ZeroRedundancyOptimizer: the factory returned no optimizer");
+    TRAINKIT_CHECK_ARG(local->param_groups().size() == 1,
+                       "ZeroRedundancyOptimizer: the factory's optimizer has {} param groups; it must make one",
+                       local->param_groups().size());
+    if (world > 1) {
+      if (const auto* lamb = dynamic_cast<const optim::LambOptions*>(&local->defaults())) {
+        TRAINKIT_CHECK_ARG(!lamb->max_grad_norm().has_value(),
+                           "ZeroRedundancyOptimizer: Lamb's max_grad_norm = {} would clip by the norm of this rank's "
+                           "shard only; set it to none and clip with ZeroRedundancyOptimizer::clip_grad_norm_ (the "
+                           "norm over all ranks)",
+                           *lamb->max_grad_norm());
+      }
+    }
+  }
+};
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Partition partition, std::shared_ptr<ProcessGroup> group,
+                                                 ZeroOptions options)
+    : torch::optim::Optimizer(partition.params, partition.local->param_groups()[0].options().clone()),
+      group_(std::move(group)),
+      options_(options),
+      factory_(std::move(partition.factory)),
+      owner_(std::move(partition.owner)),
+      local_(std::move(partition.local)) {}
+
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> params, std::shared_ptr<ProcessGroup> group,
-                                                 const OptimizerFactory& factory)
-    : params_(std::move(params)), group_(std::move(group)) {
-  TRAINKIT_CHECK_ARG(group_, "ZeroRedundancyOptimizer: process group is null");
-  TRAINKIT_CHECK_ARG(factory, "ZeroRedundancyOptimizer: optimizer factory is empty");
-  TRAINKIT_CHECK_ARG(!params_.empty(), "ZeroRedundancyOptimizer: no parameters");
-  const auto world = group_->world_size();
-  // PyTorch's partition: parameters by size, largest first, each to the rank with the smallest total.
-  std::vector<size_t> order(params_.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return params_[a].numel() > params_[b].numel(); });
-  std::vector<int64_t> load(static_cast<size_t>(world), 0);
-  owner_.assign(params_.size(), 0);
-  for (size_t i : order) {
-    const auto r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    owner_[i] = static_cast<int64_t>(r);
-    load[r] += params_[i].numel();
-  }
-  std::vector<at::Tensor> mine;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (owner_[i] == group_->rank()) mine.push_back(params_[i]);
-  }
-  if (!mine.empty()) {
-    local_ = factory(std::move(mine));
-    TRAINKIT_CHECK_ARG(local_, "ZeroRedundancyOptimizer: the factory returned no optimizer");
+                                                 const OptimizerFactory& factory, ZeroOptions options)
+    : ZeroRedundancyOptimizer(
+          [&] {
+            TRAINKIT_CHECK_ARG(group, "ZeroRedundancyOptimizer: process group is null");
+            TRAINKIT_CHECK_ARG(options.stage() == 1,
+                               "ZeroRedundancyOptimizer: stage {} over a parameter list (stage 2 needs the "
+                               "DistributedDataParallel constructor, which owns the gradient hooks)",
+                               options.stage());
+            return Partition(std::move(params), group->world_size(), group->rank(), factory);
+          }(),
+          group, options) {}
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp, const OptimizerFactory& factory,
+                                                 ZeroOptions options)
+    : ZeroRedundancyOptimizer(
+          [&] {
+            TRAINKIT_CHECK_ARG(options.stage() == 1 || options.stage() == 2,
+                               "ZeroRedundancyOptimizer: invalid stage {} (1 or 2)", options.stage());
+            std::vector<at::Tensor> params;
+            for (const auto& p : ddp.module()->parameters()) {
+              if (p.requires_grad()) params.push_back(p);
+            }
+            const auto& group = ddp.process_group();
+            return Partition(std::move(params), group->world_size(), group->rank(), factory);
+          }(),
+          ddp.process_group(), options) {
+  if (options_.stage() == 2) {
+    ddp.reduce_to_owners(owner_);
   }
 }
 
@@ -78,63 +191,224 @@ std::vector<int64_t> ZeroRedundancyOptimizer::shard(int64_t rank) const {
   return out;
 }
 
-void ZeroRedundancyOptimizer::step() {
-  if (local_) local_->step();
-  if (group_->world_size() == 1) return;
-  for (int64_t r = 0; r < group_->world_size(); ++r) {
+at::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
+  at::Tensor loss;
+  if (closure) {
+    at::AutoGradMode enable(true);
+    loss = closure();
+  }
+  // A scheduler sets this object's options: the shard's optimizer steps with them (Python's ZeRO syncs the
+  // param groups the same way).
+  local_->param_groups()[0].set_options(param_groups_[0].options().clone());
+  local_->step();
+  const auto& params = param_groups_[0].params();
+  for (int64_t r = 0; r < group_->world_size() && group_->world_size() > 1; ++r) {
     std::vector<at::Tensor> owned;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (owner_[i] == r) owned.push_back(params_[i]);
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (owner_[i] == r) owned.push_back(params[i]);
     }
     group_->broadcast_tensors(owned, r);
   }
+  return loss;
 }
 
-void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) {
-  for (auto& p : params_) {
-    if (!p.grad().defined()) continue;
-    if (set_to_none) {
-      p.mutable_grad() = at::Tensor();
-    } else {
-      p.mutable_grad().detach_();
-      p.mutable_grad().zero_();
-    }
+at::Tensor ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, double norm_type) {
+  TRAINKIT_CHECK_ARG(max_norm >= 0, "ZeroRedundancyOptimizer::clip_grad_norm_: invalid max_norm {}", max_norm);
+  TRAINKIT_CHECK_ARG(norm_type > 0, "ZeroRedundancyOptimizer::clip_grad_norm_: invalid norm_type {}", norm_type);
+  const auto& params = param_groups_[0].params();
+  if (options_.stage() == 1 || group_->world_size() == 1) {
+    return grad::clip_grad_norm_(params, max_norm, norm_type);
   }
+  // Stage 2: every gradient lives on its owner only; the local norm covers this rank's shard.
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  const bool inf = std::isinf(norm_type);
+  at::Tensor local = grads.empty() ? at::zeros({}, at::kDouble) : grad::grad_norm(params, norm_type).to(at::kDouble);
+  at::Tensor total = (inf ? local : local.pow(norm_type)).reshape({1}).cpu().contiguous();
+  group_->all_reduce(total, inf ? ReduceOp::MAX : ReduceOp::SUM).wait();
+  total = (inf ? total : total.pow(1.0 / norm_type)).reshape({});
+  if (!grads.empty()) {
+    const at::Tensor coef = at::full({}, max_norm, at::kDouble).div(total + 1e-6).clamp_max(1.0);
+    at::NoGradGuard no_grad;
+    for (auto& g : grads) g.mul_(coef.to(g.device(), g.scalar_type()));
+  }
+  return total;
 }
 
-int64_t ZeroRedundancyOptimizer::local_state_bytes() const { return local_ ? optimizer_state_bytes(*local_) : 0; }
+std::function<void(at::Tensor&)> ZeroRedundancyOptimizer::found_inf_reducer() const {
+  return [group = group_](at::Tensor& found_inf) {
+    at::Tensor flag = found_inf.reshape({1}).to(at::kCPU, at::kFloat).contiguous();
+    group->all_reduce(flag).wait();
+    found_inf.copy_(flag.reshape(found_inf.sizes()));
+  };
+}
+
+int64_t ZeroRedundancyOptimizer::local_state_bytes() const { return optimizer_state_bytes(*local_); }
+
+int64_t ZeroRedundancyOptimizer::local_gradient_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : param_groups_[0].params()) {
+    if (p.grad().defined()) bytes += static_cast<int64_t>(p.grad().nbytes());
+  }
+  return bytes;
+}
 
 void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& archive) const {
-  archive.write("zero_version", at::tensor(int64_t{1}));
+  const auto& params = param_groups_[0].params();
+  std::vector<int64_t> numel;
+  for (const auto& p : params) numel.push_back(p.numel());
+  archive.write("zero_version", at::tensor(kShardVersion));
+  archive.write("stage", at::tensor(options_.stage()));
   archive.write("world_size", at::tensor(group_->world_size()));
   archive.write("rank", at::tensor(group_->rank()));
   archive.write("owner", at::tensor(owner_));
-  if (local_) {
-    torch::serialize::OutputArchive shard_archive;
-    local_->save(shard_archive);
-    archive.write("shard", shard_archive);
-  }
+  archive.write("numel", at::tensor(numel));
+  archive.write("indices", at::tensor(shard(group_->rank())));
+  torch::serialize::OutputArchive options_archive;
+  param_groups_[0].options().serialize(options_archive);
+  archive.write("options", options_archive);
+  torch::serialize::OutputArchive shard_archive;
+  local_->save(shard_archive);
+  archive.write("shard", shard_archive);
 }
 
-void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
-  at::Tensor version, world, rank, owner;
-  archive.read("zero_version", version);
-  TRAINKIT_CHECK_ARG(version.item<int64_t>() == 1, "ZeroRedundancyOptimizer: unknown checkpoint version {}",
-                     version.item<int64_t>());
-  archive.read("world_size", world);
-  archive.read("rank", rank);
-  archive.read("owner", owner);
-  TRAINKIT_CHECK_ARG(world.item<int64_t>() == group_->world_size() && rank.item<int64_t>() == group_->rank(),
-                     "ZeroRedundancyOptimizer: checkpoint of rank {} of {} cannot load into rank {} of {}",
-                     rank.item<int64_t>(), world.item<int64_t>(), group_->rank(), group_->world_size());
-  TRAINKIT_CHECK_ARG(owner.numel() == static_cast<int64_t>(owner_.size()) &&
-                         std::equal(owner_.begin(), owner_.end(), owner.data_ptr<int64_t>()),
-                     "ZeroRedundancyOptimizer: the checkpoint's parameter partition differs from this one");
-  if (local_) {
-    torch::serialize::InputArchive shard_archive;
-    archive.read("shard", shard_archive);
-    local_->load(shard_archive);
+void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) { load_shards({&archive}); }
+
+void ZeroRedundancyOptimizer::load_shards(const std::vector<torch::serialize::InputArchive*>& shards) {
+  TRAINKIT_CHECK_ARG(!shards.empty(), "ZeroRedundancyOptimizer::load_shards: no shard given");
+  const auto& params = param_groups_[0].params();
+  std::map<int64_t, ShardInfo> by_rank;
+  int64_t world = -1;
+  for (auto* archive : shards) {
+    ShardInfo info = read_info(*archive);
+    if (world < 0) world = info.world;
+    TRAINKIT_CHECK_ARG(info.world == world,
+                       "ZeroRedundancyOptimizer: shards of runs with {} and {} ranks given together", world, info.world);
+    TRAINKIT_CHECK_ARG(info.owner.size() == params.size() && info.numel.size() == params.size(),
+                       "ZeroRedundancyOptimizer: the shard of rank {} of {} holds a partition of {} parameters, this "
+                       "model has {}",
+                       info.rank, info.world, info.owner.size(), params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      TRAINKIT_CHECK_ARG(info.numel[i] == params[i].numel(),
+                         "ZeroRedundancyOptimizer: parameter {} has {} elements in the shard of rank {} of {}, {} here",
+                         i, info.numel[i], info.rank, info.world, params[i].numel());
+    }
+    by_rank[info.rank] = std::move(info);
   }
+  const auto& reference = by_rank.begin()->second;
+  for (const auto& [r, info] : by_rank) {
+    TRAINKIT_CHECK_ARG(info.owner == reference.owner,
+                       "ZeroRedundancyOptimizer: the shards of ranks {} and {} disagree on the partition",
+                       reference.rank, r);
+  }
+  // The saved shards this rank's parameters come from, each loaded into a fresh optimizer of the factory
+  // over copies of that shard's parameters (which gives the optimizer's own ParamState types).
+  const auto mine = shard(group_->rank());
+  std::map<int64_t, std::unique_ptr<torch::optim::Optimizer>> sources;
+  std::map<int64_t, std::vector<at::Tensor>> source_params;
+  for (int64_t i : mine) {
+    const int64_t from = reference.owner[static_cast<size_t>(i)];
+    if (sources.count(from) != 0) continue;
+    const auto it = by_rank.find(from);
+    TRAINKIT_CHECK_ARG(it != by_rank.end(),
+                       "ZeroRedundancyOptimizer: rank {} of {} needs the shard of rank {} of the {}-rank run that saved "
+                       "this state (it owned parameter {}); {}",
+                       group_->rank(), group_->world_size(), from, world, i,
+                       world == group_->world_size() ? "the partition differs" : "load it with load_shards");
+    std::vector<at::Tensor> copies;
+    for (size_t j = 0; j < params.size(); ++j) {
+      if (reference.owner[j] == from) copies.push_back(params[j].detach().clone());
+    }
+    auto optimizer = factory_(copies);
+    torch::serialize::InputArchive shard_archive;
+    it->second.archive->read("shard", shard_archive);
+    optimizer->load(shard_archive);
+    sources[from] = std::move(optimizer);
+    source_params[from] = std::move(copies);
+  }
+  // The first source becomes the shard's optimizer: it keeps what its type saves besides the per-parameter
+  // state (e.g. LAMB's step count), which every rank's shard holds alike. Its parameters become this rank's
+  // and every parameter's state moves to its new key.
+  const int64_t first_source = sources.begin()->first;
+  auto local = std::move(sources.begin()->second);
+  sources.erase(sources.begin());
+  std::remove_reference_t<decltype(local->state())> moved;
+  for (int64_t i : mine) {
+    const int64_t from = reference.owner[static_cast<size_t>(i)];
+    int64_t position = 0;
+    for (int64_t j = 0; j < i; ++j) position += reference.owner[static_cast<size_t>(j)] == from ? 1 : 0;
+    auto& holder = from == first_source ? *local : *sources.at(from);
+    const auto& copy = source_params.at(from)[static_cast<size_t>(position)];
+    auto found = holder.state().find(compat::param_state_key(copy));
+    if (found != holder.state().end()) {
+      moved.emplace(compat::param_state_key(params[static_cast<size_t>(i)]), found->second->clone());
+    }
+  }
+  std::vector<at::Tensor> mine_params;
+  for (int64_t i : mine) mine_params.push_back(params[static_cast<size_t>(i)]);
+  local->param_groups()[0].params() = std::move(mine_params);
+  local->state() = std::move(moved);
+  torch::serialize::InputArchive options_archive;
+  reference.archive->read("options", options_archive);
+  param_groups_[0].options().serialize(options_archive);
+  local->param_groups()[0].set_options(param_groups_[0].options().clone());
+  local_ = std::move(local);
+}
+
+std::string ZeroRedundancyOptimizer::shard_file_name(int64_t rank, int64_t world_size) {
+  return "zero_shard_" + std::to_string(rank) + "_of_" + std::to_string(world_size) + ".pt";
+}
+
+void ZeroRedundancyOptimizer::save_sharded(const std::string& dir) const {
+  std::filesystem::create_directories(dir);
+  torch::serialize::OutputArchive archive;
+  save(archive);
+  train::save_checkpoint((std::filesystem::path(dir) / shard_file_name(group_->rank(), group_->world_size())).string(),
+                         archive);
+}
+
+void ZeroRedundancyOptimizer::load_sharded(const std::string& dir) {
+  // The world size that wrote the directory, from the file names.
+  int64_t world = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto of = name.find("_of_");
+    if (name.rfind("zero_shard_", 0) != 0 || of == std::string::npos) continue;
+    const int64_t w = std::stoll(name.substr(of + 4));
+    TRAINKIT_CHECK_ARG(world == 0 || world == w, "ZeroRedundancyOptimizer: {} holds the shards of runs with {} and {} "
+                       "ranks; keep one run's shards per directory", dir, world, w);
+    world = w;
+  }
+  TRAINKIT_CHECK_ARG(!ec, "ZeroRedundancyOptimizer: cannot read the shard directory {}: {}", dir, ec.message());
+  TRAINKIT_CHECK_ARG(world > 0, "ZeroRedundancyOptimizer: {} holds no zero_shard_<rank>_of_<world>.pt file", dir);
+  // This rank's parameters, by their owner in the saved partition: read the owner from any shard first.
+  std::vector<std::unique_ptr<torch::serialize::InputArchive>> archives(static_cast<size_t>(world));
+  const auto open = [&](int64_t r) -> torch::serialize::InputArchive& {
+    auto& slot = archives[static_cast<size_t>(r)];
+    if (!slot) {
+      const std::string path = (std::filesystem::path(dir) / shard_file_name(r, world)).string();
+      TRAINKIT_CHECK_ARG(std::filesystem::exists(path),
+                         "ZeroRedundancyOptimizer: rank {} of {} needs {} (the shard of rank {} of the {}-rank run), "
+                         "which does not exist",
+                         group_->rank(), group_->world_size(), path, r, world);
+      slot = std::make_unique<torch::serialize::InputArchive>();
+      train::load_checkpoint(path, *slot);
+    }
+    return *slot;
+  };
+  const auto saved_owner = read_ints(open(0), "owner");
+  std::vector<torch::serialize::InputArchive*> needed{&open(0)};
+  for (int64_t i : shard(group_->rank())) {
+    TRAINKIT_CHECK_ARG(static_cast<size_t>(i) < saved_owner.size(),
+                       "ZeroRedundancyOptimizer: {} holds a partition of {} parameters, this model has {}", dir,
+                       saved_owner.size(), owner_.size());
+    auto* archive = &open(saved_owner[static_cast<size_t>(i)]);
+    if (std::find(needed.begin(), needed.end(), archive) == needed.end()) needed.push_back(archive);
+  }
+  load_shards(needed);
 }
 
 }  // namespace trainkit::dist

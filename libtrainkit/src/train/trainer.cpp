@@ -190,7 +190,9 @@ void Trainer::optimizer_step() {
     grad::clip_grad_value_(optimizer_params(), options_.clip_grad_value());
   }
   if (options_.clip_grad_norm() > 0) {
-    grad_norm_ = grad::clip_grad_norm_(optimizer_params(), options_.clip_grad_norm(), options_.norm_type());
+    grad_norm_ = clip_grad_norm_fn_ ? clip_grad_norm_fn_(options_.clip_grad_norm(), options_.norm_type())
+                                    : grad::clip_grad_norm_(optimizer_params(), options_.clip_grad_norm(),
+                                                            options_.norm_type());
   }
   if (scaler_) {
     scaler_->step(optimizer_);

@@ -21,6 +21,7 @@
 ///     }
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -118,6 +119,12 @@ class GradScaler {
   /// Where `opt` is in the current iteration (READY if not seen since the last update()).
   OptState stage(const torch::optim::Optimizer& opt) const;
 
+  /// Sums a found-inf flag (a 0-dim float32 tensor, in place) over data-parallel ranks that hold different
+  /// gradients (ZeRO-2, where each rank holds its shard): every check of an optimizer's gradients is then
+  /// agreed, so all ranks skip the same steps and back off alike (PyTorch's ShardedGradScaler all-reduces
+  /// found_inf the same way). With it, an optimizer without gradients on this rank counts as clean.
+  void set_found_inf_reducer(std::function<void(at::Tensor&)> reducer) { found_inf_reducer_ = std::move(reducer); }
+
   /// The factor applied to the scale after growth_interval clean steps.
   double get_growth_factor() const { return growth_factor_; }
   /// Sets the growth factor; > 1, else std::invalid_argument.
@@ -145,6 +152,8 @@ class GradScaler {
   };
 
   void check_scale_initialized(const char* funcname) const;
+  /// With a found-inf reducer: `per_device` becomes one flag on the scale's device, summed over ranks.
+  void agree(std::vector<std::pair<c10::Device, at::Tensor>>& per_device) const;
   std::vector<std::pair<c10::Device, at::Tensor>> unscale_grads(torch::optim::Optimizer& opt,
                                                                 const at::Tensor& inv_scale,
                                                                 const at::Tensor& found_inf);
@@ -159,6 +168,7 @@ class GradScaler {
   at::Tensor scale_;           // float32 0-dim on device_, created by the first scale()
   at::Tensor growth_tracker_;  // int32 0-dim on device_, created with scale_
   std::unordered_map<const torch::optim::Optimizer*, PerOptimizerState> per_optimizer_states_;
+  std::function<void(at::Tensor&)> found_inf_reducer_;
 };
 
 }  // namespace trainkit::amp

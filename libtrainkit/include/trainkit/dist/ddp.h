@@ -115,8 +115,20 @@ class DistributedDataParallel {
   int64_t buckets_started_early() const;
   /// The options.
   const DistributedDataParallelOptions& options() const { return options_; }
+  /// ZeRO-2 (ZeroRedundancyOptimizer stage 2 calls it): from now on each bucket holds the gradients of one
+  /// owner and is reduced to that rank instead of all-reduced; the other ranks drop those gradients as
+  /// soon as they are copied into the bucket, so after backward a rank holds the means of the parameters it
+  /// owns only. `owner[i]` is the rank of parameter i (`module()->parameters()` that require grad, in
+  /// order). Buckets: compute_owner_bucket_assignment. No-op at world size 1. Call between backwards.
+  void reduce_to_owners(const std::vector<int64_t>& owner);
+  /// Bytes of gradient bucket buffers allocated now: all-reduce buckets keep theirs (a second copy of the
+  /// gradients), reduce-to-owner buckets allocate theirs only while their reduce is in flight.
+  int64_t bucket_bytes() const;
 
  private:
+  std::vector<at::Tensor> trained_parameters() const;
+  void install_reducer(std::vector<std::vector<int64_t>> buckets, std::vector<int64_t> roots);
+
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<ProcessGroup> group_;
   DistributedDataParallelOptions options_;
@@ -130,5 +142,14 @@ class DistributedDataParallel {
 /// Returns parameter indices per bucket.
 std::vector<std::vector<int64_t>> compute_bucket_assignment(const std::vector<at::Tensor>& params,
                                                             double first_bucket_mb, double bucket_cap_mb);
+
+/// The buckets of ZeRO-2: as compute_bucket_assignment (reverse order, first cap, then bucket_cap_mb, a new
+/// bucket when the dtype or device changes), but each bucket holds the parameters of one owner only (one
+/// open bucket per owner). Buckets are listed in the order they close; `roots` (when given) receives each
+/// bucket's owner.
+std::vector<std::vector<int64_t>> compute_owner_bucket_assignment(const std::vector<at::Tensor>& params,
+                                                                  const std::vector<int64_t>& owner,
+                                                                  double first_bucket_mb, double bucket_cap_mb,
+                                                                  std::vector<int64_t>* roots = nullptr);
 
 }  // namespace trainkit::dist

@@ -94,6 +94,9 @@ struct CommStats {
   int64_t all_reduce_bytes = 0;
   int64_t broadcasts = 0;
   int64_t broadcast_bytes = 0;
+  /// Reduces to one root (ZeRO-2's gradient buckets) and their bytes.
+  int64_t reduces = 0;
+  int64_t reduce_bytes = 0;
 };
 
 /// A group of processes and its c10d backends. Collectives must be called in the same order on every rank.
@@ -120,6 +123,9 @@ class ProcessGroup {
 
   /// Starts an in-place all-reduce of one contiguous tensor. AVG divides by the world size after the sum.
   Work all_reduce(at::Tensor tensor, ReduceOp op = ReduceOp::SUM);
+  /// Starts an in-place reduce (sum) of one contiguous tensor to `root`: only `root`'s tensor holds the sum
+  /// afterwards (the others' content is unspecified).
+  Work reduce(at::Tensor tensor, int64_t root);
   /// Starts an in-place broadcast of one contiguous tensor from `root`.
   Work broadcast(at::Tensor tensor, int64_t root = 0);
   /// Broadcasts `tensors` (any layout, dtypes, shapes) from `root` in place, one flat message per

@@ -1,46 +1,100 @@
 #pragma once
 /// @file
-/// ZeRO stage 1 (Rajbhandari et al. 2020, arXiv 1910.02054) with the semantics of Python's
-/// `torch.distributed.optim.ZeroRedundancyOptimizer`: each parameter is owned by one rank, each rank keeps
-/// the optimizer state of its own parameters only and steps them with any optimizer, then every owner
-/// broadcasts its updated parameters. Gradients must already be averaged (DistributedDataParallel).
+/// ZeRO stages 1 and 2 (Rajbhandari et al. 2020, arXiv 1910.02054) with the partition and the step of
+/// Python's `torch.distributed.optim.ZeroRedundancyOptimizer`: each parameter is owned by one rank (largest
+/// first, each to the rank with the fewest elements so far), each rank keeps the optimizer state of its own
+/// parameters only and steps them with any optimizer, then every owner broadcasts its updated parameters.
 ///
-///     trainkit::dist::ZeroRedundancyOptimizer zero(model->parameters(), pg, [](std::vector<at::Tensor> p) {
+/// - Stage 1: gradients are averaged in full on every rank (DistributedDataParallel's all-reduce).
+/// - Stage 2: the DistributedDataParallel's buckets are regrouped by owner and each is *reduced* to its owner
+///   from the gradient hooks during backward (overlapped like DDP's all-reduce); the other ranks drop those
+///   gradients once they are copied into the bucket. After backward a rank holds the mean gradients of its
+///   own parameters only: gradients, optimizer state and the update are all ~1/world per rank.
+///
+///     trainkit::dist::DistributedDataParallel ddp(model.ptr(), pg);
+///     trainkit::dist::ZeroRedundancyOptimizer zero(ddp, [](std::vector<at::Tensor> p) {
 ///       return std::make_unique<torch::optim::Adam>(p, torch::optim::AdamOptions(1e-3));
-///     });
-///     loss.backward(); zero.step();
+///     }, trainkit::dist::ZeroOptions().stage(2));
+///     zero.zero_grad(); loss.backward(); zero.clip_grad_norm_(1.0); zero.step();
+///
+/// The object is a torch::optim::Optimizer: its one param group holds every parameter, and its options
+/// (what a scheduler sets) are copied to the shard's optimizer before each step, as Python's ZeRO does.
+/// Under stage 2 the gradient norm and a GradScaler's inf check must span every rank's shard: use
+/// clip_grad_norm_() here and GradScaler::set_found_inf_reducer(found_inf_reducer()).
+///
+/// Why per-parameter ownership and not DeepSpeed's flat partition: DeepSpeed's stage 2 flattens all
+/// gradients into one buffer cut into `world` equal slices and reduce-scatters it, so a tensor may straddle
+/// two ranks; the shard's optimizer then sees slices, not tensors, and per-tensor rules (LAMB's and LARS's
+/// trust ratios, per-tensor state) need extra collectives. Owning whole tensors keeps any optimizer exact
+/// at the price of a less even split (the largest tensor bounds it), and a reduce per bucket moves the same
+/// bytes as a reduce-scatter of that bucket.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
 #include "trainkit/dist/process_group.h"
+#include "trainkit/options.h"
 
 namespace trainkit::dist {
 
-/// Makes the local optimizer for one rank's shard of the parameters.
+class DistributedDataParallel;
+
+/// Makes the local optimizer for one rank's shard of the parameters (one param group).
 using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor>)>;
 
-/// ZeRO-1 optimizer-state sharding over a ProcessGroup.
-class ZeroRedundancyOptimizer {
+/// Options of ZeroRedundancyOptimizer.
+struct ZeroOptions {
+  /// 1: shard the optimizer state; 2: shard the gradients too (needs the DistributedDataParallel
+  /// constructor); 0 is accepted by the config (`[zero] stage = 0`: no ZeRO) but not by the optimizer.
+  TORCH_ARG(int64_t, stage) = 1;
+
  public:
-  /// Partitions `params` like PyTorch (largest first, each to the rank with the fewest elements so far) and
-  /// builds this rank's optimizer with `factory` over its shard (in the original parameter order).
+  /// The options a config sets, by key (`trainkit train`'s [zero]).
+  static const OptionBinding<ZeroOptions>& binding() {
+    static const auto b = OptionBinding<ZeroOptions>().bind(
+        TRAINKIT_OPTION(stage), rule::integer(0, 2),
+        "Under `trainkit launch`: 0 = plain DDP, 1 = shard the optimizer state, 2 = shard gradients and optimizer "
+        "state (ZeRO)");
+    return b;
+  }
+};
+
+/// ZeRO-1/ZeRO-2 optimizer over a ProcessGroup.
+class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
+ public:
+  /// Stage 1 over `params`, whose gradients something else averages (DistributedDataParallel): partitions
+  /// them and builds this rank's optimizer with `factory` over its shard (in the original parameter order).
+  /// Throws std::invalid_argument when a rank would own no parameter, or for stage 2 (it needs the DDP).
   ZeroRedundancyOptimizer(std::vector<at::Tensor> params, std::shared_ptr<ProcessGroup> group,
-                          const OptimizerFactory& factory);
+                          const OptimizerFactory& factory, ZeroOptions options = {});
+  /// Stage 1 or 2 over `ddp`'s parameters (`module()->parameters()` that require grad). Stage 2 switches
+  /// `ddp`'s buckets to reduce-to-owner (DistributedDataParallel::reduce_to_owners); keep `ddp` alive.
+  ZeroRedundancyOptimizer(DistributedDataParallel& ddp, const OptimizerFactory& factory, ZeroOptions options = {});
 
-  /// Steps this rank's shard, then broadcasts every parameter from its owner (one message per rank and dtype).
-  void step();
-  /// Zeroes (or unsets) every parameter's gradient, not only the shard's.
-  void zero_grad(bool set_to_none = true);
+  /// Copies the param group's options to the shard's optimizer, steps it (`closure` runs first when given),
+  /// then broadcasts every parameter from its owner (one message per rank and dtype). Returns the loss.
+  at::Tensor step(LossClosure closure = nullptr) override;
 
-  /// The optimizer of this rank's shard (null when the shard is empty); drive its LR with any scheduler.
+  /// Clips the gradients like grad::clip_grad_norm_ by the norm over every rank's gradients: under stage 2
+  /// each rank's shard norm (its p-th power; the maximum for p = inf) is all-reduced, under stage 1 every
+  /// rank holds all of them. Returns the total norm before clipping (0-dim).
+  at::Tensor clip_grad_norm_(double max_norm, double norm_type = 2.0);
+  /// Sums a found-inf flag over the ranks (for amp::GradScaler::set_found_inf_reducer; stage 2 needs it, so
+  /// that every rank skips the same steps).
+  std::function<void(at::Tensor&)> found_inf_reducer() const;
+
+  /// The stage (1 or 2).
+  int64_t stage() const { return options_.stage(); }
+  /// The optimizer of this rank's shard.
   torch::optim::Optimizer* local_optimizer() { return local_.get(); }
   /// Owner rank of parameter `index` (constructor order).
   int64_t owner(int64_t index) const { return owner_.at(static_cast<size_t>(index)); }
@@ -48,20 +102,40 @@ class ZeroRedundancyOptimizer {
   std::vector<int64_t> shard(int64_t rank) const;
   /// Bytes of this rank's optimizer state (tensors of its serialized state).
   int64_t local_state_bytes() const;
+  /// Bytes of the gradients this rank holds now (stage 2 after backward: its shard's only).
+  int64_t local_gradient_bytes() const;
 
-  /// Saves this rank's shard state with the partition (one file per rank: sharded checkpoints).
-  void save(torch::serialize::OutputArchive& archive) const;
-  /// Loads a shard saved by the same rank of a group with the same world size and partition.
-  void load(torch::serialize::InputArchive& archive);
+  /// Saves this rank's shard: the partition, the indices it owns, the param group's options and the shard
+  /// optimizer's state. Every rank saves its own (sharded checkpoints, one file per rank).
+  void save(torch::serialize::OutputArchive& archive) const override;
+  /// Loads a shard saved by this rank of a group with the same partition (the same world size and
+  /// parameters); otherwise std::invalid_argument naming the shards needed (use load_shards).
+  void load(torch::serialize::InputArchive& archive) override;
+  /// Loads from the shards of a run of any world size: `shards[k]` is the archive saved by some rank;
+  /// the shards of every rank that owned one of this rank's parameters must be among them. Every
+  /// parameter's state moves to its new owner (2 ranks → 1, 1 → 2, ...). std::invalid_argument naming the
+  /// rank whose shard is missing, or the parameter whose size differs.
+  void load_shards(const std::vector<torch::serialize::InputArchive*>& shards);
+  /// Writes this rank's shard to `<dir>/zero_shard_<rank>_of_<world>.pt` (atomic, with a checksum).
+  void save_sharded(const std::string& dir) const;
+  /// Reads the shard files of `dir` that this rank needs, whatever the world size that wrote them;
+  /// errors name the directory or the file.
+  void load_sharded(const std::string& dir);
+  /// The file name save_sharded() uses.
+  static std::string shard_file_name(int64_t rank, int64_t world_size);
 
  private:
-  std::vector<at::Tensor> params_;
+  struct Partition;
+  ZeroRedundancyOptimizer(Partition partition, std::shared_ptr<ProcessGroup> group, ZeroOptions options);
+
   std::shared_ptr<ProcessGroup> group_;
+  ZeroOptions options_;
+  OptimizerFactory factory_;
   std::vector<int64_t> owner_;
   std::unique_ptr<torch::optim::Optimizer> local_;
 };
 
-/// Bytes of the tensors in an optimizer's state, as serialized (what ZeRO-1 divides among ranks).
+/// Bytes of the tensors in an optimizer's state, as serialized (what ZeRO divides among ranks).
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
 
 }  // namespace trainkit::dist

@@ -136,6 +136,11 @@ class Trainer {
   /// once per optimizer step. For DDP: `[&ddp] { return std::make_shared<DistributedDataParallel::
   /// NoSyncGuard>(ddp); }`. Without it every backward synchronises (the same result, more traffic).
   void set_no_sync(NoSyncFn no_sync) { no_sync_ = std::move(no_sync); }
+  /// Clips the gradients to `max_norm` and returns their total norm before clipping (0-dim).
+  using ClipGradNormFn = std::function<at::Tensor(double max_norm, double norm_type)>;
+  /// Replaces grad::clip_grad_norm_ over the optimizer's parameters for TrainerOptions::clip_grad_norm:
+  /// e.g. dist::ZeroRedundancyOptimizer::clip_grad_norm_, whose norm spans every rank's gradient shard.
+  void set_clip_grad_norm(ClipGradNormFn clip) { clip_grad_norm_fn_ = std::move(clip); }
   /// Adds a hook; hooks run in the order added.
   void add_callback(std::shared_ptr<Callback> callback) { callbacks_.push_back(std::move(callback)); }
 
@@ -210,6 +215,7 @@ class Trainer {
   bool metrics_set_ = false;
   std::function<void(at::Tensor&)> reducer_;
   NoSyncFn no_sync_;
+  ClipGradNormFn clip_grad_norm_fn_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::shared_ptr<sched::LRScheduler> scheduler_;
   bool scheduler_per_step_ = false;

@@ -1,7 +1,9 @@
 #pragma once
 // The gradient reducer behind DistributedDataParallel, in the shape of flashlight's reducer: add() marks a
 // parameter's gradient ready (called from its AccumulateGrad post hook), finalize() launches what is left
-// and waits (queued to run at the end of backward).
+// and waits (queued to run at the end of backward). A bucket with a root (ZeRO-2) is reduced to that rank
+// instead of all-reduced: its flat buffer lives only while the reduce is in flight, the other ranks drop
+// the bucket's gradients as soon as they are copied into it, and the root gets the means.
 
 #include <memory>
 #include <mutex>
@@ -19,6 +21,8 @@ struct ReducerOptions {
   bool overlap = true;
   bool find_unused_parameters = false;
   std::string compression = "none";
+  /// Per bucket: the rank that gets the mean (reduce), or -1 (all-reduce). Empty: all-reduce every bucket.
+  std::vector<int64_t> roots;
 };
 
 class Reducer : public std::enable_shared_from_this<Reducer> {
@@ -26,7 +30,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   struct Bucket {
     std::vector<int64_t> indices;  // parameter indices, in the order they are laid out in `flat`
     std::vector<int64_t> offsets;
-    at::Tensor flat;               // gradients / world size, then the reduced mean
+    at::Tensor flat;               // gradients / world size, then the reduced mean (root buckets: only in flight)
+    int64_t numel = 0;
+    int64_t root = -1;             // -1: all-reduce; else the rank that gets the mean
     at::Tensor comm;               // what is all-reduced: `flat` itself or its fp16/bf16 copy
     int64_t pending = 0;           // gradients not yet ready in this backward
     bool launched = false;
@@ -47,6 +53,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   int64_t last_started_early() const { return last_started_early_; }
+  /// Bytes of the bucket buffers allocated now (all-reduce buckets keep theirs between steps).
+  int64_t resident_bytes() const;
 
  private:
   void launch(Bucket& bucket);

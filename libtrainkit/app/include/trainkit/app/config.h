@@ -16,6 +16,7 @@
 #include "trainkit/args.h"
 #include "trainkit/dist/ddp.h"
 #include "trainkit/dist/process_group.h"
+#include "trainkit/dist/zero.h"
 #include "trainkit/optim/factory.h"
 #include "trainkit/options.h"
 #include "trainkit/sched/factory.h"
@@ -179,6 +180,8 @@ struct ProfileConfig {
 struct DistributedConfig {
   dist::InitOptions group;
   dist::DistributedDataParallelOptions ddp;
+  /// `[zero]`: dist::ZeroOptions's keys; stage 0 (the default here) trains with plain DDP.
+  dist::ZeroOptions zero = dist::ZeroOptions().stage(0);
 };
 
 /// The whole configuration; default-constructed it is the documented defaults.

@@ -42,6 +42,10 @@ struct TrainJobResult {
   /// Distributed runs: the all-reduces rank 0 started (gradient buckets, evaluation sums) and their bytes.
   int64_t all_reduces = 0;
   int64_t all_reduce_bytes = 0;
+  /// Under the launcher: `[zero] stage` and the bytes of this rank's optimizer state at the end (its shard
+  /// under ZeRO).
+  int64_t zero_stage = 0;
+  int64_t optimizer_state_bytes = 0;
 };
 
 /// Validates the config and the run directory before writing anything, trains, evaluates on the test

@@ -28,6 +28,7 @@
 #if TRAINKIT_WITH_DISTRIBUTED
 #include "trainkit/dist/ddp.h"
 #include "trainkit/dist/process_group.h"
+#include "trainkit/dist/zero.h"
 #endif
 
 namespace trainkit::app {
@@ -80,6 +81,8 @@ struct Run : RunData {
 #if TRAINKIT_WITH_DISTRIBUTED
   std::shared_ptr<dist::ProcessGroup> group;               ///< set when distributed
   std::unique_ptr<dist::DistributedDataParallel> ddp;     ///< set when distributed
+  /// `optimizer` itself when distributed with `[zero] stage` 1 or 2 (each rank steps and saves its shard).
+  dist::ZeroRedundancyOptimizer* zero = nullptr;
 #endif
   /// True on the rank that logs and writes files.
   bool main_rank() const { return rank == 0; }
@@ -93,6 +96,10 @@ struct Run : RunData {
 /// when the device does not exist (no CUDA device, a local rank or index >= the device count). Pure.
 torch::Device choose_device(const std::string& setting, int64_t world_size, int64_t local_rank,
                             int64_t cuda_devices, const std::string& source);
+
+/// The checkpoint directory of `run`'s rank in the run directory `dir`: `<dir>/checkpoints`, and for the
+/// other ranks of a ZeRO run (each saves its own shard of the optimizer state) `<dir>/checkpoints/rank<r>`.
+std::string checkpoint_dir(const std::string& dir, const Run& run);
 
 /// Loads the data (catalog's provider of data.dataset), seeds, builds the model (provider of model.name),
 /// optimizer, scheduler and Trainer of `config` and attaches what the config asks for; errors name `source`

@@ -1,0 +1,326 @@
+// ZeRO stages 1 and 2 in several processes on loopback: tests/dist/dist_worker.cpp's "zero2" mode under
+// `trainkit launch` (or alone, as one rank), compared with one process training on the full batch with the
+// unsharded optimizer.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include <torch/torch.h>
+
+#include "dist/dist_common.h"
+#include "support.h"
+#include "trainkit/dist/zero.h"
+#include "trainkit/grad/clip.h"
+
+using Catch::Matchers::Contains;
+namespace td = trainkit::test::dist;
+
+namespace zero_test {
+
+using trainkit::test::TempDir;
+
+struct Outcome {
+  int code;
+  std::string output;
+};
+
+/// Runs `command` through the shell with stdout and stderr in `tmp/name`; `timeout -s KILL` only guards
+/// against a hang.
+Outcome run(const std::string& command, const TempDir& tmp, const std::string& name) {
+  const std::string log = tmp.str(name);
+  const int status = std::system(("timeout -s KILL 300 " + command + " > " + log + " 2>&1").c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, trainkit::test::read_text(log)};
+}
+
+/// dist_worker --mode zero2 on 2 ranks under the launcher.
+Outcome two_ranks(const std::string& args, const TempDir& tmp, const std::string& name) {
+  return run(std::string("env TRAINKIT_DIST_TIMEOUT=20 ") + TRAINKIT_CLI_PATH + " launch --nproc 2 --master-port 0 -- " +
+                 TRAINKIT_DIST_WORKER_PATH + " --mode zero2 --bucket-kb 1 " + args,
+             tmp, name);
+}
+
+/// dist_worker --mode zero2 as a single process (world size 1), 12 rows per step as 2 ranks x 6.
+Outcome one_rank(const std::string& args, const TempDir& tmp, const std::string& name) {
+  return run(std::string("env -u RANK -u WORLD_SIZE ") + TRAINKIT_DIST_WORKER_PATH + " --mode zero2 --micro 12 " + args,
+             tmp, name);
+}
+
+std::vector<at::Tensor> params_of(const std::string& path) {
+  std::vector<at::Tensor> params;
+  torch::load(params, path);
+  return params;
+}
+
+double largest_difference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
+  return d;
+}
+
+bool bitwise_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!torch::equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+/// What one unsharded process does with the full batch of every step (2 ranks x accum x 6 rows):
+/// optimizer `name`, the norm clipped to `clip` (0 = off), step `skip` not taken (-1 = none).
+struct Reference {
+  std::vector<at::Tensor> params;
+  int64_t state_bytes = 0;
+  int64_t gradient_bytes = 0;
+  std::vector<double> norms;
+};
+
+Reference reference(const std::string& name, int64_t steps, int64_t accum, double clip, int64_t skip = -1) {
+  auto net = td::make_chain_net(7);
+  const int64_t global = 2 * accum * td::kMicro;
+  const auto data = td::make_data(steps * global);
+  auto opt = td::make_zero_test_optimizer(name, net->parameters());
+  Reference r;
+  for (int64_t s = 0; s < steps; ++s) {
+    opt->zero_grad();
+    torch::nn::functional::cross_entropy(net->forward(data.first.narrow(0, s * global, global)),
+                                         data.second.narrow(0, s * global, global))
+        .backward();
+    if (clip > 0) r.norms.push_back(trainkit::grad::clip_grad_norm_(net->parameters(), clip).item<double>());
+    if (s != skip) opt->step();
+  }
+  for (const auto& p : net->parameters()) r.gradient_bytes += static_cast<int64_t>(p.grad().nbytes());
+  r.state_bytes = trainkit::dist::optimizer_state_bytes(*opt);
+  r.params = td::snapshot(*net);
+  return r;
+}
+
+/// The integer after `key` in rank `rank`'s line of the launcher's output.
+int64_t reported(const std::string& output, int64_t rank, const std::string& key) {
+  const std::string prefix = "[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) + ": ";
+  for (size_t at = output.find(prefix); at != std::string::npos; at = output.find(prefix, at + 1)) {
+    const size_t end = output.find('\n', at);
+    const std::string line = output.substr(at, end - at);
+    const auto k = line.find(key);
+    if (k != std::string::npos) return std::stoll(line.substr(k + key.size()));
+  }
+  FAIL("no '" << key << "' reported by rank " << rank);
+  return -1;
+}
+
+}  // namespace zero_test
+
+TEST_CASE("ZeRO-2 over 2 ranks equals DDP with the unsharded optimizer, with accumulation and global-norm clipping",
+          "[dist][zero]") {
+  using namespace zero_test;
+  struct Variant {
+    const char* optim;
+    int64_t stage;
+  };
+  for (const Variant v : {Variant{"adam", 2}, Variant{"adamw", 2}, Variant{"sgd", 2}, Variant{"lamb", 2},
+                          Variant{"adam", 1}}) {
+    DYNAMIC_SECTION(v.optim << " stage " << v.stage) {
+      TempDir tmp("zero2");
+      const int64_t steps = 4;
+      const double clip = 0.005;
+      const Outcome out = two_ranks("--optim " + std::string(v.optim) + " --stage " + std::to_string(v.stage) +
+                                        " --steps 4 --accum 2 --clip 0.005 --out " + tmp.str(),
+                                    tmp, "zero2.txt");
+      INFO(out.output);
+      REQUIRE(out.code == 0);
+      const Reference ref = reference(v.optim, steps, 2, clip);
+      // The test can fail: clipping is active at every step, and training moves the parameters.
+      for (double norm : ref.norms) CHECK(norm > clip);
+      CHECK(largest_difference(td::snapshot(*td::make_chain_net(7)), ref.params) > 1e-4);
+      const auto rank0 = params_of(tmp.str("rank0.pt"));
+      CHECK(bitwise_equal(rank0, params_of(tmp.str("rank1.pt"))));
+      CHECK(largest_difference(rank0, ref.params) <= 1e-10);
+      for (int64_t r = 0; r < 2; ++r) {
+        if (v.stage == 2) {
+          // Gradients cross the network once per step, each to its owner: every gradient's bytes once per
+          // step (12 hidden layers of 576 B and the head's 216 B), nothing under no_sync, no all-reduce.
+          CHECK(reported(out.output, r, "backward reduces: ") == 0);
+          const int64_t reduces = reported(out.output, r, "(0 bytes) under no_sync, ");
+          CHECK(reduces % steps == 0);
+          CHECK(reduces / steps >= 2);  // buckets of both owners
+          CHECK_THAT(out.output, Contains("(" + std::to_string(steps * (12 * 576 + 216)) + " bytes) synchronising, 0 all-reduces"));
+        }
+        // Memory per rank: gradients (after the last backward) and optimizer state, against the unsharded run.
+        const int64_t grads = reported(out.output, r, "gradient bytes ");
+        const int64_t state = reported(out.output, r, "optimizer state bytes ");
+        WARN(v.optim << " stage " << v.stage << " rank " << r << ": gradients " << grads << " B (unsharded "
+                     << ref.gradient_bytes << "), optimizer state " << state << " B (unsharded " << ref.state_bytes
+                     << "): " << static_cast<double>(grads + state) / static_cast<double>(ref.gradient_bytes + ref.state_bytes)
+                     << " of the unsharded bytes");
+        if (v.stage == 2) {
+          CHECK(grads + state <= (ref.gradient_bytes + ref.state_bytes) * 6 / 10);
+          CHECK(reported(out.output, r, "bucket bytes ") == 0);  // reduce buckets live only while in flight
+        } else {
+          CHECK(grads == ref.gradient_bytes);  // stage 1 keeps every gradient
+          CHECK(state <= ref.state_bytes * 6 / 10);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ZeRO-2 with a GradScaler: an inf in one rank's shard makes every rank skip the step", "[dist][zero]") {
+  using namespace zero_test;
+  TempDir tmp("zero2-scaler");
+  const Outcome out = two_ranks("--optim adam --steps 5 --clip 0.05 --scaler --out " + tmp.str(), tmp, "scaler.txt");
+  INFO(out.output);
+  REQUIRE(out.code == 0);
+  // Only rank 0 holds the gradient with the inf (rank 1 never sees it): the found-inf flag is summed over the
+  // ranks, so both skip step 2 and halve the scale.
+  CHECK_THAT(out.output, Contains("[rank 0] rank 0: skipped steps: 2; scale 512"));
+  CHECK_THAT(out.output, Contains("[rank 1] rank 1: skipped steps: 2; scale 512"));
+  const auto rank0 = params_of(tmp.str("rank0.pt"));
+  CHECK(bitwise_equal(rank0, params_of(tmp.str("rank1.pt"))));
+  CHECK(largest_difference(rank0, reference("adam", 5, 1, 0.05, 2).params) <= 1e-10);
+}
+
+TEST_CASE("ZeRO-2 sharded checkpoints: resume bitwise, 2 ranks into 1 and 1 into 2", "[dist][zero]") {
+  using namespace zero_test;
+  TempDir tmp("zero2-ckpt");
+  const std::string common = "--optim adam --data-steps 8 --steps ";
+  // A: 8 steps in one go.
+  const Outcome whole = two_ranks(common + "8 --out " + tmp.str(), tmp, "whole.txt");
+  INFO(whole.output);
+  REQUIRE(whole.code == 0);
+  const auto expected = params_of(tmp.str("rank0.pt"));
+  CHECK(largest_difference(expected, reference("adam", 8, 1, 0.0).params) <= 1e-10);
+  // 4 steps on 2 ranks, saved (one shard file per rank), then resumed on 2 ranks: bitwise equal to A.
+  std::filesystem::create_directories(tmp.str("resumed"));
+  const Outcome first = two_ranks(common + "4 --save-dir " + tmp.str("two") + " --out " + tmp.str(), tmp, "first.txt");
+  INFO(first.output);
+  REQUIRE(first.code == 0);
+  CHECK(std::filesystem::exists(tmp.str("two/zero_shard_0_of_2.pt")));
+  CHECK(std::filesystem::exists(tmp.str("two/zero_shard_1_of_2.pt")));
+  const Outcome second = two_ranks(common + "8 --load-dir " + tmp.str("two") + " --out " + tmp.str("resumed"), tmp,
+                                   "second.txt");
+  INFO(second.output);
+  REQUIRE(second.code == 0);
+  CHECK(bitwise_equal(params_of(tmp.str("resumed/rank0.pt")), expected));
+  // Continues from the shards in `from` with `runner` to step 8: the parameters of A to 1e-10 (float64 sums
+  // in another order when the number of ranks changes).
+  const auto continue_from = [&](const std::string& from, const std::string& name, bool two) {
+    std::filesystem::create_directories(tmp.str(name));
+    const std::string args = common + "8 --load-dir " + tmp.str(from) + " --out " + tmp.str(name);
+    const Outcome out = two ? two_ranks(args, tmp, name + ".txt") : one_rank(args, tmp, name + ".txt");
+    INFO(out.output);
+    REQUIRE(out.code == 0);
+    CHECK(largest_difference(params_of(tmp.str(name + "/rank0.pt")), expected) <= 1e-10);
+  };
+  continue_from("two", "into_one", false);  // the 2-rank shards loaded by 1 rank
+  // 1 rank's shard (4 steps) loaded by 2 ranks.
+  std::filesystem::create_directories(tmp.str("one_out"));
+  const Outcome one = one_rank(common + "4 --save-dir " + tmp.str("one") + " --out " + tmp.str("one_out"), tmp,
+                               "one.txt");
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  CHECK(std::filesystem::exists(tmp.str("one/zero_shard_0_of_1.pt")));
+  continue_from("one", "into_two", true);
+  // A shard file missing: the error names it.
+  std::filesystem::remove(tmp.str("two/zero_shard_1_of_2.pt"));
+  const Outcome missing = one_rank(common + "8 --load-dir " + tmp.str("two") + " --out " + tmp.str("into_one"), tmp,
+                                   "missing.txt");
+  CHECK(missing.code != 0);
+  CHECK_THAT(missing.output, Contains("zero_shard_1_of_2.pt"));
+  CHECK_THAT(missing.output, Contains("the shard of rank 1 of the 2-rank run"));
+}
+
+TEST_CASE("ZeRO: stage 2 needs the DDP, bad stages and too many ranks are refused", "[dist][zero]") {
+  auto pg = trainkit::dist::ProcessGroup::init(trainkit::dist::InitOptions());
+  auto net = td::make_chain_net(1);
+  const auto factory = [](std::vector<at::Tensor> p) { return td::make_zero_test_optimizer("sgd", std::move(p)); };
+  CHECK_THROWS_WITH(trainkit::dist::ZeroRedundancyOptimizer(net->parameters(), pg, factory,
+                                                            trainkit::dist::ZeroOptions().stage(2)),
+                    Contains("stage 2 needs the DistributedDataParallel constructor"));
+  trainkit::dist::DistributedDataParallel ddp(net, pg);
+  CHECK_THROWS_WITH(trainkit::dist::ZeroRedundancyOptimizer(ddp, factory, trainkit::dist::ZeroOptions().stage(3)),
+                    Contains("invalid stage 3"));
+  // World size 1: everything is rank 0's; the optimizer steps like the unsharded one.
+  trainkit::dist::ZeroRedundancyOptimizer zero(ddp, factory, trainkit::dist::ZeroOptions().stage(2));
+  CHECK(zero.shard(0).size() == net->parameters().size());
+  // Buckets by owner: reverse order, one open bucket per owner.
+  std::vector<at::Tensor> params = {torch::zeros({100}), torch::zeros({100}), torch::zeros({100}), torch::zeros({100})};
+  std::vector<int64_t> roots;
+  const auto buckets = trainkit::dist::compute_owner_bucket_assignment(params, {0, 1, 0, 1}, 1e-3, 1e-3, &roots);
+  REQUIRE(buckets.size() == 2);
+  CHECK(buckets[0] == std::vector<int64_t>{3, 1});
+  CHECK(buckets[1] == std::vector<int64_t>{2, 0});
+  CHECK(roots == std::vector<int64_t>{1, 0});
+}
+
+namespace zero_test {
+
+double summary_number(const std::string& json, const std::string& key) {
+  const auto at = json.find("\"" + key + "\": ");
+  REQUIRE(at != std::string::npos);
+  return std::stod(json.substr(at + key.size() + 4));
+}
+
+}  // namespace zero_test
+
+TEST_CASE("trainkit train under the launcher with [zero] stage = 2: sharded state and checkpoints, the model of "
+          "plain DDP", "[dist][zero][cli]") {
+  using namespace zero_test;
+  TempDir tmp("zero-train");
+  // SGD with momentum, no dropout or batch norm, the gradient norm clipped (by the norm over both shards).
+  const std::string config = tmp.str("tiny.toml");
+  std::ofstream(config) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n"
+                           "[model]\nchannels = [4, 8]\nhidden = 16\ndropout = 0.0\nbatch_norm = false\n"
+                           "[optimizer]\nname = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n"
+                           "[train]\nepochs = 2\nbatch_size = 25\nseed = 3\nthreads = 1\n"
+                           "[grad]\nclip_norm = 0.5\n"
+                           "[checkpoint]\nevery_steps = 5\n"
+                           "[log]\nevery_steps = 5\nprogress = \"lines\"\n"
+                           "[distributed]\nbackend = \"gloo\"\ntimeout = 20\nbucket_cap_mb = 0.01\n";
+  const std::string cli = TRAINKIT_CLI_PATH;
+  const auto train = [&](const std::string& name, const std::string& extra) {
+    return run(cli + " launch --nproc 2 --master-port 0 -- " + cli + " train --config " + config + " --out " +
+                   tmp.str(name) + " " + extra,
+               tmp, name + ".txt");
+  };
+  const Outcome plain = train("plain", "");
+  INFO(plain.output);
+  REQUIRE(plain.code == 0);
+  const Outcome sharded = train("sharded", "--set zero.stage=2");
+  INFO(sharded.output);
+  REQUIRE(sharded.code == 0);
+  CHECK_THAT(sharded.output, Contains("zero: stage 2, rank 0 owns"));
+  const std::string plain_summary = trainkit::test::read_text(tmp.str("plain/summary.json"));
+  const std::string sharded_summary = trainkit::test::read_text(tmp.str("sharded/summary.json"));
+  CHECK(summary_number(plain_summary, "zero_stage") == 0);
+  CHECK(summary_number(sharded_summary, "zero_stage") == 2);
+  // Rank 0 holds only its shard of the momentum buffers (with whole tensors per owner the CNN's 392x16 Linear,
+  // 92% of the parameters, sets the split); the model is the same (float32 sums in another order).
+  const double full = summary_number(plain_summary, "optimizer_state_bytes");
+  const double shard = summary_number(sharded_summary, "optimizer_state_bytes");
+  WARN("trainkit train, SGD momentum: rank 0's optimizer state " << shard << " B with [zero] stage = 2, " << full
+                                                                  << " B without");
+  CHECK(shard > 0);
+  CHECK(shard < full);
+  CHECK(std::abs(summary_number(sharded_summary, "test_loss") - summary_number(plain_summary, "test_loss")) < 1e-4);
+  // Every rank writes its checkpoints: rank 1's shards beside rank 0's, and the run resumes from them.
+  const auto names = [](const std::string& dir) {
+    std::set<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.is_regular_file()) out.insert(e.path().filename().string());
+    }
+    return out;
+  };
+  const auto rank0_files = names(tmp.str("sharded/checkpoints"));
+  CHECK(!rank0_files.empty());
+  CHECK(names(tmp.str("sharded/checkpoints/rank1")) == rank0_files);
+  const Outcome resumed = train("sharded", "--set zero.stage=2 --resume auto --set train.epochs=3");
+  INFO(resumed.output);
+  CHECK(resumed.code == 0);
+  CHECK_THAT(resumed.output, Contains("resumed from"));
+  CHECK(summary_number(trainkit::test::read_text(tmp.str("sharded/summary.json")), "steps") == 30);
+}
