@@ -32,9 +32,9 @@ while (($#)); do
   esac
 done
 
-# Development packages whose headers and CMake files the build needs (scripts/setup.sh installs them).
-dev_packages=(libfmt-dev libspdlog-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgloo-dev
-              libcurl4-openssl-dev zlib1g-dev libpng-dev)
+# shellcheck source=scripts/gpu/deps.sh
+. "$root/scripts/gpu/deps.sh"
+dev_packages=("${gpu_dev_packages[@]}")
 missing=()
 for p in "${dev_packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then missing+=("$p"); fi
@@ -78,38 +78,16 @@ for p in "${dev_packages[@]}"; do
   done < <(dpkg -L "$p")
 done
 
-# The shared libraries and their dependency closure, minus what every Linux with a C++ compiler has.
-is_base_library() {
-  case "$(basename "$1")" in
-    libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|libresolv.so.*|libutil.so.*|ld-linux*|\
-    libstdc++.so.*|libgcc_s.so.*|linux-vdso.so.*) return 0 ;;
-  esac
-  return 1
-}
-roots=("$libdir/libfmt.so" "$libdir/libspdlog.so" "$libdir/libcurl.so" "$libdir/libpng16.so" "$libdir/libz.so")
-declare -A seen=()
-queue=()
-for r in "${roots[@]}"; do queue+=("$(readlink -f "$r")"); done
-while ((${#queue[@]})); do
-  lib=${queue[0]}
-  queue=("${queue[@]:1}")
-  [ -n "${seen[$lib]:-}" ] && continue
-  seen[$lib]=1
-  # The real file under /usr/lib (usrmerge: /lib is /usr/lib) and its soname link.
-  real=$(readlink -f "$lib")
-  dst_dir="$stage$libdir"
-  mkdir -p "$dst_dir"
-  cp -L "$real" "$dst_dir/$(basename "$real")"
+# The shared libraries and their dependency closure (each with its soname link), minus what every Linux with a
+# C++ compiler has.
+mkdir -p "$stage$libdir"
+while read -r real; do
+  cp -L "$real" "$stage$libdir/$(basename "$real")"
   soname=$(objdump -p "$real" | awk '$1 == "SONAME" {print $2}')
   if [ -n "$soname" ] && [ "$soname" != "$(basename "$real")" ]; then
-    ln -sf "$(basename "$real")" "$dst_dir/$soname"
+    ln -sf "$(basename "$real")" "$stage$libdir/$soname"
   fi
-  while read -r dep; do
-    [ -n "$dep" ] || continue
-    is_base_library "$dep" && continue
-    queue+=("$(readlink -f "$dep")")
-  done < <(ldd "$real" | awk '$2 == "=>" && $3 ~ /^\// {print $3}')
-done
+done < <(gpu_library_closure "$libdir")
 
 rm -rf "$out"
 mkdir -p "$out/fashion-mnist"
