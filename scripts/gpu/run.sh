@@ -7,7 +7,7 @@
 #   RESULTS_DIR        where gpu_results.md and logs/ go (default: $OUT when set, else gpu-results/)
 #   --deps DIR         the folder pack.sh filled (default: gpu-deps/)
 #   --build-dir DIR    the build folder (default: build-gpu/)
-#   --budget SECONDS   time for the whole script; every step is cut to what is left (default 540)
+#   --budget SECONDS   time for the whole script; every step is cut to what is left (default 480)
 #   --epochs N         epochs of each main-job run (default 3)
 #   --build-only       stop after the build and the link check
 #   --no-build         reuse the build folder as it is
@@ -22,7 +22,7 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 deps="$root/gpu-deps"
 build="$root/build-gpu"
-budget=540
+budget=480
 epochs=3
 mode=all
 results=""
@@ -181,11 +181,13 @@ fi
 # ---- 2. Build -----------------------------------------------------------------------------------------
 bin="$build"
 if [ "$mode" != no-build ]; then
-  # The carried usr/ tree, unpacked beside the archive (again when the archive is newer).
-  if [ ! -d "$deps/usr" ] || [ "$deps/deps.tar.gz" -nt "$deps/usr" ]; then
-    rm -rf "${deps:?}/usr" && tar -xzf "$deps/deps.tar.gz" -C "$deps" && touch "$deps/usr"
+  # The carried usr/ tree, unpacked into the build folder (again when the archive is newer), so that the
+  # folder that travels stays as pack.sh left it.
+  carried="$build/carried/usr"
+  if [ ! -d "$carried" ] || [ "$deps/deps.tar.gz" -nt "$carried" ]; then
+    rm -rf "$build/carried" && mkdir -p "$build/carried" && tar -xzf "$deps/deps.tar.gz" -C "$build/carried" &&
+      touch "$carried"
   fi
-  carried="$deps/usr"
   arch_lib=$(ls -d "$carried"/lib/*-linux-gnu 2>/dev/null | head -1)
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
   # LibTorch's CMake files probe the GPU's architecture for nvcc flags; trainkit compiles no CUDA code, so
@@ -235,7 +237,7 @@ link_check() {
 run_step link_check 60 link_check
 ((step_rc == 0)) || md_log "$logs/link_check.log" 60
 if ldd "${exe[trainkit]}" > /dev/null 2>&1; then
-  md "Libraries resolved: $(ldd "${exe[trainkit]}" | awk '$3 ~ /^\// {print $3}' | grep -c "^$deps/") from the carried folder," \
+  md "Libraries resolved: $(ldd "${exe[trainkit]}" | awk '$3 ~ /^\// {print $3}' | grep -c "^$build/carried/") from the carried folder," \
      "$(ldd "${exe[trainkit]}" | awk '$3 ~ /^\// {print $3}' | grep -c "site-packages") from the wheel, the rest from the system (\`logs/link_check.log\`)."
 fi
 if [ "$mode" = build-only ]; then
@@ -245,7 +247,11 @@ fi
 # ---- 3. The CUDA-tagged tests, one process each (a crash does not take the others with it) ------------
 cuda_tests() {
   local names rc=0 name spec out
-  names=$("${exe[trainkit_tests]}" --list-test-names-only "[cuda]" | grep -v '^$')
+  names=$(timeout 60 "${exe[trainkit_tests]}" --list-test-names-only "[cuda]" | grep -v '^$')
+  if [ -z "$names" ]; then
+    echo "trainkit_tests --list-test-names-only \"[cuda]\" listed no test case"
+    return 1
+  fi
   echo "$(echo "$names" | wc -l) CUDA-tagged test cases"
   while IFS= read -r name; do
     spec=$(printf '%s' "$name" | sed 's/\([],[]\)/\\\1/g')
