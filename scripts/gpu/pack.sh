@@ -21,7 +21,7 @@ out="$root/gpu-deps"
 data_dir=/usr/share/datasets/fashion-mnist
 limit_mib=64
 
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 while (($#)); do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -76,6 +76,13 @@ for p in "${dev_packages[@]}"; do
       "$libdir"/lib*.so) stage_path "$f" ;;
     esac
   done < <(dpkg -L "$p")
+done
+
+# The static libraries that a carried CMake package file names (Catch2's libCatch2WithMain.a).
+for a in $(grep -rhoE 'lib[A-Za-z0-9_+-]+\.a' "$stage" --include='*.cmake' | sort -u); do
+  for d in /usr/lib "$libdir"; do
+    if [ -f "$d/$a" ]; then stage_path "$d/$a"; fi
+  done
 done
 
 # The shared libraries and their dependency closure (each with its soname link), minus what every Linux with a

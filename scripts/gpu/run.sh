@@ -9,6 +9,7 @@
 #   --build-dir DIR    the build folder (default: build-gpu/)
 #   --budget SECONDS   time for the whole script; every step is cut to what is left (default 480)
 #   --epochs N         epochs of each main-job run (default 3)
+#   --time-scale N     multiply every step's limit by N (a rehearsal on a slower machine; default 1)
 #   --build-only       stop after the build and the link check
 #   --no-build         reuse the build folder as it is
 # Environment: TRAINKIT_PYTHON (python3), TRAINKIT_CXX (g++ when present: its OpenMP needs no extra
@@ -24,16 +25,18 @@ deps="$root/gpu-deps"
 build="$root/build-gpu"
 budget=480
 epochs=3
+time_scale=1
 mode=all
 results=""
 
-usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 while (($#)); do
   case "$1" in
     --deps) deps=$2; shift 2 ;;
     --build-dir) build=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
+    --time-scale) time_scale=$2; shift 2 ;;
     --build-only) mode="build-only"; shift ;;
     --no-build) mode="no-build"; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -42,7 +45,7 @@ while (($#)); do
   esac
 done
 if [ -z "$results" ]; then results="${OUT:-$root/gpu-results}"; fi
-for n in "$budget" "$epochs"; do
+for n in "$budget" "$epochs" "$time_scale"; do
   if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then echo "run.sh: '$n' is not a positive integer" >&2; exit 2; fi
 done
 deps=$(cd "$deps" 2>/dev/null && pwd) || { echo "run.sh: no folder '$deps': run scripts/gpu/pack.sh first" >&2; exit 2; }
@@ -75,7 +78,7 @@ record() {  # name status seconds detail
 # left (15 s stay for the summary); a CMD that is a function of this script bounds its own commands. Sets
 # step_rc (124: timed out, 125: not run for lack of time).
 run_step() {
-  local name=$1 limit=$2
+  local name=$1 limit=$(($2 * time_scale))
   shift 2
   local left=$(($(remaining) - 15))
   ((limit > left)) && limit=$left
@@ -134,10 +137,10 @@ else
 fi
 torch_info=$("$py" -c "import torch, torch.utils
 print(torch.__version__, torch.version.cuda, torch.cuda.device_count() if torch.cuda.is_available() else 0)
-print(torch.utils.cmake_prefix_path)" 2>&1)
+print(torch.utils.cmake_prefix_path)" 2> "$logs/python_torch.log")
 if [ $? -ne 0 ]; then
-  md "- PyTorch: \`$py\` cannot import torch: $(echo "$torch_info" | tail -1)"
-  echo "run.sh: $py cannot import torch (TRAINKIT_PYTHON names another Python): $(echo "$torch_info" | tail -1)" >&2
+  md "- PyTorch: \`$py\` cannot import torch: $(tail -1 "$logs/python_torch.log")"
+  echo "run.sh: $py cannot import torch (TRAINKIT_PYTHON names another Python): $(tail -1 "$logs/python_torch.log")" >&2
   exit 2
 fi
 read -r torch_version torch_cuda gpus <<< "$(echo "$torch_info" | head -1)"
