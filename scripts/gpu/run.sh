@@ -66,7 +66,7 @@ md() { printf '%s\n' "$@" >> "$report"; }
 # Appends the last N lines of a log to the results as a text block.
 md_log() {
   md '```text'
-  tail -n "$2" "$1" | cut -c1-300 >> "$report"
+  grep -v '^[[:space:]]*$' "$1" | tail -n "$2" | cut -c1-300 >> "$report"
   md '```'
 }
 record() {  # name status seconds detail
@@ -199,13 +199,17 @@ if [ "$mode" != no-build ]; then
   # The carried packages are found through CMAKE_PREFIX_PATH (headers, libraries) and their <Name>_DIR
   # hints; --disable-new-dtags writes the carried library folder as DT_RPATH, which (unlike RUNPATH) also
   # serves the libraries' own dependencies (libcurl's closure), so the programs run without LD_LIBRARY_PATH.
+  # libstdc++ is named first among the programs' libraries: LibTorch 2.11's libtorch.so exports copies of
+  # std::filesystem functions (remove_all among them) that crash when called from a program; loaded before
+  # libtorch.so, libstdc++ provides them instead.
   run_step configure 240 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CUDA_COMPILER="$nvcc" -DCUDAToolkit_ROOT="$cuda_root" \
     -DCMAKE_PREFIX_PATH="$torch_prefix;$carried" \
     -Dfmt_DIR="$arch_lib/cmake/fmt" -Dspdlog_DIR="$arch_lib/cmake/spdlog" \
     -DCatch2_DIR="$carried/lib/cmake/Catch2" -DCLI11_DIR="$carried/share/cmake/CLI11" \
     -Dnlohmann_json_DIR="$carried/share/cmake/nlohmann_json" \
-    -DCMAKE_EXE_LINKER_FLAGS="-Wl,--disable-new-dtags" -DTRAINKIT_INSTALL=OFF
+    -DCMAKE_EXE_LINKER_FLAGS="-Wl,--disable-new-dtags -Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state" \
+    -DTRAINKIT_INSTALL=OFF
   if ((step_rc == 0)); then
     md_log "$logs/configure.log" 6
     # Only what the steps below run: the tests' binary (with the CLI and dist_worker it depends on), the
@@ -240,8 +244,8 @@ link_check() {
 run_step link_check 60 link_check
 ((step_rc == 0)) || md_log "$logs/link_check.log" 60
 if ldd "${exe[trainkit]}" > /dev/null 2>&1; then
-  md "Libraries resolved: $(ldd "${exe[trainkit]}" | awk '$3 ~ /^\// {print $3}' | grep -c "^$build/carried/") from the carried folder," \
-     "$(ldd "${exe[trainkit]}" | awk '$3 ~ /^\// {print $3}' | grep -c "site-packages") from the wheel, the rest from the system (\`logs/link_check.log\`)."
+  resolved=$(ldd "${exe[trainkit]}" | awk '$3 ~ /^\// {print $3}')
+  md "Libraries of \`trainkit\`: $(grep -c "^$build/carried/" <<< "$resolved") from the carried folder, $(grep -c "site-packages" <<< "$resolved") from the wheel, $(grep -v -c -e "^$build/carried/" -e "site-packages" <<< "$resolved") from the system (\`logs/link_check.log\`)."
 fi
 if [ "$mode" = build-only ]; then
   md "" "Stopped after the build (--build-only)."
