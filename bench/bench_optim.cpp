@@ -240,11 +240,15 @@ void run_on_device(const std::vector<Case>& cases, c10::Device device, int round
       }
     }
     const double adam = median(times["trainkit Adam foreach"]) * 1e3;
-    fmt::print("\n{} on {} ({} params in {} tensors)\n{:<42} {:>10} {:>22}\n", c.name, device.str(), c.total, c.count,
-               "variant", "ms", "× trainkit Adam foreach");
+    // Adam and AdamW read p, g, m, v and write p, m, v: 28 bytes per float32 parameter at the least.
+    const double adam_gb = 28.0 * static_cast<double>(c.total) / 1e9;
+    fmt::print("\n{} on {} ({} params in {} tensors)\n{:<42} {:>10} {:>22} {:>12}\n", c.name, device.str(), c.total,
+               c.count, "variant", "ms", "× trainkit Adam foreach", "Adam GB/s");
     for (const auto& [name, step] : variants) {
       const double ms = median(times[name]) * 1e3;
-      fmt::print("{:<42} {:>10.3f} {:>22.2f}\n", name, ms, ms / adam);
+      const bool adam_like = name.find("Adam") != std::string::npos || name.find("_adam") != std::string::npos;
+      fmt::print("{:<42} {:>10.3f} {:>22.2f} {:>12}\n", name, ms, ms / adam,
+                 adam_like ? fmt::format("{:.0f}", adam_gb / (ms / 1e3)) : "-");
     }
   }
 }
@@ -361,7 +365,13 @@ int bench_main(int argc, char** argv) {
       fmt::print(stderr, "--device {}: CUDA is not available\n", device);
       return 2;
     }
-    run_on_device(cases, dev, rounds);
+    std::vector<Case> chosen;
+    for (const Case& c : cases) {
+      if (only.empty() || std::find(only.begin(), only.end(), c.name) != only.end()) {
+        chosen.push_back(c);
+      }
+    }
+    run_on_device(chosen, dev, rounds);
     return 0;
   }
   // How many threads the kernels really run on (a kernel compiled without OpenMP's at::parallel_for ran on one).

@@ -1,6 +1,6 @@
-// amp: mixed precision on Fashion-MNIST. Trains the CNN with CPU bfloat16 autocast next to float32 from
-// the same weights and data, then shows a GradScaler's scale trajectory with an injected overflow that is
-// skipped. With a GPU (and --device cuda) the first part runs float16 autocast + GradScaler on CUDA.
+// amp: mixed precision on Fashion-MNIST. Trains the CNN with autocast next to float32 from the same weights
+// and data (bfloat16 on the CPU, float16 + GradScaler with --device cuda; --dtypes chooses, e.g. both on a
+// GPU), then shows a GradScaler's scale trajectory with an injected overflow that is skipped.
 #include <chrono>
 #include <cstdio>
 
@@ -89,11 +89,16 @@ int main(int argc, char** argv) {
   int64_t steps = 300;
   std::string device_name = "cpu";
   int64_t limit_test = 0;
+  std::vector<std::string> dtypes;
   cli.option("--data-dir", data_dir, "Fashion-MNIST directory").show_default();
   cli.option("--steps", steps, "Training steps per run (batch 128)").show_default().positive();
-  cli.option("--device", device_name, "cpu, or cuda (float16 + GradScaler)").one_of({"cpu", "cuda"}).show_default();
+  cli.option("--device", device_name, "cpu or cuda").one_of({"cpu", "cuda"}).show_default();
   cli.option("--limit-test", limit_test, "Evaluate on the first N test images (0 = all 10,000)").show_default()
       .non_negative();
+  cli.option("--dtypes", dtypes,
+             "Autocast dtypes compared with float32, each a run of its own; float16 adds a GradScaler "
+             "(default: bfloat16 on the CPU, float16 on CUDA)")
+      .one_of({"bfloat16", "float16"});
   if (auto rc = cli.parse(argc, argv)) return *rc;
   trainkit::app::set_log_level("info");
 
@@ -105,20 +110,32 @@ int main(int argc, char** argv) {
     const torch::Device device(device_name == "cuda" ? torch::kCUDA : torch::kCPU);
     const auto train = trainkit::data::load_mnist_split(data_dir, true);
     const auto test = trainkit::data::load_mnist_split(data_dir, false, limit_test);
-    const auto low = device.is_cuda() ? torch::kFloat16 : torch::kBFloat16;
+    if (dtypes.empty()) {
+      dtypes = {device.is_cuda() ? "float16" : "bfloat16"};
+    }
     fmt::print("Fashion-MNIST CNN, Adam 1e-3, batch 128, {} steps on {} ({} threads)\n", steps, device.str(),
                torch::get_num_threads());
     fmt::print("{:<34} {:>10} {:>12} {:>14}\n", "precision", "seconds", "loss (last 50)", "test accuracy");
-    // Warm-up runs first, so that neither measurement pays for creating the kernels' primitives.
+    const auto dtype_of = [](const std::string& name) { return name == "float16" ? torch::kFloat16 : torch::kBFloat16; };
+    // Warm-up runs first, so that no measurement pays for creating the kernels' primitives.
     run(train, nullptr, device, std::nullopt, false, 10);
-    run(train, nullptr, device, low, device.is_cuda(), 10);
+    for (const auto& name : dtypes) {
+      run(train, nullptr, device, dtype_of(name), name == "float16", 10);
+    }
     const RunResult f32 = run(train, &test, device, std::nullopt, false, steps);
     fmt::print("{:<34} {:>10.2f} {:>12.4f} {:>14.4f}\n", "float32", f32.seconds, f32.final_loss, f32.test_accuracy);
-    const RunResult mixed = run(train, &test, device, low, device.is_cuda(), steps);
-    fmt::print("{:<34} {:>10.2f} {:>12.4f} {:>14.4f}\n",
-               device.is_cuda() ? "float16 autocast + GradScaler" : "bfloat16 autocast", mixed.seconds,
-               mixed.final_loss, mixed.test_accuracy);
-    fmt::print("time ratio mixed / float32: {:.2f}\n\n", mixed.seconds / f32.seconds);
+    std::vector<std::pair<std::string, double>> ratios;
+    for (const auto& name : dtypes) {
+      const bool fp16 = name == "float16";
+      const RunResult mixed = run(train, &test, device, dtype_of(name), fp16, steps);
+      fmt::print("{:<34} {:>10.2f} {:>12.4f} {:>14.4f}\n", name + (fp16 ? " autocast + GradScaler" : " autocast"),
+                 mixed.seconds, mixed.final_loss, mixed.test_accuracy);
+      ratios.emplace_back(name, mixed.seconds / f32.seconds);
+    }
+    for (const auto& [name, ratio] : ratios) {
+      fmt::print("time ratio {} / float32: {:.2f}\n", name, ratio);
+    }
+    fmt::print("\n");
 
     // A GradScaler trajectory: growth_interval 5, an overflow injected at steps 12 and 13.
     fmt::print("GradScaler(init_scale 1024, growth_interval 5): inf injected into one gradient at steps 12, 13\n");

@@ -49,6 +49,17 @@ Key param_state_key(const at::Tensor& p) {
 
 }  // namespace trainkit::compat
 
+#include <torch/csrc/autograd/variable.h>
+
+namespace trainkit::compat {
+
+/// An owning pointer to an autograd graph node (a parameter's grad accumulator): `std::shared_ptr<Node>` in
+/// older releases (2.11 among them), `c10::intrusive_ptr<Node>` in newer ones; taken from what
+/// `grad_accumulator` returns, so no version number needs naming.
+using NodePtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
+
+}  // namespace trainkit::compat
+
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
