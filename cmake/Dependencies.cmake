@@ -1,9 +1,9 @@
 # Third-party dependencies. LibTorch comes from CMAKE_PREFIX_PATH (scripts/build.sh points it at the
-# project's virtual environment); any official LibTorch >= 2.1, CPU or CUDA, works.
+# project's virtual environment); LibTorch >= 2.4, CPU or CUDA (tested: 2.4.1 and 2.15.0, scripts/compat.sh).
 include(TrainkitWheelNvtx)
 find_package(Torch REQUIRED)
-if(Torch_VERSION VERSION_LESS 2.1)
-  message(FATAL_ERROR "trainkit needs LibTorch >= 2.1, found ${Torch_VERSION} (${Torch_DIR}); point "
+if(Torch_VERSION VERSION_LESS 2.4)
+  message(FATAL_ERROR "trainkit needs LibTorch >= 2.4, found ${Torch_VERSION} (${Torch_DIR}); point "
                       "CMAKE_PREFIX_PATH at a newer one, e.g. a torch wheel's torch.utils.cmake_prefix_path")
 endif()
 find_package(Threads REQUIRED)

@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/autograd/function.h>
 
+#include "trainkit/compat.h"
 #include "trainkit/dist/process_group.h"
 
 namespace trainkit::dist::detail {
@@ -66,7 +67,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool sync_enabled_ = true;
   int64_t started_early_ = 0;
   int64_t last_started_early_ = 0;
-  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<compat::AutogradNodePtr> accumulators_;
   std::mutex mutex_;
 };
 
