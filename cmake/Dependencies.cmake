@@ -3,8 +3,9 @@
 include(TrainkitWheelNvtx)
 find_package(Torch REQUIRED)
 if(Torch_VERSION VERSION_LESS 2.4)
-  message(FATAL_ERROR "trainkit needs LibTorch >= 2.4, found ${Torch_VERSION} (${Torch_DIR}); point "
-                      "CMAKE_PREFIX_PATH at a newer one, e.g. a torch wheel's torch.utils.cmake_prefix_path")
+  message(FATAL_ERROR "trainkit needs LibTorch >= 2.4, found ${Torch_VERSION} in ${Torch_DIR}; point "
+                      "CMAKE_PREFIX_PATH at a newer one (a torch wheel's torch.utils.cmake_prefix_path, for "
+                      "instance)")
 endif()
 find_package(Threads REQUIRED)
 # OpenMP for the one source that enters ATen's intra-op thread pool (src/detail/parallel_range.cpp says why).
