@@ -16,8 +16,10 @@
 #include <torch/torch.h>
 
 #include "support.h"
+#include "trainkit/amp/autocast.h"
 #include "trainkit/app/config.h"
 #include "trainkit/app/run.h"
+#include "trainkit/compat.h"
 #include "trainkit/train/callback.h"
 #include "trainkit/train/trainer.h"
 
@@ -138,6 +140,9 @@ TEST_CASE("A training step reads nothing from the device unless it logs", "[app]
 TEST_CASE("With a GradScaler a step reads one value: whether to skip it", "[app][sync][amp]") {
   // As PyTorch's GradScaler.step for optimizers without a fused kernel, the skip decision is read on the host
   // (found_inf.item()) once per step.
+  if (!amp::is_autocast_dtype_supported(torch::kCPU, torch::kHalf)) {
+    TRAINKIT_SKIP("float16 autocast on the CPU needs LibTorch >= 2.5; this is " << compat::torch_version());
+  }
   const auto reads = reads_per_step({"amp.enabled=true", "amp.dtype=\"float16\"", "amp.grad_scaler=true"});
   REQUIRE(reads.size() == 12);
   INFO(table(reads));
@@ -149,6 +154,9 @@ TEST_CASE("With a GradScaler a step reads one value: whether to skip it", "[app]
 TEST_CASE("With a GradScaler and ATen's fused Adam a step reads nothing: the skip is decided on the device",
           "[app][sync][amp][aten_fused]") {
   // As PyTorch's GradScaler with fused=True: the scaler hands found_inf (and the scale) to the kernel.
+  if (!amp::is_autocast_dtype_supported(torch::kCPU, torch::kHalf)) {
+    TRAINKIT_SKIP("float16 autocast on the CPU needs LibTorch >= 2.5; this is " << compat::torch_version());
+  }
   const auto reads = reads_per_step(
       {"amp.enabled=true", "amp.dtype=\"float16\"", "amp.grad_scaler=true", "optimizer.aten_fused=true"});
   REQUIRE(reads.size() == 12);

@@ -1,6 +1,7 @@
 #pragma once
 /// @file
-/// Every difference between the LibTorch versions trainkit supports (>= 2.1) lives here.
+/// Every difference between the LibTorch versions trainkit supports (>= 2.4; tested with 2.4.1 and 2.15.0 by
+/// scripts/compat.sh) lives here.
 
 #include <torch/version.h>
 
@@ -8,7 +9,10 @@
 #define TRAINKIT_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
-static_assert(TRAINKIT_TORCH_AT_LEAST(2, 1), "trainkit needs LibTorch >= 2.1");
+// The oldest release tested is 2.4.1. 2.1.2 does not compile: trainkit passes std::optional where LibTorch 2.1
+// has a c10::optional class of its own (2.3 made it an alias of std::optional), and more (README, "Tested
+// LibTorch versions").
+static_assert(TRAINKIT_TORCH_AT_LEAST(2, 4), "trainkit needs LibTorch >= 2.4");
 
 #include <string>
 
@@ -22,14 +26,56 @@ inline std::string torch_version() {
 
 }  // namespace trainkit::compat
 
+#include <chrono>
+#include <cstdlib>
 #include <sstream>
 #include <type_traits>
 #include <utility>
 
 #include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/optim/optimizer.h>
 
 namespace trainkit::compat {
+
+/// The owning pointer to an autograd graph node, as `torch::autograd::impl::grad_accumulator` returns it:
+/// std::shared_ptr in older releases (2.4), c10::intrusive_ptr in newer ones.
+using AutogradNodePtr =
+    decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::autograd::Variable&>()));
+
+namespace detail {
+template <class Options, class = void>
+struct has_create_default : std::false_type {};
+template <class Options>
+struct has_create_default<Options, std::void_t<decltype(Options::create_default(std::chrono::milliseconds{}))>>
+    : std::true_type {};
+}  // namespace detail
+
+/// Gloo backend options with the default devices: the interfaces named in GLOO_SOCKET_IFNAME (comma-separated),
+/// else the address this machine's host name resolves to. `ProcessGroupGloo::Options::create_default` where
+/// LibTorch has it; in older releases (2.4) the same steps as that release's Python binding of the
+/// ProcessGroupGloo constructor. A template over c10d's class, so that this header needs no c10d (or Gloo)
+/// header: src/dist/process_group.cpp, the one source that includes them, instantiates it.
+template <class ProcessGroupGloo>
+auto gloo_default_options(std::chrono::milliseconds timeout) {
+  using Options = typename ProcessGroupGloo::Options;
+  if constexpr (detail::has_create_default<Options>::value) {
+    return Options::create_default(timeout);
+  } else {
+    auto options = Options::create(timeout);
+    const char* ifnames = std::getenv("GLOO_SOCKET_IFNAME");
+    if (ifnames != nullptr && ifnames[0] != '\0') {
+      std::istringstream list(ifnames);
+      for (std::string name; std::getline(list, name, ',');) {
+        options->devices.push_back(ProcessGroupGloo::createDeviceForInterface(name));
+      }
+    } else {
+      options->devices.push_back(ProcessGroupGloo::createDefaultDevice());
+    }
+    options->threads = static_cast<int>(options->devices.size() * 2);
+    return options;
+  }
+}
 
 /// The key type of `torch::optim::Optimizer::state()`: the TensorImpl pointer as a string in old
 /// releases, as `void*` in newer ones.
@@ -49,17 +95,7 @@ Key param_state_key(const at::Tensor& p) {
 
 }  // namespace trainkit::compat
 
-#include <torch/csrc/autograd/variable.h>
-
-namespace trainkit::compat {
-
-/// An owning pointer to an autograd graph node (a parameter's grad accumulator): `std::shared_ptr<Node>` in
-/// older releases (2.11 among them), `c10::intrusive_ptr<Node>` in newer ones; taken from what
-/// `grad_accumulator` returns, so no version number needs naming.
-using NodePtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
-
-}  // namespace trainkit::compat
-
+#include <c10/core/Device.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
@@ -84,6 +120,11 @@ int autocast_decrement_nesting();
 /// Drops autocast's cast cache (Python's torch.autocast does this when the outermost region exits).
 void autocast_clear_cache();
 
+/// Waits until everything queued on `device` has run: the device-generic
+/// `DeviceGuardImplInterface::synchronizeDevice` where LibTorch has it (newer than 2.4); before, CUDA through
+/// `torch::cuda::synchronize` and std::invalid_argument for other devices.
+void synchronize_device(const c10::Device& device);
+
 }  // namespace trainkit::compat
 
 // The definitions below need <ATen/autocast_mode.h>, which costs ~20 s of parsing per translation unit;
@@ -92,72 +133,32 @@ void autocast_clear_cache();
 #ifdef TRAINKIT_COMPAT_IMPLEMENTATION
 #include <ATen/autocast_mode.h>
 #include <c10/core/DeviceType.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/cuda.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <stdexcept>
 
 namespace trainkit::compat {
 
-// Autocast state per device type: one device-generic API from 2.4; before, CPU and CUDA had their own
-// functions (the other backends too, which trainkit does not drive).
-#if !TRAINKIT_TORCH_AT_LEAST(2, 4)
-namespace detail {
-inline void check_autocast_device(c10::DeviceType device) {
-  if (device != c10::DeviceType::CPU && device != c10::DeviceType::CUDA) {
-    throw std::invalid_argument(std::string("autocast before LibTorch 2.4: only CPU and CUDA are supported, got ") +
-                                c10::DeviceTypeName(device));
-  }
-}
-}  // namespace detail
-#endif
-
 /// Whether autocast is enabled for `device` in this thread.
 bool autocast_enabled(c10::DeviceType device) {
-#if TRAINKIT_TORCH_AT_LEAST(2, 4)
   return at::autocast::is_autocast_enabled(device);
-#else
-  detail::check_autocast_device(device);
-  return device == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
-#endif
 }
 
 /// Enables or disables autocast for `device` in this thread.
 void set_autocast_enabled(c10::DeviceType device, bool enabled) {
-#if TRAINKIT_TORCH_AT_LEAST(2, 4)
   at::autocast::set_autocast_enabled(device, enabled);
-#else
-  detail::check_autocast_device(device);
-  if (device == c10::DeviceType::CPU) {
-    at::autocast::set_cpu_enabled(enabled);
-  } else {
-    at::autocast::set_enabled(enabled);
-  }
-#endif
 }
 
 /// The lower-precision dtype autocast casts to on `device` in this thread.
 c10::ScalarType autocast_dtype(c10::DeviceType device) {
-#if TRAINKIT_TORCH_AT_LEAST(2, 4)
   return at::autocast::get_autocast_dtype(device);
-#else
-  detail::check_autocast_device(device);
-  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
-                                        : at::autocast::get_autocast_gpu_dtype();
-#endif
 }
 
 /// Sets the lower-precision dtype autocast casts to on `device` in this thread.
 void set_autocast_dtype(c10::DeviceType device, c10::ScalarType dtype) {
-#if TRAINKIT_TORCH_AT_LEAST(2, 4)
   at::autocast::set_autocast_dtype(device, dtype);
-#else
-  detail::check_autocast_device(device);
-  if (device == c10::DeviceType::CPU) {
-    at::autocast::set_autocast_cpu_dtype(dtype);
-  } else {
-    at::autocast::set_autocast_gpu_dtype(dtype);
-  }
-#endif
 }
 
 /// Whether autocast caches the lower-precision casts of leaf tensors (weights) within a region.
@@ -174,6 +175,36 @@ int autocast_decrement_nesting() { return at::autocast::decrement_nesting(); }
 
 /// Drops autocast's cast cache (Python's torch.autocast does this when the outermost region exits).
 void autocast_clear_cache() { at::autocast::clear_cache(); }
+
+namespace detail {
+// Whether DeviceGuardImplInterface has synchronizeDevice (detected, as the release that added it is not pinned
+// down here: 2.4 lacks it, 2.15 has it).
+template <class Impl, class = void>
+struct has_synchronize_device : std::false_type {};
+template <class Impl>
+struct has_synchronize_device<Impl, std::void_t<decltype(std::declval<const Impl&>().synchronizeDevice(
+                                        c10::DeviceIndex{}))>> : std::true_type {};
+
+template <class Impl>
+void synchronize_device(const Impl* impl, const c10::Device& device) {
+  if constexpr (has_synchronize_device<Impl>::value) {
+    impl->synchronizeDevice(device.index());
+  } else {
+    (void)impl;
+    if (!device.is_cuda()) {
+      throw std::invalid_argument("synchronizing " + device.str() +
+                                  " needs a newer LibTorch (DeviceGuardImplInterface::synchronizeDevice); this is " +
+                                  torch_version());
+    }
+    torch::cuda::synchronize(device.index());
+  }
+}
+}  // namespace detail
+
+/// Waits until everything queued on `device` has run.
+void synchronize_device(const c10::Device& device) {
+  detail::synchronize_device(c10::impl::getDeviceGuardImpl(device.type()), device);
+}
 
 }  // namespace trainkit::compat
 

@@ -15,7 +15,14 @@
 #include <cstring>
 #include <type_traits>
 
+// LibTorch's header-only float16 conversions moved to torch/headeronly/ in recent releases; older ones (2.1 to
+// 2.7 at least) have them in c10/util/Half.h. A version difference kept here rather than in trainkit/compat.h,
+// which includes ATen's tensor header: this file includes no other LibTorch header.
+#if __has_include(<torch/headeronly/util/Half.h>)
 #include <torch/headeronly/util/Half.h>
+#else
+#include <c10/util/Half.h>
+#endif
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #include <cpuid.h>

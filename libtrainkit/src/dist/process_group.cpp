@@ -5,11 +5,13 @@
 //
 // Gloo's headers: the wheel ships c10d's headers but not Gloo's, and ProcessGroupGloo.hpp includes five of
 // them. They come from Debian's libgloo-dev (an older Gloo than the one compiled into libtorch_cpu.so),
-// which is safe for the narrow use made here: we only name `ProcessGroupGloo` (its constructor and
-// `Options::create_default`/`createDeviceForHostname` are exported by libtorch_cpu.so) and `Options`;
+// which is safe for the narrow use made here: we only name `ProcessGroupGloo` (its constructor,
+// `Options::create_default` or, before it existed, `createDefaultDevice`/`createDeviceForInterface`, and
+// `createDeviceForHostname` are exported by libtorch_cpu.so) and `Options`;
 // their layouts hold Gloo objects only behind std::shared_ptr/std::unique_ptr, so they do not depend on
 // Gloo's version, and nothing of Gloo itself is compiled here or linked (no libgloo).
 #include "trainkit/dist/process_group.h"
+#include "trainkit/compat.h"
 
 #include <atomic>
 #include <cmath>
@@ -215,7 +217,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const InitOptions& options) {
   const int size = static_cast<int>(options.world_size());
   try {
     if (backend == "gloo" || backend == "auto") {
-      auto gloo_options = c10d::ProcessGroupGloo::Options::create_default(options.timeout());
+      auto gloo_options = compat::gloo_default_options<c10d::ProcessGroupGloo>(options.timeout());
       if (is_loopback(options.master_addr()) && std::getenv("GLOO_SOCKET_IFNAME") == nullptr) {
         // All ranks on this machine: talk over loopback whatever the host name resolves to.
         gloo_options->devices = {c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")};

@@ -4,11 +4,11 @@
 #include <chrono>
 
 #include <ATen/record_function.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "trainkit/amp/autocast.h"
+#include "trainkit/compat.h"
 #include "trainkit/grad/accumulation.h"
 #include "trainkit/grad/clip.h"
 #include "detail/check.h"
@@ -151,7 +151,7 @@ at::Tensor Trainer::forward_loss(const data::Batch& batch) {
 
 void Trainer::sync_for_profile(const c10::Device& device) const {
   if (options_.profile_sync() && device.type() != c10::DeviceType::CPU) {
-    c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
+    compat::synchronize_device(device);
   }
 }
 

@@ -75,7 +75,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool sync_enabled_ = true;
   int64_t started_early_ = 0;
   int64_t last_started_early_ = 0;
-  std::vector<compat::NodePtr> accumulators_;
+  std::vector<compat::AutogradNodePtr> accumulators_;
   std::mutex mutex_;
 };
 
