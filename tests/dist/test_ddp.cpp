@@ -314,8 +314,13 @@ TEST_CASE("The launcher forwards SIGTERM to the ranks", "[dist][launch]") {
   const std::string rank_cmd = "trap \"echo got TERM; exit 7\" TERM; echo ready; while :; do sleep 0.1; done";
   // The SIGTERM must reach the launcher itself, so no `timeout` wraps it here (timeout would signal the
   // whole process group, ranks included); ctest's per-test TIMEOUT is the hang guard.
+  // The signal is sent once both ranks have said "ready" (the launcher installs its handlers before it starts
+  // them, the ranks their trap before they print), not after a fixed delay that a loaded machine can outlast.
+  const std::string out = tmp.str("launch.out");
   const Run run = shell("{ " + std::string(TRAINKIT_CLI_PATH) + " launch --nproc 2 --master-port 0 -- sh -c '" +
-                            rank_cmd + "' & p=$!; sleep 2; kill -TERM $p; wait $p; echo launcher exit $?; }",
+                            rank_cmd + "' > " + out + " 2>&1 & p=$!; n=0; while [ \"$(grep -c ' ready' " + out +
+                            ")\" != 2 ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; kill -TERM $p; wait $p; "
+                            "echo launcher exit $?; cat " + out + "; }",
                         tmp);
   INFO(run.output);
   CHECK_THAT(run.output, Contains("[rank 0] got TERM"));

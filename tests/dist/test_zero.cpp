@@ -323,4 +323,10 @@ TEST_CASE("trainkit train under the launcher with [zero] stage = 2: sharded stat
   CHECK(resumed.code == 0);
   CHECK_THAT(resumed.output, Contains("resumed from"));
   CHECK(summary_number(trainkit::test::read_text(tmp.str("sharded/summary.json")), "steps") == 30);
+  // Several param groups cannot be sharded as one: learning rates by name are refused with ZeRO.
+  const Outcome grouped =
+      train("grouped", "--set zero.stage=2 --set 'optimizer.lr_by_name=[{ pattern = \"0.*\", lr = 0.1 }]'");
+  INFO(grouped.output);
+  CHECK(grouped.code != 0);
+  CHECK_THAT(grouped.output, Contains("[zero] stage = 2 shards one param group; optimizer.lr_by_name makes several"));
 }

@@ -414,11 +414,14 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   run.optimizer = make_run_optimizer(run, config, source);
 #if TRAINKIT_WITH_DISTRIBUTED
   if (run.group && config.distributed.zero.stage() > 0) {
-    if (config.optimizer.layer_decay != 0 || config.optimizer.no_decay_1d) {
+    const char* grouping = config.optimizer.layer_decay != 0      ? "layer_decay"
+                           : !config.optimizer.lr_by_name.empty() ? "lr_by_name"
+                           : config.optimizer.no_decay_1d         ? "no_decay_1d"
+                                                                  : nullptr;
+    if (grouping != nullptr) {
       throw ConfigError(fmt::format("{}: [zero] stage = {} shards one param group; optimizer.{} makes several "
                                     "(turn one of them off)",
-                                    source, config.distributed.zero.stage(),
-                                    config.optimizer.layer_decay != 0 ? "layer_decay" : "no_decay_1d"));
+                                    source, config.distributed.zero.stage(), grouping));
     }
     std::unique_ptr<dist::ZeroRedundancyOptimizer> zero;
     try {
