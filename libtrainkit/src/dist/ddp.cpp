@@ -13,36 +13,6 @@
 
 namespace trainkit::dist {
 
-std::vector<std::vector<int64_t>> compute_bucket_assignment(const std::vector<at::Tensor>& params,
-                                                            double first_bucket_mb, double bucket_cap_mb) {
-  TRAINKIT_CHECK_ARG(first_bucket_mb > 0, "Invalid first_bucket_mb: {}", first_bucket_mb);
-  TRAINKIT_CHECK_ARG(bucket_cap_mb > 0, "Invalid bucket_cap_mb: {}", bucket_cap_mb);
-  std::vector<std::vector<int64_t>> buckets;
-  std::vector<int64_t> current;
-  int64_t bytes = 0;
-  auto cap = [&] { return (buckets.empty() ? first_bucket_mb : bucket_cap_mb) * 1024.0 * 1024.0; };
-  for (int64_t i = static_cast<int64_t>(params.size()) - 1; i >= 0; --i) {
-    const auto& p = params[static_cast<size_t>(i)];
-    if (!current.empty()) {
-      const auto& first = params[static_cast<size_t>(current.front())];
-      if (first.scalar_type() != p.scalar_type() || first.device() != p.device()) {
-        buckets.push_back(std::move(current));
-        current.clear();
-        bytes = 0;
-      }
-    }
-    current.push_back(i);
-    bytes += p.numel() * static_cast<int64_t>(p.element_size());
-    if (static_cast<double>(bytes) >= cap()) {  // like PyTorch: the tensor that reaches the cap closes it
-      buckets.push_back(std::move(current));
-      current.clear();
-      bytes = 0;
-    }
-  }
-  if (!current.empty()) buckets.push_back(std::move(current));
-  return buckets;
-}
-
 std::vector<std::vector<int64_t>> compute_owner_bucket_assignment(const std::vector<at::Tensor>& params,
                                                                   const std::vector<int64_t>& owner,
                                                                   double first_bucket_mb, double bucket_cap_mb,
@@ -87,6 +57,13 @@ std::vector<std::vector<int64_t>> compute_owner_bucket_assignment(const std::vec
   for (auto& o : open) close(o);
   if (roots != nullptr) *roots = std::move(bucket_roots);
   return buckets;
+}
+
+std::vector<std::vector<int64_t>> compute_bucket_assignment(const std::vector<at::Tensor>& params,
+                                                            double first_bucket_mb, double bucket_cap_mb) {
+  // One owner: every parameter in the one sequence of buckets.
+  return compute_owner_bucket_assignment(params, std::vector<int64_t>(params.size(), 0), first_bucket_mb,
+                                         bucket_cap_mb);
 }
 
 namespace detail {
