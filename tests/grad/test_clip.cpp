@@ -163,3 +163,31 @@ TEST_CASE("clip_grad_norm_'s fused path gives the same bits with 1, 2 and 3 thre
   }
   at::set_num_threads(before);
 }
+
+TEST_CASE("clip_grads_with_norm_ with the norm from grad_norm equals clip_grad_norm_ bit for bit", "[grad][clip]") {
+  for (const auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    for (const bool fused : {true, false}) {  // contiguous CPU gradients, and strided ones (the foreach path)
+      INFO("dtype " << dtype << (fused ? " fused" : " foreach"));
+      torch::manual_seed(3);
+      std::vector<at::Tensor> a;
+      std::vector<at::Tensor> b;
+      for (const int64_t n : {7, 300, 4099}) {
+        at::Tensor p = torch::randn({n}, dtype).requires_grad_();
+        const at::Tensor g = torch::randn({n, 2}, dtype) * 5;
+        p.mutable_grad() = fused ? g.select(1, 0).contiguous() : g.select(1, 0);
+        at::Tensor q = p.detach().clone().requires_grad_();
+        q.mutable_grad() = fused ? g.select(1, 0).contiguous() : g.clone().select(1, 0);
+        a.push_back(p);
+        b.push_back(q);
+      }
+      const at::Tensor total = clip_grad_norm_(a, 1.5);
+      trainkit::grad::clip_grads_with_norm_(b, 1.5, trainkit::grad::grad_norm(b));
+      for (size_t i = 0; i < a.size(); ++i) {
+        CHECK(torch::equal(a[i].grad(), b[i].grad()));
+      }
+      CHECK(total.item<double>() > 1.5);  // the clip took effect
+      CHECK(trainkit::grad::grad_norm(b).item<double>() == Approx(1.5).epsilon(1e-5));
+    }
+  }
+  CHECK_THROWS_WITH(trainkit::grad::clip_grads_with_norm_({}, -1.0, torch::ones({})), Contains("invalid max_norm"));
+}

@@ -220,20 +220,12 @@ at::Tensor ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, double norm
     return grad::clip_grad_norm_(params, max_norm, norm_type);
   }
   // Stage 2: every gradient lives on its owner only; the local norm covers this rank's shard.
-  std::vector<at::Tensor> grads;
-  for (const auto& p : params) {
-    if (p.grad().defined()) grads.push_back(p.grad());
-  }
   const bool inf = std::isinf(norm_type);
-  at::Tensor local = grads.empty() ? at::zeros({}, at::kDouble) : grad::grad_norm(params, norm_type).to(at::kDouble);
+  const at::Tensor local = grad::grad_norm(params, norm_type).to(at::kDouble);
   at::Tensor total = (inf ? local : local.pow(norm_type)).reshape({1}).cpu().contiguous();
   group_->all_reduce(total, inf ? ReduceOp::MAX : ReduceOp::SUM).wait();
   total = (inf ? total : total.pow(1.0 / norm_type)).reshape({});
-  if (!grads.empty()) {
-    const at::Tensor coef = at::full({}, max_norm, at::kDouble).div(total + 1e-6).clamp_max(1.0);
-    at::NoGradGuard no_grad;
-    for (auto& g : grads) g.mul_(coef.to(g.device(), g.scalar_type()));
-  }
+  grad::clip_grads_with_norm_(params, max_norm, total);
   return total;
 }
 

@@ -48,6 +48,39 @@ void check_norm_type(double norm_type) {
                      "clip_grad_norm_: invalid norm_type: {} (must be > 0 or inf)", norm_type);
 }
 
+/// g ← g · min(1, max_norm / (total + 1e-6)) for every gradient, the coefficient computed in the norm's dtype
+/// as PyTorch does and applied in each gradient's dtype.
+void scale_by_norm(const std::vector<at::Tensor>& grads, double max_norm, const at::Tensor& total) {
+  if (grads.empty()) {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  const at::Tensor coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+  if (fusable(grads)) {
+    // On the CPU reading the coefficient is free (its memory, not a device sync), and a coefficient of 1
+    // needs no pass at all.
+    if (grads.front().scalar_type() == at::kFloat) {
+      const float c = *coef.to(at::kFloat).data_ptr<float>();
+      if (c < 1.0f) {
+        fused_scale<float>(grads, c);
+      }
+    } else {
+      const double c = *coef.to(at::kDouble).data_ptr<double>();
+      if (c < 1.0) {
+        fused_scale<double>(grads, c);
+      }
+    }
+    return;
+  }
+  std::map<std::pair<std::string, at::ScalarType>, std::vector<at::Tensor>> groups;
+  for (const auto& g : grads) {
+    groups[{g.device().str(), g.scalar_type()}].push_back(g);
+  }
+  for (auto& [key, list] : groups) {
+    at::_foreach_mul_(list, coef.to(list.front().device(), key.second));
+  }
+}
+
 at::Tensor clip_impl(const std::vector<at::Tensor>& parameters, const std::vector<std::string>* names,
                      double max_norm, double norm_type, bool error_if_nonfinite) {
   check_norm_type(norm_type);
@@ -70,31 +103,7 @@ at::Tensor clip_impl(const std::vector<at::Tensor>& parameters, const std::vecto
       }
     }
   }
-  // As PyTorch: coef = max_norm / (total + 1e-6) computed in the norm's dtype, clamped at 1.
-  const at::Tensor coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
-  if (fusable(grads.tensors)) {
-    // On the CPU reading the coefficient is free (its memory, not a device sync), and a coefficient of 1
-    // needs no pass at all.
-    if (grads.tensors.front().scalar_type() == at::kFloat) {
-      const float c = *coef.data_ptr<float>();
-      if (c < 1.0f) {
-        fused_scale<float>(grads.tensors, c);
-      }
-    } else {
-      const double c = *coef.data_ptr<double>();
-      if (c < 1.0) {
-        fused_scale<double>(grads.tensors, c);
-      }
-    }
-    return total;
-  }
-  std::map<std::pair<std::string, at::ScalarType>, std::vector<at::Tensor>> groups;
-  for (const auto& g : grads.tensors) {
-    groups[{g.device().str(), g.scalar_type()}].push_back(g);
-  }
-  for (auto& [key, list] : groups) {
-    at::_foreach_mul_(list, coef.to(list.front().device()));
-  }
+  scale_by_norm(grads.tensors, max_norm, total);
   return total;
 }
 
@@ -109,6 +118,11 @@ at::Tensor clip_grad_norm_(const torch::OrderedDict<std::string, at::Tensor>& na
                            double norm_type, bool error_if_nonfinite) {
   std::vector<std::string> names = named_parameters.keys();
   return clip_impl(named_parameters.values(), &names, max_norm, norm_type, error_if_nonfinite);
+}
+
+void clip_grads_with_norm_(const std::vector<at::Tensor>& parameters, double max_norm, const at::Tensor& total_norm) {
+  TRAINKIT_CHECK_ARG(max_norm >= 0, "clip_grads_with_norm_: invalid max_norm: {} (must be >= 0)", max_norm);
+  scale_by_norm(grads_of(parameters).tensors, max_norm, total_norm);
 }
 
 at::Tensor grad_norm(const std::vector<at::Tensor>& parameters, double norm_type) {

@@ -25,6 +25,10 @@ at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& parameters, double max
 at::Tensor clip_grad_norm_(const torch::OrderedDict<std::string, at::Tensor>& named_parameters, double max_norm,
                            double norm_type = 2.0, bool error_if_nonfinite = false);
 
+/// The scaling half of clip_grad_norm_ for a total norm computed elsewhere (e.g. over every rank's shard):
+/// g ← g · min(1, max_norm / (total_norm + 1e-6)), as `torch.nn.utils.clip_grads_with_norm_`.
+void clip_grads_with_norm_(const std::vector<at::Tensor>& parameters, double max_norm, const at::Tensor& total_norm);
+
 /// The total `norm_type` norm of the gradients of `parameters`, without clipping.
 at::Tensor grad_norm(const std::vector<at::Tensor>& parameters, double norm_type = 2.0);
 
