@@ -16,7 +16,10 @@ torch_version="2.15.0"
 # ctest optuna_dashboard_serves_journal.
 # mlflow (the tracking server and its Python client) serves and reads back a run in the ctest
 # mlflow_server_receives_run.
-python_oracles=(timm torch-lr-finder tensorboard scikit-learn optuna safetensors optuna-dashboard mlflow)
+# Pinned: the golden files record what these versions compute (tests/golden/optuna.toml names Optuna's), so
+# a fresh machine must get the same ones; scripts/check_golden.py's golden_files_fresh fails on a drift.
+python_oracles=(timm==1.0.31 torch-lr-finder==0.2.2 tensorboard==2.21.0 scikit-learn==1.9.1 optuna==5.1.0
+                safetensors==0.8.0 optuna-dashboard==0.21.0 mlflow==3.17.2)
 
 apt_packages=(build-essential cmake ninja-build ccache pkg-config
               libfmt-dev libspdlog-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
@@ -25,6 +28,7 @@ apt_packages=(build-essential cmake ninja-build ccache pkg-config
               libcurl4-openssl-dev  # the MLflow client's HTTP
               libgloo-dev   # Gloo headers for c10d's ProcessGroupGloo.hpp (the wheel lacks them)
               fortunes      # apps/text_classification's default data: one class per fortune file
+              iproute2      # `ip netns`: the two-machine launcher test (scripts/two_nodes.sh) runs here
               # scripts/test.sh compiles with clang (its precompiled header also holds LibTorch's template
               # instantiations: about half GCC's build time) and its OpenMP (libomp: the one source that
               # enters ATen's thread pool is compiled with OpenMP).
@@ -68,13 +72,13 @@ else
   echo "setup: torch $torch_version present"
 fi
 
-for pkg in "${python_oracles[@]}"; do
-  mod=${pkg//-/_}
-  if [ "$pkg" = scikit-learn ]; then mod=sklearn; fi  # the one oracle whose module is not its name
-  if ! "$venv/bin/python" -c "import $mod" 2>/dev/null; then
-    echo "setup: installing $pkg"
+for spec in "${python_oracles[@]}"; do
+  pkg=${spec%%==*}
+  want=${spec#*==}
+  if [ "$("$venv/bin/python" -c "import importlib.metadata as m; print(m.version('$pkg'))" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing $spec"
     # Naming the pinned torch beside the oracle keeps pip from replacing it.
-    "$venv/bin/python" -m pip install -q "$pkg" "torch==$torch_version"
+    "$venv/bin/python" -m pip install -q "$spec" "torch==$torch_version"
   fi
 done
 # DeepSpeed compiles its CPU Adam op on first use (into the torch extensions cache) with the C++ compiler.
