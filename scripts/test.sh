@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up what is missing (scripts/setup.sh), builds trainkit with its tests, and runs ctest.
+# Sets up what is missing (scripts/setup.sh), builds trainkit with its tests, runs ctest, and checks that every
+# Catch2 entry that passed ran assertions (scripts/check_test_quality.py).
 # Usage: scripts/test.sh [ctest args...]     Build directory: $TRAINKIT_BUILD_DIR (default build/).
 # The compiler is clang++ (TRAINKIT_CXX=g++ for GCC): with a precompiled LibTorch header it compiles the
 # tree in about half GCC's time (docs/architecture.md#build). tests/consumer builds a program against the
@@ -12,3 +13,5 @@ export TRAINKIT_CXX="${TRAINKIT_CXX:-clang++}"
 "$root/scripts/build.sh" "$build"
 cd "$build"
 ctest --output-on-failure -j "${TRAINKIT_JOBS:-2}" "$@"
+# Every Catch2 entry that passed ran at least one assertion (its summary line, in ctest's log of this run).
+"${TRAINKIT_VENV:-$root/.venv}/bin/python" "$root/scripts/check_test_quality.py" assertions "$build"

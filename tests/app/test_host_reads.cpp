@@ -137,7 +137,7 @@ TEST_CASE("A training step reads nothing from the device unless it logs", "[app]
   }
 }
 
-TEST_CASE("With a GradScaler a step reads one value: whether to skip it", "[app][sync][amp]") {
+TEST_CASE("With a GradScaler a step reads one value: whether to skip it", "[app][sync][amp][may-skip]") {
   // As PyTorch's GradScaler.step for optimizers without a fused kernel, the skip decision is read on the host
   // (found_inf.item()) once per step.
   if (!amp::is_autocast_dtype_supported(torch::kCPU, torch::kHalf)) {
@@ -152,7 +152,7 @@ TEST_CASE("With a GradScaler a step reads one value: whether to skip it", "[app]
 }
 
 TEST_CASE("With a GradScaler and ATen's fused Adam a step reads nothing: the skip is decided on the device",
-          "[app][sync][amp][aten_fused]") {
+          "[app][sync][amp][aten_fused][may-skip]") {
   // As PyTorch's GradScaler with fused=True: the scaler hands found_inf (and the scale) to the kernel.
   if (!amp::is_autocast_dtype_supported(torch::kCPU, torch::kHalf)) {
     TRAINKIT_SKIP("float16 autocast on the CPU needs LibTorch >= 2.5; this is " << compat::torch_version());

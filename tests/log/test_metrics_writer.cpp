@@ -127,7 +127,7 @@ TEST_CASE("MetricsWriter writes JSON Lines: names escaped, non-finite values as 
 }
 
 TEST_CASE("MetricsWriter: a failed write is an error naming the file, and appending drops a partial last row",
-          "[log][metrics][faults]") {
+          "[log][metrics][faults][may-skip]") {
   TempDir tmp("metrics-writer-faults");
   tl::MetricRow row;
   row.kind = "train";
