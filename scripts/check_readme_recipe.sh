@@ -12,7 +12,7 @@ recipe="$root/apps/custom_data/recipe.cpp"
 readme_block() {  # the first ```cpp block after the section heading
   awk '/^## Using the library$/ { in_section = 1; next }
        in_section && /^## / { exit }
-       in_section && !in_block && /^```cpp$/ { in_block = 1; next }
+       in_section && !in_block && /^```cpp( fragment)?$/ { in_block = 1; next }
        in_block && /^```$/ { exit }
        in_block { print }' "$readme"
 }
