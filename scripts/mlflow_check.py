@@ -8,8 +8,11 @@ mlflow_server_receives_run).
 
 `run` starts `mlflow server` (SQLite backend, artifacts served by the server) on 127.0.0.1 at a free port,
 starts `trainkit train` with log.mlflow_uri pointing at it, SIGKILLs the server once the MLflow run exists
-and the run has written ten metric rows, restarts it on the same port and database, and waits for the run to end. It then checks,
-through mlflow.MlflowClient: the run is FINISHED; its params are the run's effective config.toml, flat;
+and the run has written ten metric rows, lets the run write ten more without a server, restarts the server on the
+same port and database (holding trainkit with SIGSTOP meanwhile, so that it is still running when the server
+is back), and waits for the run to end. It then checks,
+through mlflow.MlflowClient: the run is FINISHED; its params are the run's effective config.toml, flat, each
+value equal (strings, numbers, bools and lists alike);
 its tags name the trainkit version and world size; every row of the run's metrics.jsonl is there as
 MLflow metrics with the same values and steps (train/loss, val/accuracy, ...); config.toml, metrics.csv,
 curves.svg, summary.json and the exported model.safetensors are its artifacts, summary.json byte for byte.
@@ -131,6 +134,18 @@ def flat(table, prefix=""):
     return out
 
 
+def same_value(got, want):
+    """Whether a param read back equals the config's value: bools and strings exactly, numbers to a relative
+    1e-12, lists element by element (and of the same length)."""
+    if isinstance(want, bool) or isinstance(got, bool) or isinstance(want, str):
+        return type(got) is type(want) and got == want
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(same_value(g, w) for g, w in zip(got, want))
+    if isinstance(want, dict):
+        return isinstance(got, dict) and set(got) == set(want) and all(same_value(got[k], want[k]) for k in want)
+    return isinstance(got, (int, float)) and math.isclose(float(got), float(want), rel_tol=1e-12)
+
+
 def check(client, run_dir, problems):
     run_id = open(os.path.join(run_dir, "mlflow_run_id")).read().strip()
     run = client.get_run(run_id)
@@ -139,14 +154,25 @@ def check(client, run_dir, problems):
     with open(os.path.join(run_dir, "config.toml"), "rb") as f:
         config = flat(tomllib.load(f))
     params = run.data.params
+    kinds = set()
     for key, value in config.items():
         if key not in params:
             problems.append("param {} missing".format(key))
-        elif isinstance(value, str) and params[key] != value:
+            continue
+        kinds.add(type(value).__name__)
+        # Strings are sent without their quotes; every other value as its TOML text ("true", "[4, 8]").
+        if isinstance(value, str):
+            same = params[key] == value
+        else:
+            try:
+                same = same_value(tomllib.loads("v = " + params[key])["v"], value)
+            except tomllib.TOMLDecodeError:
+                same = False
+        if not same:
             problems.append("param {}: server {!r}, config {!r}".format(key, params[key], value))
-        elif not isinstance(value, (str, list)) and not isinstance(value, bool) and \
-                not math.isclose(float(params[key]), float(value), rel_tol=1e-12):
-            problems.append("param {}: server {!r}, config {!r}".format(key, params[key], value))
+    for kind in ("bool", "list", "int", "float", "str"):
+        if kind not in kinds:
+            problems.append("the config has no {} value: the params check would not cover that kind".format(kind))
     for tag in ("trainkit.version", "trainkit.world_size", "trainkit.run_dir"):
         if tag not in run.data.tags:
             problems.append("tag {} missing".format(tag))
@@ -216,10 +242,20 @@ def main():
         killed_at = len(rows(metrics)) if os.path.exists(metrics) else 0
         running_at_kill = train.poll() is None
         kill(server)
-        time.sleep(1.0)
+        # Training goes on while the server is down: wait for ten more rows (a count, not a time window), then
+        # hold trainkit (SIGSTOP) while the server restarts, so that the run is still going when the server
+        # is back however long the restart takes, and its queued points must reach the new server.
+        while time.time() < deadline and train.poll() is None and len(rows(metrics)) < killed_at + 10:
+            time.sleep(0.02)
         rows_down = len(rows(metrics)) if os.path.exists(metrics) else 0
-        server = start_server(work, port)
         running_at_restart = train.poll() is None
+        if running_at_restart:
+            train.send_signal(signal.SIGSTOP)
+        try:
+            server = start_server(work, port)
+        finally:
+            if running_at_restart:
+                train.send_signal(signal.SIGCONT)
         rc = train.wait(timeout=600)
         if rc != 0:
             problems.append("trainkit train exited {}; see {}".format(rc, log.name))
@@ -233,6 +269,10 @@ def main():
                   "running" if running_at_restart else "exited", len(rows(metrics)), total, keys))
         if not running_at_kill:
             problems.append("trainkit exited before the server was killed (nothing was tested)")
+        if not running_at_restart:
+            problems.append("trainkit exited while the server was down (the restart was not tested)")
+        if rows_down < killed_at + 10:
+            problems.append("trainkit wrote {} rows while the server was down, expected 10".format(rows_down - killed_at))
     finally:
         kill(server)
     if problems:

@@ -35,6 +35,7 @@ def read(path, name, expected_path):
     problems = []
     if len(study.trials) != len(expected["trials"]):
         problems.append("{} trials, expected {}".format(len(study.trials), len(expected["trials"])))
+    # Trials pair up by position only when both lists are as long (a difference was named above).
     for t, want in zip(study.trials, expected["trials"]):
         where = "trial {}".format(t.number)
         if t.number != want["number"]:
@@ -43,7 +44,8 @@ def read(path, name, expected_path):
             problems.append("{}: state {}, expected {}".format(where, t.state.name, want["state"]))
         got_values = t.values
         if (got_values is None) != (want["values"] is None) or (
-                got_values is not None and not all(same(a, b) for a, b in zip(got_values, want["values"]))):
+                got_values is not None and (len(got_values) != len(want["values"]) or
+                                            not all(same(a, b) for a, b in zip(got_values, want["values"])))):
             problems.append("{}: values {}, expected {}".format(where, got_values, want["values"]))
         if set(t.params) != set(want["params"]) or not all(same(t.params[k], want["params"][k]) for k in t.params):
             problems.append("{}: params {}, expected {}".format(where, t.params, want["params"]))

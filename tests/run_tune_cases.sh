@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `trainkit tune` cases on a tiny config, one per call, each checked in the study's journal and outputs:
-#   gp_maximize  3 trials with --startup-trials 1 (trials 1 and 2 come from the Gaussian process) on
-#                --metric val_accuracy: the study maximizes, best.toml is the trial with the highest value, and
-#                each trial's effective config (trials/trial-NNNN/config.toml) holds the values the journal
-#                records for it
+#   gp_maximize  4 trials with --startup-trials 1 on --metric val_accuracy: the study maximizes, best.toml is
+#                the trial with the highest value, and each trial's effective config
+#                (trials/trial-NNNN/config.toml) holds the values the journal records for it. Trials 0 and 1 are
+#                design points (the GP models nothing before two finite values), trials 2 and 3 the Gaussian
+#                process's: the same study with --startup-trials 4 (design points only) must give trials 0
+#                and 1 the same values and trials 2 and 3 others
 #   failed       every trial's `trainkit train` fails (no data): the trial ends FAIL, the study goes on and
 #                exits 0
 #   nan          every trial diverges (LR 1e30): a NaN objective ends the trial FAIL with no value
@@ -25,9 +27,21 @@ ends() { grep '"op_code":6,' "$journal" | grep -c "\"state\":$1," || true; }
 
 case $case_name in
   gp_maximize)
-    tune --space "$space" --trials 3 --startup-trials 1 --metric val_accuracy --seed 5 "$@"
+    tune --space "$space" --trials 4 --startup-trials 1 --metric val_accuracy --seed 5 "$@"
     grep -q '"directions":\[2\]' "$journal" || fail "the study does not maximize"
-    [ "$(ends 1)" -eq 3 ] || fail "$(ends 1) complete trials, expected 3"
+    [ "$(ends 1)" -eq 4 ] || fail "$(ends 1) complete trials, expected 4"
+    # The design-only study: the same seed, every trial a design point.
+    gp_out=$out; out=$out/design
+    mkdir -p "$out"
+    tune --space "$space" --trials 4 --startup-trials 4 --metric val_accuracy --seed 5 "$@"
+    out=$gp_out
+    params() { awk -F, -v n="$2" 'NR > 1 && $1 == n { print $4 "," $5 }' "$1/trials.csv"; }
+    for n in 0 1 2 3; do
+      gp=$(params "$out" $n) design=$(params "$out/design" $n)
+      [ -n "$gp" ] && [ -n "$design" ] || fail "trial $n missing from a trials.csv"
+      if [ "$n" -lt 2 ] && [ "$gp" != "$design" ]; then fail "trial $n ($gp) is not the design point $design"; fi
+      if [ "$n" -ge 2 ] && [ "$gp" = "$design" ]; then fail "trial $n ($gp) is the design point: the GP did not pick it"; fi
+    done
     best=$(awk -F, 'NR > 1 && $2 == "complete" && ($3 > max || max == "") { max = $3; n = $1 } END { print n }' \
       "$out/trials.csv")
     grep -q "^# The best trial of the study in .*: trial $best, val_accuracy" "$out/best.toml" ||

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Two `trainkit tune` processes on one study directory at once (as on two machines sharing it): a study of 4
 # trials in total must hold exactly 4 distinct trials (numbers, run directories), each finished once, created
-# by both workers, every run directory complete, and no lock left behind.
+# by both workers, every run directory complete, and no lock left behind. That both workers create trials
+# does not depend on timing: the first trial's `trainkit train` is held (SIGSTOP) until the study holds a
+# second trial, which only the other worker can create (each worker runs one trial at a time).
 # Usage: run_tune_workers.sh CLI CONFIG SPACE OUT [--set ... (a tiny config)]
 set -euo pipefail
 cli=$1 config=$2 space=$3 out=$4
@@ -13,10 +15,28 @@ fail() { echo "app_tune_two_workers: $*"; for w in 1 2; do echo "--- worker $w:"
 first=$!
 "$cli" tune --config "$config" --space "$space" --out "$out" --trials 4 --jobs 1 "$@" > "$out/worker2.log" 2>&1 &
 second=$!
+journal=$out/study.journal
+created() { grep -c '"op_code":4,' "$journal" 2>/dev/null || true; }
+# The first trial's training process (a child of either worker), held until the other worker creates one.
+held=""
+for _ in $(seq 1 3000); do
+  held=$(pgrep -P "$first" || pgrep -P "$second" || true)
+  [ -n "$held" ] && break
+  kill -0 "$first" 2>/dev/null || kill -0 "$second" 2>/dev/null || break
+  sleep 0.05
+done
+[ -n "$held" ] || fail "no trial started within 150 s"
+held=$(echo "$held" | head -n 1)
+kill -STOP "$held"
+for _ in $(seq 1 3000); do
+  [ "$(created)" -ge 2 ] && break
+  sleep 0.05
+done
+kill -CONT "$held"
+[ "$(created)" -ge 2 ] || fail "the other worker created no trial while the first trial was held (150 s)"
 wait "$first" || fail "worker 1 failed"
 wait "$second" || fail "worker 2 failed"
-journal=$out/study.journal
-created=$(grep -c '"op_code":4,' "$journal" || true)
+created=$(created)
 [ "$created" -eq 4 ] || fail "$created trials created, expected 4"
 dirs=$(grep -o '"trainkit_dir":"trials/trial-[0-9]*"' "$journal" | sort -u | wc -l)
 [ "$dirs" -eq 4 ] || fail "$dirs distinct run directories, expected 4"
