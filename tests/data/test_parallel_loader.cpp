@@ -22,6 +22,7 @@ using trainkit::data::Batch;
 using trainkit::data::ParallelLoader;
 using trainkit::data::ParallelLoaderOptions;
 using trainkit::test::read_epoch;
+using trainkit::test::read_rest;
 using trainkit::test::WhatContains;
 
 namespace {
@@ -227,8 +228,10 @@ TEST_CASE("ParallelLoader cancels the batches in flight: a worker stops at the s
   SECTION("a new epoch") {
     loader->set_epoch(1);
     gate.open();
+    CHECK(read_rest(*loader).size() == 5);  // epoch 1 whole (the gate is open)
     loader.reset();
-    CHECK(calls.load() == kBatch + 2);  // without cancelling, batches 1 and 2 would load whole: 3 * kBatch
+    // without cancelling, batches 1 and 2 of epoch 0 would load whole: 3 more samples each
+    CHECK(calls.load() == kBatch + 2 + 5 * kBatch);
   }
   SECTION("skip") {
     loader->skip(2);  // batches 1 and 2
