@@ -1,19 +1,34 @@
 cmake_minimum_required(VERSION 3.16)  # NEW policies: "@OUT@" below is a literal, not a variable reference
-# Runs an app with tiny settings and checks that it wrote the expected files, each non-empty.
-#   APP: the program; ARGS: its arguments (a ;-list, "@OUT@" replaced by OUT); OUT: a fresh directory;
+# Runs an app with small settings and checks what it wrote and the numbers it reports: a run that ignored its
+# feature must fail a check, not only a crash.
+#   APP: the program; ARGS: its arguments (a ;-list, "@OUT@" replaced by OUT);
+#   OUT: optional, a directory emptied before the run;
 #   FILES: paths relative to OUT (globs allowed) that must exist and be non-empty;
-#   CONTAINS: optional "relative/path=text" pairs: the file must contain the text.
-file(REMOVE_RECURSE "${OUT}")
-file(MAKE_DIRECTORY "${OUT}")
+#   CONTAINS: "relative/path=text" pairs: the file must contain the text;
+#   REGEX, MIN, MAX: one "value" check of the program's output (below), as CHECKS' "value|-|MIN|MAX|REGEX"
+#     would be, except that REGEX may hold ';';
+#   CHECKS: "KIND|WHERE|MIN|MAX|REGEX" entries. WHERE is "-" for the program's output (stdout and stderr
+#     together) or a path relative to OUT; MIN and MAX are inclusive bounds, empty for none; REGEX (CMake's
+#     syntax, without ';') is last and may hold '|'. KIND:
+#       value: REGEX's first group, in its first match, holds one or more numbers (separated by blanks or
+#              commas), each finite (no nan, no inf) and within [MIN, MAX];
+#       each:  as value, in every match (at least one);
+#       count: the number of REGEX's matches is within [MIN, MAX];
+#       same:  REGEX's first group is the same text in every match, and the matches number within [MIN, MAX].
+if(DEFINED OUT)
+  file(REMOVE_RECURSE "${OUT}")
+  file(MAKE_DIRECTORY "${OUT}")
+endif()
 string(REPLACE "@OUT@" "${OUT}" args "${ARGS}")
 execute_process(COMMAND "${APP}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(output "${out}\n${err}")
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "${APP} failed (${rc}):\n${out}\n${err}")
+  message(FATAL_ERROR "${APP} failed (${rc}):\n${output}")
 endif()
 foreach(pattern ${FILES})
   file(GLOB matches "${OUT}/${pattern}")
   if(NOT matches)
-    message(FATAL_ERROR "${APP} wrote no ${OUT}/${pattern}\n${out}\n${err}")
+    message(FATAL_ERROR "${APP} wrote no ${OUT}/${pattern}\n${output}")
   endif()
   foreach(path ${matches})
     file(SIZE "${path}" size)
@@ -33,4 +48,90 @@ foreach(pair ${CONTAINS})
     message(FATAL_ERROR "${OUT}/${rel} does not contain \"${text}\"")
   endif()
 endforeach()
-message(STATUS "${out}")
+
+# Fails unless `value` is within [lo, hi] (empty: no bound); `what` names the check.
+function(check_bounds value lo hi what)
+  if((NOT lo STREQUAL "" AND value LESS lo) OR (NOT hi STREQUAL "" AND value GREATER hi))
+    message(FATAL_ERROR "${what}: ${value} is outside [${lo}, ${hi}]")
+  endif()
+endfunction()
+# Fails unless every number in `text` is finite and within [lo, hi].
+function(check_numbers text lo hi what)
+  string(REGEX MATCHALL "[^ \t\r\n,]+" numbers "${text}")
+  list(LENGTH numbers count)
+  if(count EQUAL 0)
+    message(FATAL_ERROR "${what}: no number in \"${text}\"")
+  endif()
+  foreach(number ${numbers})
+    if(NOT number MATCHES "^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$")
+      message(FATAL_ERROR "${what}: \"${number}\" is not a finite number")
+    endif()
+    check_bounds("${number}" "${lo}" "${hi}" "${what}")
+  endforeach()
+endfunction()
+
+# One check (see CHECKS) of `text`, read from `source`. The matches are taken one after another from the
+# text, not as a CMake list, which a ';' or an unbalanced '[' in a match would split or join.
+function(check_text kind source text lo hi regex)
+  if(NOT kind MATCHES "^(value|each|count|same)$")
+    message(FATAL_ERROR "unknown check kind \"${kind}\" (value, each, count or same)")
+  endif()
+  set(what "${kind} \"${regex}\" in ${source}")
+  set(rest "${text}")
+  set(n 0)
+  set(first "")
+  while(TRUE)
+    string(REGEX MATCH "${regex}" match "${rest}")
+    string(LENGTH "${match}" length)
+    if(length EQUAL 0)
+      break()
+    endif()
+    set(captured "${CMAKE_MATCH_1}")
+    math(EXPR n "${n} + 1")
+    if(kind STREQUAL "same")
+      if(n EQUAL 1)
+        set(first "${captured}")
+      elseif(NOT captured STREQUAL first)
+        message(FATAL_ERROR "${what}: \"${captured}\" differs from \"${first}\":\n${text}")
+      endif()
+    elseif(NOT kind STREQUAL "count")
+      check_numbers("${captured}" "${lo}" "${hi}" "${what}, match \"${match}\"")
+      if(kind STREQUAL "value")
+        break()
+      endif()
+    endif()
+    string(FIND "${rest}" "${match}" at)
+    math(EXPR from "${at} + ${length}")
+    string(SUBSTRING "${rest}" ${from} -1 rest)
+  endwhile()
+  if(n EQUAL 0 AND NOT kind STREQUAL "count")
+    message(FATAL_ERROR "${what}: no match in:\n${text}")
+  endif()
+  if(kind MATCHES "^(count|same)$")
+    check_bounds(${n} "${lo}" "${hi}" "${what}: number of matches")
+  endif()
+  message(STATUS "${what}: ok (${n} matches)")
+endfunction()
+
+if(DEFINED REGEX)
+  check_text(value "the output of ${APP}" "${output}" "${MIN}" "${MAX}" "${REGEX}")
+endif()
+foreach(check ${CHECKS})
+  string(REGEX MATCH "^([a-z]+)[|]([^|]*)[|]([^|]*)[|]([^|]*)[|](.+)$" parsed "${check}")
+  if(NOT parsed)
+    message(FATAL_ERROR "malformed check (want KIND|WHERE|MIN|MAX|REGEX): ${check}")
+  endif()
+  set(where "${CMAKE_MATCH_2}")
+  if(where STREQUAL "-")
+    check_text("${CMAKE_MATCH_1}" "the output of ${APP}" "${output}" "${CMAKE_MATCH_3}" "${CMAKE_MATCH_4}"
+               "${CMAKE_MATCH_5}")
+  else()
+    if(NOT EXISTS "${OUT}/${where}")
+      message(FATAL_ERROR "${APP} wrote no ${OUT}/${where}\n${output}")
+    endif()
+    file(READ "${OUT}/${where}" content)
+    check_text("${CMAKE_MATCH_1}" "${OUT}/${where}" "${content}" "${CMAKE_MATCH_3}" "${CMAKE_MATCH_4}"
+               "${CMAKE_MATCH_5}")
+  endif()
+endforeach()
+message(STATUS "${output}")

@@ -3,7 +3,8 @@
 //   torchrun --nproc-per-node 2 --no-python build/apps/ddp --epochs 1
 // Alone (no RANK/WORLD_SIZE) it trains in one process. Each rank reads its own shard of every epoch
 // (TensorLoader's num_replicas/rank); --batch-size is the global batch, split evenly over the ranks, so any
-// world size trains the same model. Rank 0 alone prints and writes the checkpoint.
+// world size trains the same model. Rank 0 alone prints and writes the checkpoint; at the end every rank
+// prints a digest of its parameters (train::digest_parameters), equal on every rank.
 #include <chrono>
 #include <cstdio>
 
@@ -117,6 +118,10 @@ int main(int argc, char** argv) {
         }
       }
     }
+    // DDP keeps the replicas bitwise equal: every rank prints its digest, and the digests must agree.
+    std::printf("rank %lld: parameter digest %016llx\n", static_cast<long long>(rank),
+                static_cast<unsigned long long>(trainkit::train::digest_parameters(*model)));
+    std::fflush(stdout);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp: rank %lld: %s\n", static_cast<long long>(rank), e.what());
     std::fflush(stderr);

@@ -364,6 +364,15 @@ lr = 0.0001
     name_of[p.value().unsafeGetTensorImpl()] = p.key();
   }
   REQUIRE(run.optimizer->param_groups().size() == 3);  // conv1, 13.*, the rest
+  // One optimizer step on a training batch. The first SGD step moves p by -lr·(grad + weight_decay·p) (its
+  // momentum buffer starts as that gradient): the expected values in float64 from the float32 inputs, compared
+  // at float32's precision.
+  run.train->set_epoch(0);
+  const auto batch = run.train->next();
+  REQUIRE(batch.has_value());
+  run.optimizer->zero_grad();
+  run.trainer->backward(*batch);
+  std::vector<std::pair<at::Tensor, at::Tensor>> stepped;  // parameter, expected value after the step
   size_t seen = 0;
   for (const auto& group : run.optimizer->param_groups()) {
     const auto& o = static_cast<const optim::SgdOptions&>(group.options());
@@ -376,10 +385,19 @@ lr = 0.0001
       CHECK(o.lr() == expected);
       CHECK(o.momentum() == 0.9);
       CHECK(o.weight_decay() == 0.001);
+      REQUIRE(p.grad().defined());
+      const at::Tensor p64 = p.detach().to(torch::kFloat64);
+      stepped.emplace_back(p, p64 - expected * (p.grad().to(torch::kFloat64) + 0.001 * p64));
       ++seen;
     }
   }
   CHECK(seen == run.model->parameters().size());
+  run.optimizer->step();
+  for (const auto& [p, expected] : stepped) {
+    INFO(name_of.at(p.unsafeGetTensorImpl()) << ": largest departure from p - lr·(grad + wd·p) "
+                                             << (p.detach().to(torch::kFloat64) - expected).abs().max().item<double>());
+    CHECK(torch::allclose(p.detach().to(torch::kFloat64), expected, /*rtol=*/1e-6, /*atol=*/1e-9));
+  }
   // The effective config records the rules in a form that parses back to the same groups.
   const ArgTable effective = optim::optimizer_args(parsed.optimizer);
   const std::string recorded = find_arg(effective, "lr_by_name")->to_string();

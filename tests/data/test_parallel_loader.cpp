@@ -3,7 +3,9 @@
 // prefetch window; worker threads run with one intra-op thread and leave the caller's setting alone.
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -20,6 +22,7 @@ using trainkit::data::Batch;
 using trainkit::data::ParallelLoader;
 using trainkit::data::ParallelLoaderOptions;
 using trainkit::test::read_epoch;
+using trainkit::test::read_rest;
 using trainkit::test::WhatContains;
 
 namespace {
@@ -39,15 +42,43 @@ void check_same(const std::vector<Batch>& a, const std::vector<Batch>& b) {
   }
 }
 
-// Waits (up to 2 s) until `counter` reaches `value`, then a little longer so that overshoot would show.
-int64_t settle(const std::atomic<int64_t>& counter, int64_t value) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (counter.load() < value && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+// Waits until `counter` reaches `value`. Workers load samples in microseconds; the deadline only turns a hang
+// into a failure. What is loaded beyond `value` is counted after the loader is destroyed (its workers joined),
+// never after a wait.
+void wait_until(const std::atomic<int64_t>& counter, int64_t value) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (counter.load() < value && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  return counter.load();
 }
+
+// Holds the samples that enter it until opened, counting them.
+class Gate {
+ public:
+  void pass() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++waiting_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+  }
+  void wait_for(int64_t waiting) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return waiting_ >= waiting; });
+  }
+  void open() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int64_t waiting_ = 0;
+  bool open_ = false;
+};
 
 }  // namespace
 
@@ -107,14 +138,32 @@ TEST_CASE("ParallelLoader's augmentation is seeded per sample, not per worker or
 }
 
 TEST_CASE("ParallelLoader resumes with set_epoch + skip, and skip loads nothing", "[data][parallel]") {
-  std::atomic<int64_t> calls{0};
+  // Every sample loaded, by the seed of its generator: a function of (seed, epoch, index), so the samples of
+  // one epoch are told from those of another, whenever a worker loaded them.
+  std::mutex mutex;
+  std::multiset<uint64_t> loaded;
   const auto counted = [&](int64_t i, at::Generator& gen) {
-    ++calls;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      loaded.insert(gen.current_seed());
+    }
     return index_sample(i, gen);
   };
+  const auto options = ParallelLoaderOptions().batch_size(6).seed(11);
+  std::set<uint64_t> epoch2;
+  {
+    const auto recording = [&](int64_t i, at::Generator& gen) {
+      epoch2.insert(gen.current_seed());
+      return index_sample(i, gen);
+    };
+    ParallelLoader serial(60, recording, options);
+    read_epoch(serial, 2);
+    REQUIRE(epoch2.size() == 60);
+  }
   for (const int64_t workers : {0, 2}) {
     SECTION(std::to_string(workers) + " workers") {
-      ParallelLoader loader(60, counted, ParallelLoaderOptions().batch_size(6).seed(11).num_workers(workers));
+      std::optional<ParallelLoader> holder(std::in_place, 60, counted, ParallelLoaderOptions(options).num_workers(workers));
+      ParallelLoader& loader = *holder;
       const auto reference = read_epoch(loader, 1);
       // part of epoch 0, then abandon it mid-way (in-flight work is cancelled)
       loader.set_epoch(0);
@@ -136,14 +185,64 @@ TEST_CASE("ParallelLoader resumes with set_epoch + skip, and skip loads nothing"
       REQUIRE(sixth);
       CHECK(torch::equal(sixth->input(), reference[5].input()));
       CHECK(torch::equal(sixth->target(), reference[5].target()));
-      // skipping needs no loading: a fresh epoch skipped to its end loads nothing
-      settle(calls, 0);
-      const int64_t before = calls.load();
+      // skipping needs no loading: a fresh epoch skipped to its end loads nothing, counted once the workers
+      // are joined (what epoch 1 still had in flight is epoch 1's)
       loader.set_epoch(2);
       loader.skip(loader.num_batches());
       CHECK_FALSE(loader.next());
-      CHECK(settle(calls, before) == before);
+      holder.reset();
+      int64_t loaded_in_epoch2 = 0;
+      for (const uint64_t seed : loaded) {
+        loaded_in_epoch2 += epoch2.count(seed) > 0 ? 1 : 0;
+      }
+      CHECK(loaded_in_epoch2 == 0);
+      CHECK(loaded.size() >= 60);  // epoch 1 was read whole
     }
+  }
+}
+
+TEST_CASE("ParallelLoader cancels the batches in flight: a worker stops at the sample it is loading",
+          "[data][parallel]") {
+  // 2 workers, 1 batch each ahead, 5 batches of 4 in order. Each worker is held inside the first sample of
+  // batch 1 and batch 2 while the consumer moves on; once let go, a cancelled batch loads no further sample.
+  // Counted after the workers are joined, so that no overshoot can come later than the count.
+  constexpr int64_t kBatch = 4;
+  const auto options = ParallelLoaderOptions().batch_size(kBatch).shuffle(false).num_workers(2).prefetch_factor(1);
+  std::atomic<int64_t> calls{0};
+  Gate gate;
+  const auto held = [&](int64_t i, at::Generator& gen) {
+    ++calls;
+    if (i == kBatch || i == 2 * kBatch) {
+      gate.pass();
+    }
+    return index_sample(i, gen);
+  };
+  std::optional<ParallelLoader> loader(std::in_place, 5 * kBatch, held, options);
+  const struct OpenAtExit {  // a failed REQUIRE must not leave the workers held while the loader joins them
+    Gate& gate;
+    ~OpenAtExit() { gate.open(); }
+  } open_at_exit{gate};
+  REQUIRE(loader->next());  // batch 0; then batches 1 and 2 are dispatched, one per worker
+  gate.wait_for(2);
+  REQUIRE(calls.load() == kBatch + 2);
+  SECTION("a new epoch") {
+    loader->set_epoch(1);
+    gate.open();
+    CHECK(read_rest(*loader).size() == 5);  // epoch 1 whole (the gate is open)
+    loader.reset();
+    // without cancelling, batches 1 and 2 of epoch 0 would load whole: 3 more samples each
+    CHECK(calls.load() == kBatch + 2 + 5 * kBatch);
+  }
+  SECTION("skip") {
+    loader->skip(2);  // batches 1 and 2
+    gate.open();
+    const auto third = loader->next();
+    REQUIRE(third);
+    CHECK(third->input()[0].item<int64_t>() == 3 * kBatch);
+    REQUIRE(loader->next());
+    CHECK_FALSE(loader->next());
+    loader.reset();
+    CHECK(calls.load() == kBatch + 2 + 2 * kBatch);  // batches 0, 3 and 4 whole, one sample of 1 and of 2
   }
 }
 
@@ -154,15 +253,20 @@ TEST_CASE("ParallelLoader loads at most num_workers * prefetch_factor batches ah
     return index_sample(i, gen);
   };
   const int64_t batch = 4;
-  ParallelLoader loader(400, counted,
-                        ParallelLoaderOptions().batch_size(batch).num_workers(2).prefetch_factor(2));
-  // nothing is loaded before the first next() of an epoch
-  CHECK(settle(calls, 0) == 0);
-  REQUIRE(loader.next());
-  // batch 0 was consumed; batches 1..4 (2 workers x 2) may be loaded ahead, batch 5 not
-  CHECK(settle(calls, 5 * batch) == 5 * batch);
-  REQUIRE(loader.next());
-  CHECK(settle(calls, 6 * batch) == 6 * batch);
+  for (const int64_t read : {1, 2}) {
+    SECTION(std::to_string(read) + " batches read") {
+      {
+        ParallelLoader loader(400, counted,
+                              ParallelLoaderOptions().batch_size(batch).num_workers(2).prefetch_factor(2));
+        for (int64_t b = 0; b < read; ++b) {
+          REQUIRE(loader.next());
+        }
+        // the batches read, and 4 (2 workers x 2) loaded ahead
+        wait_until(calls, (read + 4) * batch);
+      }
+      CHECK(calls.load() == (read + 4) * batch);  // counted once the workers are joined
+    }
+  }
 }
 
 TEST_CASE("ParallelLoader reports a failing sample by epoch, batch and index, and does not hang",
@@ -219,36 +323,31 @@ TEST_CASE("ParallelLoader stops its workers when the consumer stops early", "[da
     ++calls;
     return index_sample(i, gen);
   };
-  // The workers fill the window (samples take microseconds); the deadline only turns a hang into a failure.
-  const auto wait_until = [&calls](int64_t count) {
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (calls.load() < count && std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::yield();
-    }
-  };
   SECTION("destroyed after two batches") {
     {
       ParallelLoader loader(4000, counted, options);
       for (int64_t b = 0; b < kRead; ++b) {
         REQUIRE(loader.next());
       }
-      wait_until(window(kRead));
+      wait_until(calls, window(kRead));
       REQUIRE(calls.load() == window(kRead));  // the window is full, and no more than full
     }
     CHECK(calls.load() == window(kRead));  // the destructor loaded nothing more
   }
   SECTION("a new epoch after two batches") {
-    ParallelLoader loader(4000, counted, options);
-    for (int64_t b = 0; b < kRead; ++b) {
+    {
+      ParallelLoader loader(4000, counted, options);
+      for (int64_t b = 0; b < kRead; ++b) {
+        REQUIRE(loader.next());
+      }
+      wait_until(calls, window(kRead));
+      REQUIRE(calls.load() == window(kRead));
+      loader.set_epoch(1);  // drops epoch 0's prefetched batches; loads nothing until the next next()
+      CHECK(calls.load() == window(kRead));
       REQUIRE(loader.next());
+      wait_until(calls, window(kRead) + window(1));
     }
-    wait_until(window(kRead));
-    REQUIRE(calls.load() == window(kRead));
-    loader.set_epoch(1);  // drops epoch 0's prefetched batches; loads nothing until the next next()
-    CHECK(calls.load() == window(kRead));
-    REQUIRE(loader.next());
-    wait_until(window(kRead) + window(1));
-    CHECK(calls.load() == window(kRead) + window(1));
+    CHECK(calls.load() == window(kRead) + window(1));  // counted once the workers are joined
   }
   SECTION("never read") {
     { ParallelLoader never_read(4000, counted, options); }

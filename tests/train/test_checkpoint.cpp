@@ -1,5 +1,6 @@
 // Checkpoint files: round trip, every kind of damage detected and named, atomic replacement under an
 // injected failure, pruning to the last K and falling back to the newest good file.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -128,4 +129,21 @@ TEST_CASE("the manager keeps the last K and falls back to the newest good one", 
   torch::serialize::InputArchive none;
   CHECK_FALSE(manager.load_latest(none).has_value());
   CHECK_THROWS_AS(CheckpointManager(tmp.str(), 0), std::invalid_argument);
+}
+
+TEST_CASE("digest_parameters tells bitwise-equal parameters from ones a float32 ulp apart, buffers aside",
+          "[train][checkpoint][digest]") {
+  const auto make = [] {
+    torch::manual_seed(0);
+    return torch::nn::Sequential(torch::nn::Linear(4, 3), torch::nn::BatchNorm1d(3));
+  };
+  auto a = make();
+  auto b = make();
+  REQUIRE(digest_parameters(*a) == digest_parameters(*b));
+  torch::NoGradGuard no_grad;
+  b[1]->named_buffers()["running_mean"].fill_(0.5);  // a rank's own BatchNorm statistics
+  CHECK(digest_parameters(*a) == digest_parameters(*b));
+  at::Tensor weight = b[0]->named_parameters()["weight"].view(-1);
+  weight[5] = std::nextafter(weight[5].item<float>(), 1.0f);
+  CHECK(digest_parameters(*a) != digest_parameters(*b));
 }

@@ -32,8 +32,8 @@ std::string default_run_dir(const std::string& config_path) {
   return (fs::path("runs") / fmt::format("{}-{}", fs::path(config_path).stem().string(), stamp)).string();
 }
 
-/// summary.json: the job's result, the step-time profile in total and per epoch, and under the launcher
-/// what rank 0 sent. Non-finite numbers (a diverged run's losses) are written as null.
+/// summary.json: the job's result, what the run measured of its precision, clipping and accumulation, the
+/// step-time profile in total and per epoch, and under the launcher what rank 0 sent. Non-finite numbers (a diverged run's losses) are written as null.
 std::string summary_json(const TrainJobResult& result, const train::StepTimes& step_times,
                          const std::vector<train::StepTimes>& epoch_step_times, bool distributed) {
   nlohmann::ordered_json json;
@@ -46,6 +46,13 @@ std::string summary_json(const TrainJobResult& result, const train::StepTimes& s
   json["finished"] = result.finished;
   json["wall_seconds"] = result.wall_seconds;
   json["train_samples_per_second"] = result.train_samples_per_second;
+  if (result.autocast_dtype.empty()) {
+    json["autocast_dtype"] = nullptr;
+  } else {
+    json["autocast_dtype"] = result.autocast_dtype;
+  }
+  json["clipped_steps"] = result.clipped_steps;
+  json["micro_batches_per_step"] = result.micro_batches_per_step;
   json["step_times"] = nlohmann::ordered_json::parse(step_times.to_json());
   json["epoch_step_times"] = nlohmann::ordered_json::array();
   for (const train::StepTimes& t : epoch_step_times) {
@@ -210,6 +217,11 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   result.steps = trainer.state().step;
   result.finished = trainer.state().epoch >= config.trainer.epochs();
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (const auto& autocast = trainer.autocast()) {
+    result.autocast_dtype = autocast->second == torch::kFloat16 ? "float16"
+                            : autocast->second == torch::kBFloat16 ? "bfloat16"
+                                                                    : c10::toString(autocast->second);
+  }
   if (run.group) {
     const dist::CommStats comm = run.group->stats();
     result.all_reduces = comm.all_reduces;
@@ -247,6 +259,10 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     test_metrics_text += fmt::format(", test {} {:.4f}", name, value);
   }
   const train::StepTimes step_times = logging.step_times();
+  result.clipped_steps = logging.clipped_steps();
+  result.micro_batches_per_step = step_times.steps > 0 ? static_cast<double>(step_times.micro_batches) /
+                                                             static_cast<double>(step_times.steps)
+                                                       : 0.0;
   if (step_times.steps > 0) {
     spdlog::info("time: {}", step_times.to_string());
   }

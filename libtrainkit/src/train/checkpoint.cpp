@@ -174,6 +174,15 @@ void collect_tensors(torch::serialize::InputArchive& archive, const std::string&
   }
 }
 
+// Hashes `tensors` in the order of their names.
+void add_sorted(Fnv1a& hash, std::vector<std::pair<std::string, at::Tensor>> tensors) {
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [name, t] : tensors) {
+    hash.add(name);
+    hash.add(t);
+  }
+}
+
 }  // namespace
 
 CheckpointDigest digest_checkpoint(const std::string& path) {
@@ -188,12 +197,8 @@ CheckpointDigest digest_checkpoint(const std::string& path) {
     }
     std::vector<std::pair<std::string, at::Tensor>> tensors;
     collect_tensors(model, "", tensors);
-    std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [name, t] : tensors) {
-      hash.add(name);
-      hash.add(t);
-    }
     d.tensors = static_cast<int64_t>(tensors.size());
+    add_sorted(hash, std::move(tensors));
     for (const auto& [key, field] : {std::pair<const char*, int64_t*>{"trainer/epoch", &d.epoch},
                                      {"trainer/batch", &d.batch},
                                      {"trainer/step", &d.step}}) {
@@ -214,6 +219,16 @@ CheckpointDigest digest_checkpoint(const std::string& path) {
   }
   d.digest = hash.h;
   return d;
+}
+
+uint64_t digest_parameters(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& item : module.named_parameters()) {
+    tensors.emplace_back(item.key(), item.value());
+  }
+  Fnv1a hash;
+  add_sorted(hash, std::move(tensors));
+  return hash.h;
 }
 
 CheckpointManager::CheckpointManager(std::string dir, int64_t keep_last)

@@ -64,6 +64,12 @@ struct CheckpointDigest {
 /// checkpoints' models). Throws CheckpointError naming the file.
 CheckpointDigest digest_checkpoint(const std::string& path);
 
+/// FNV-1a 64 over `module`'s parameters, as CheckpointDigest hashes a checkpoint's model (names sorted;
+/// name, dtype, shape and bytes of each): equal digests mean bitwise-equal parameters, e.g. of the replicas of
+/// data-parallel ranks after the same steps. Buffers are left out: each rank updates its BatchNorm statistics
+/// from its own batch.
+uint64_t digest_parameters(const torch::nn::Module& module);
+
 /// Keeps numbered checkpoints `ckpt-<step>.tkpt` in one directory and deletes all but the newest K.
 class CheckpointManager {
  public:

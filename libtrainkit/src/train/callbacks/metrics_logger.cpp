@@ -59,6 +59,7 @@ MetricsLogger::MetricsLogger(std::shared_ptr<log::MetricsWriter> metrics, int64_
 
 void MetricsLogger::on_train_begin(Trainer&) {
   epoch_times_.clear();
+  clipped_steps_ = at::Tensor();
   interval_loss_ = torch::zeros({}, torch::kFloat64);
   interval_steps_ = interval_samples_ = 0;
   interval_seconds_ = 0;
@@ -74,6 +75,11 @@ bool MetricsLogger::on_step_end(Trainer& trainer, const StepEvent& event) {
   ++interval_steps_;
   interval_samples_ += event.samples;
   total_samples_ += event.samples;
+  const double max_norm = trainer.options().clip_grad_norm();
+  if (max_norm > 0 && trainer.last_grad_norm().defined()) {
+    const at::Tensor clipped = (max_norm / (trainer.last_grad_norm() + 1e-6) < 1.0).to(torch::kLong);
+    clipped_steps_ = clipped_steps_.defined() ? clipped_steps_ + clipped : clipped;
+  }
   if (event.step % every_steps_ == 0) {
     last_loss_ = interval_loss_.item<double>() / static_cast<double>(interval_steps_);
     last_rate_ = interval_seconds_ > 0 ? static_cast<double>(interval_samples_) / interval_seconds_ : 0.0;
@@ -190,6 +196,10 @@ StepTimes MetricsLogger::step_times() const {
     sum += t;
   }
   return sum;
+}
+
+int64_t MetricsLogger::clipped_steps() const {
+  return clipped_steps_.defined() ? clipped_steps_.item<int64_t>() : 0;
 }
 
 void MetricsLogger::on_train_end(Trainer& trainer) {

@@ -46,6 +46,14 @@ struct TrainJobResult {
   /// under ZeRO).
   int64_t zero_stage = 0;
   int64_t optimizer_state_bytes = 0;
+  /// The dtype the Trainer's forwards ran under autocast ("bfloat16", "float16"); empty without autocast.
+  std::string autocast_dtype;
+  /// Rank 0's steps in this process at which norm clipping scaled the gradients down
+  /// (train::MetricsLogger::clipped_steps).
+  int64_t clipped_steps = 0;
+  /// Micro-batches (forward and backward passes) per optimizer step over rank 0's steps in this process:
+  /// grad.accumulation_steps when every accumulation window is full.
+  double micro_batches_per_step = 0;
 };
 
 /// Validates the config and the run directory before writing anything, trains, evaluates on the test

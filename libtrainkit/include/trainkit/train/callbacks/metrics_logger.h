@@ -54,6 +54,10 @@ class MetricsLogger : public Callback {
   const std::vector<StepTimes>& epoch_step_times() const { return epoch_times_; }
   /// Their sum.
   StepTimes step_times() const;
+  /// Steps since on_train_begin at which norm clipping scaled the gradients down: the clip coefficient
+  /// max_norm / (total norm + 1e-6) of grad::clip_grad_norm_ was below 1 (0 when norm clipping is off).
+  /// Counted on the gradients' device without a sync; reading it syncs once.
+  int64_t clipped_steps() const;
 
  private:
   /// The row, console line and TensorBoard scalars of a validation point ("epoch" or mid-epoch "val").
@@ -74,6 +78,7 @@ class MetricsLogger : public Callback {
   double last_rate_ = 0;
   Clock::time_point last_;
   std::vector<StepTimes> epoch_times_;
+  at::Tensor clipped_steps_;  ///< 0-dim int64 on the gradients' device; undefined until a clipped step
 };
 
 }  // namespace trainkit::train
