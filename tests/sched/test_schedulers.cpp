@@ -336,3 +336,45 @@ TEST_CASE("one binding per scheduler: the config's rule, the C++ check and the d
   CHECK(step[0].default_value == "required");
   CHECK(step[1].default_value == "`0.1`");
 }
+
+// The schedulers of one param group share its initial_lr (as PyTorch keeps it in the group). An optimizer
+// created where a freed one's options lived, over other parameters, must start from its own LR, although a
+// scheduler of the freed optimizer is still alive (it dangles, unused, as a user's global might).
+TEST_CASE("a new optimizer at a freed optimizer's address does not inherit its initial_lr",
+          "[sched][initial_lr][may-skip]") {
+  auto old_param = torch::zeros({3}, torch::requires_grad());
+  auto old_opt = std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{old_param}, torch::optim::SGDOptions(0.1));
+  // OneCycleLR records initial_lr = max_lr / div_factor = 0.04 for the group.
+  OneCycleLR old_schedule(*old_opt, OneCycleLROptions({1.0}).total_steps(10).div_factor(25.0));
+  REQUIRE(old_schedule.get_last_lr()[0] == Approx(0.04));
+  auto new_param = torch::zeros({3}, torch::requires_grad());  // before the free: it allocates too
+  const void* freed = &old_opt->param_groups()[0].options();
+  old_opt.reset();
+  // glibc hands freed memory back last-in first-out: the freed group options' block is on top, the freed
+  // defaults' next, and a new optimizer allocates its defaults first. Two blocks taken and given back in the
+  // other order put the defaults' block on top, so the new group's options land where the old ones were.
+  {
+    auto first = std::make_unique<torch::optim::SGDOptions>(0.0);
+    auto second = std::make_unique<torch::optim::SGDOptions>(0.0);
+    first.reset();
+    second.reset();
+  }
+  // Other allocators differ: keep trying (holding the misses, so that each try gets other memory).
+  std::vector<std::unique_ptr<torch::optim::SGD>> misses;
+  std::unique_ptr<torch::optim::SGD> reused;
+  for (int i = 0; i < 64 && !reused; ++i) {
+    auto opt = std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{new_param}, torch::optim::SGDOptions(0.5));
+    (&opt->param_groups()[0].options() == freed ? reused : misses.emplace_back()) = std::move(opt);
+  }
+  if (!reused) {
+    TRAINKIT_SKIP("the allocator reused no freed options' address in 64 tries (e.g. ASan's quarantine)");
+  }
+  // LambdaLR's LR is initial_lr * lambda(epoch): with the freed group's 0.04 it would start there.
+  const auto one = [](int64_t) { return 1.0; };
+  LambdaLR schedule(*reused, one);
+  CHECK(schedule.get_last_lr()[0] == 0.5);
+  // The schedulers of one group still share it: OneCycleLR sets initial_lr = max_lr / div_factor = 0.2.
+  OneCycleLR cycle(*reused, OneCycleLROptions({2.0}).total_steps(10).div_factor(10.0));
+  LambdaLR after(*reused, one);
+  CHECK(after.get_last_lr()[0] == Approx(0.2));
+}

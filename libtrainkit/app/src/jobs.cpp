@@ -33,7 +33,8 @@ std::string default_run_dir(const std::string& config_path) {
 }
 
 /// summary.json: the job's result, what the run measured of its precision, clipping and accumulation, the
-/// step-time profile in total and per epoch, and under the launcher what rank 0 sent. Non-finite numbers (a diverged run's losses) are written as null.
+/// step-time profile in total and per epoch, and under the launcher what rank 0 sent. Non-finite numbers (a
+/// diverged run's losses) are written as null.
 std::string summary_json(const TrainJobResult& result, const train::StepTimes& step_times,
                          const std::vector<train::StepTimes>& epoch_step_times, bool distributed) {
   nlohmann::ordered_json json;

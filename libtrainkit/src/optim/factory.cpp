@@ -35,8 +35,9 @@ struct Registry {
 };
 
 Registry& registry() {
-  static Registry r;
-  return r;
+  // Never destroyed: a factory may be called from a static object's destructor, after main() returns.
+  static auto* r = new Registry;  // NOLINT(cppcoreguidelines-owning-memory)
+  return *r;
 }
 
 /// A copy of the entries (registration may run on another thread during static initialization).

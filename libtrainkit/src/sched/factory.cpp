@@ -41,8 +41,9 @@ struct Registry {
 };
 
 Registry& registry() {
-  static Registry r;
-  return r;
+  // Never destroyed: a factory may be called from a static object's destructor, after main() returns.
+  static auto* r = new Registry;  // NOLINT(cppcoreguidelines-owning-memory)
+  return *r;
 }
 
 Entry find_entry(ArgReader& a) {

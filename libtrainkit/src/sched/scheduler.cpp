@@ -13,23 +13,34 @@ namespace trainkit::sched {
 namespace {
 
 /// PyTorch keeps `initial_lr` inside each param group, so every scheduler of an optimizer sees the value
-/// the first one recorded (SequentialLR relies on this). LibTorch's options have no such field; this
-/// registry, keyed by the group's options object and alive while any scheduler of that group is, holds it.
+/// the first one recorded (SequentialLR relies on this). LibTorch's options have no such field: the
+/// schedulers of one group share a cell (a shared_ptr each), which ends with the last of them. This
+/// registry only lets a new scheduler find the cell of its group: keyed by the group's options object and
+/// checked against the group's parameters (an optimizer created where a freed one lived, over other
+/// parameters, gets a cell of its own), holding weak references. It is never destroyed, and destructors do
+/// not touch it, so a scheduler held by a global and destroyed after main() returns reads nothing that
+/// static destruction has freed.
 struct InitialLrRegistry {
   struct Entry {
-    double lr;
-    int refs;
+    std::vector<const void*> params;  // the group's parameters (TensorImpl addresses) when the cell was made
+    std::weak_ptr<double> cell;
   };
   std::mutex mutex;
   std::map<const void*, Entry> entries;
 
   static InitialLrRegistry& instance() {
-    static InitialLrRegistry registry;
-    return registry;
+    static auto* registry = new InitialLrRegistry;  // NOLINT(cppcoreguidelines-owning-memory): never destroyed
+    return *registry;
   }
 };
 
 const void* group_key(const torch::optim::Optimizer& opt, size_t i) { return &opt.param_groups()[i].options(); }
+
+std::vector<const void*> group_params(const torch::optim::Optimizer& opt, size_t i) {
+  std::vector<const void*> out;
+  for (const auto& p : opt.param_groups()[i].params()) out.push_back(p.unsafeGetTensorImpl());
+  return out;
+}
 
 }  // namespace
 
@@ -43,40 +54,29 @@ void check_arg(bool ok, const std::string& scheduler, const std::string& name, d
 LRScheduler::LRScheduler(torch::optim::Optimizer& optimizer) : optimizer_(optimizer) {
   auto& reg = InitialLrRegistry::instance();
   std::lock_guard<std::mutex> lock(reg.mutex);
+  for (auto it = reg.entries.begin(); it != reg.entries.end();) {  // groups whose schedulers are all gone
+    it = it->second.cell.expired() ? reg.entries.erase(it) : std::next(it);
+  }
   for (size_t i = 0; i < num_groups(); ++i) {
-    const double lr = optimizer_.param_groups()[i].options().get_lr();
-    group_keys_.push_back(group_key(optimizer_, i));
-    auto [it, inserted] = reg.entries.try_emplace(group_keys_.back(), InitialLrRegistry::Entry{lr, 0});
-    ++it->second.refs;
-    first_of_group_.push_back(inserted);
-    base_lrs_.push_back(it->second.lr);
+    auto& entry = reg.entries[group_key(optimizer_, i)];
+    auto params = group_params(optimizer_, i);
+    std::shared_ptr<double> cell = entry.params == params ? entry.cell.lock() : nullptr;
+    first_of_group_.push_back(cell == nullptr);
+    if (cell == nullptr) {
+      cell = std::make_shared<double>(optimizer_.param_groups()[i].options().get_lr());
+      entry = {std::move(params), cell};
+    }
+    base_lrs_.push_back(*cell);
+    initial_lrs_.push_back(std::move(cell));
   }
   last_lr_ = group_lrs();
 }
 
-LRScheduler::~LRScheduler() {
-  auto& reg = InitialLrRegistry::instance();
-  std::lock_guard<std::mutex> lock(reg.mutex);
-  // The keys recorded at construction: the optimizer may already be gone.
-  for (const void* key : group_keys_) {
-    const auto it = reg.entries.find(key);
-    if (it != reg.entries.end() && --it->second.refs == 0) {
-      reg.entries.erase(it);
-    }
-  }
-}
+LRScheduler::~LRScheduler() = default;
 
-double LRScheduler::initial_lr(size_t i) const {
-  auto& reg = InitialLrRegistry::instance();
-  std::lock_guard<std::mutex> lock(reg.mutex);
-  return reg.entries.at(group_key(optimizer_, i)).lr;
-}
+double LRScheduler::initial_lr(size_t i) const { return *initial_lrs_.at(i); }
 
-void LRScheduler::set_initial_lr(size_t i, double lr) {
-  auto& reg = InitialLrRegistry::instance();
-  std::lock_guard<std::mutex> lock(reg.mutex);
-  reg.entries.at(group_key(optimizer_, i)).lr = lr;
-}
+void LRScheduler::set_initial_lr(size_t i, double lr) { *initial_lrs_.at(i) = lr; }
 
 void LRScheduler::setdefault_initial_lrs() {
   for (size_t i = 0; i < num_groups(); ++i) {

@@ -6,6 +6,7 @@
 /// `get_last_lr()` returns one LR per param group.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,8 +98,8 @@ class LRScheduler {
   int64_t last_epoch_ = -1;
   int64_t step_count_ = 0;
   bool is_initial_ = false;
-  std::vector<bool> first_of_group_;     // this scheduler recorded the group's initial_lr
-  std::vector<const void*> group_keys_;  // the groups' registry keys, for the destructor
+  std::vector<bool> first_of_group_;                 // this scheduler recorded the group's initial_lr
+  std::vector<std::shared_ptr<double>> initial_lrs_;  // each group's initial_lr, shared by its schedulers
 };
 
 /// Throws std::invalid_argument("<scheduler>: invalid <name>: <value> (<expected>)") unless `ok`.
