@@ -152,7 +152,9 @@ TEST_CASE("new_session: the child leads its own group, which kill() reaches and 
     CHECK(::getpgid(static_cast<pid_t>(sleep_pid)) == child.pid());
     CHECK(::getsid(static_cast<pid_t>(sleep_pid)) == child.pid());
     CHECK(child.wait().ok());
-    CHECK(ends_soon(sleep_pid));
+    const bool ended = ends_soon(sleep_pid);
+    CHECK(ended);
+    if (!ended) ::kill(static_cast<pid_t>(sleep_pid), SIGKILL);  // leave no sleep behind a failure
   }
   SECTION("kill() signals the whole group") {
     Subprocess child(SubprocessOptions()
@@ -179,6 +181,8 @@ TEST_CASE("ProcessGroupGuard kills the groups still registered when its owner le
   guard->remove(kept.pid());
   CHECK(trainkit::test::process_runs(guard->pid()));
   guard.reset();  // the helper sees the end of file as this process's death
+  const bool ended = ends_soon(killed.pid());  // a zombie until wait() reaps it
+  REQUIRE(ended);
   CHECK(killed.wait().signal == SIGKILL);
   CHECK(kept.running());
   CHECK_FALSE(kept.poll().has_value());
