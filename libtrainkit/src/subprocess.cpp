@@ -1,6 +1,7 @@
 #include "trainkit/subprocess.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -214,7 +215,14 @@ Subprocess::Subprocess(const SubprocessOptions& options) {
   std::fflush(stdout);  // what the parent printed so far comes before the child's output
   std::fflush(stderr);
   const pid_t parent = ::getpid();
+  // Signals stay blocked from fork until just before exec: one sent to the child in between (a forwarded
+  // SIGTERM) then acts on it as on the program, instead of running a handler copied from the parent.
+  sigset_t all_signals;
+  sigset_t parent_mask;
+  sigfillset(&all_signals);
+  pthread_sigmask(SIG_SETMASK, &all_signals, &parent_mask);
   const pid_t pid = ::fork();
+  if (pid != 0) pthread_sigmask(SIG_SETMASK, &parent_mask, nullptr);
   if (pid < 0) {
     const int e = errno;
     close_all();
@@ -232,6 +240,13 @@ Subprocess::Subprocess(const SubprocessOptions& options) {
     }
     if (in_pipe[0] >= 0) ::dup2(in_pipe[0], STDIN_FILENO);
     if (options.before_exec()) options.before_exec()();
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction action {};
+      if (::sigaction(sig, nullptr, &action) == 0 && action.sa_handler != SIG_DFL && action.sa_handler != SIG_IGN) {
+        ::signal(sig, SIG_DFL);
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &parent_mask, nullptr);
     ::execvpe(argv[0], argv.data(), envp.data());
     write_all(STDERR_FILENO, exec_failed.c_str());
     write_all(STDERR_FILENO, std::strerror(errno));

@@ -187,3 +187,29 @@ TEST_CASE("ProcessGroupGuard kills the groups still registered when its owner le
   CHECK(kept.running());
   CHECK_FALSE(kept.poll().has_value());
 }
+
+namespace {
+
+volatile sig_atomic_t g_parent_saw_term = 0;
+
+extern "C" void note_term(int) { g_parent_saw_term = 1; }
+
+}  // namespace
+
+TEST_CASE("A signal sent before the child's exec acts on the program, not on a handler copied from the parent",
+          "[subprocess]") {
+  struct sigaction action {};
+  struct sigaction previous {};
+  action.sa_handler = note_term;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGTERM, &action, &previous);
+  // Signalled at once, usually before its exec: with the parent's handler it would swallow the signal and
+  // sleep on.
+  Subprocess child(SubprocessOptions().argv({"sleep", "30"}));
+  child.kill(SIGTERM);
+  const bool ended = ends_soon(child.pid());  // a zombie until wait() reaps it
+  ::sigaction(SIGTERM, &previous, nullptr);
+  REQUIRE(ended);
+  CHECK(child.wait().signal == SIGTERM);
+  CHECK(g_parent_saw_term == 0);
+}

@@ -99,6 +99,8 @@ struct SubprocessOptions {
 /// A started child process. Move-only; a default-constructed one holds no process. When the program
 /// cannot be executed the child writes `cannot run 'PROGRAM': REASON` to its standard error and exits
 /// with 127. Destroying a Subprocess whose child is still running kills it (SIGKILL) and reaps it.
+/// Between fork and exec the child holds signals blocked and drops the handlers it copied from the parent,
+/// so a signal sent to it early (kill() right after the start) acts as on the program.
 class Subprocess {
  public:
   Subprocess() = default;
