@@ -156,8 +156,8 @@ int main(int argc, char** argv) {
       return kExitUsage;
     }
     return trainkit::app::run_main([&] {
-      trainkit::app::run_train_job(train_options);
-      return 0;
+      const int stop_signal = trainkit::app::run_train_job(train_options).stop_signal;
+      return stop_signal != 0 ? 128 + stop_signal : 0;  // 143 after SIGTERM, as a process it had ended
     });
   }
   if (checkpoint.parsed()) {

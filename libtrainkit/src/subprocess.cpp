@@ -1,13 +1,16 @@
 #include "trainkit/subprocess.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -70,7 +73,94 @@ void write_all(int fd, const char* text) {
   }
 }
 
+void reap(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+// Signals process group `pgid`, or the process `pgid` itself while its setsid() has not run yet.
+void signal_group(pid_t pgid, int signal) {
+  if (::kill(-pgid, signal) != 0 && errno == ESRCH) ::kill(pgid, signal);
+}
+
+// The guard's helper, after fork: only async-signal-safe calls. Collects the registered groups from the
+// socket (int32: +pgid registers, -pgid forgets) until end of file, then kills those left.
+[[noreturn]] void guard_main(int fd) {
+  ::setsid();
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_IGN);
+  const int null = ::open("/dev/null", O_RDWR);
+  for (int k = 0; k < 3; ++k) ::dup2(null, k);  // holds no pipe of the parent's open (a reader waits for EOF)
+  for (int other = 3; other < 4096; ++other) {
+    if (other != fd) ::close(other);
+  }
+  constexpr int kCapacity = 4096;
+  pid_t groups[kCapacity];
+  int count = 0;
+  int32_t message = 0;
+  size_t have = 0;  // bytes of `message` read so far
+  for (;;) {
+    const ssize_t got = ::read(fd, reinterpret_cast<char*>(&message) + have, sizeof(message) - have);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    have += static_cast<size_t>(got);
+    if (have < sizeof(message)) continue;
+    have = 0;
+    if (message > 0 && count < kCapacity) {
+      groups[count++] = message;
+    } else if (message < 0) {
+      for (int k = 0; k < count; ++k) {
+        if (groups[k] == -message) {
+          groups[k] = groups[--count];
+          break;
+        }
+      }
+    }
+  }
+  for (int k = 0; k < count; ++k) ::kill(-groups[k], SIGKILL);
+  ::_exit(0);
+}
+
 }  // namespace
+
+ProcessGroupGuard::ProcessGroupGuard() {
+  int fds[2] = {-1, -1};
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    throw std::runtime_error(std::string("ProcessGroupGuard: socketpair: ") + std::strerror(errno));
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int e = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw std::runtime_error(std::string("ProcessGroupGuard: fork: ") + std::strerror(e));
+  }
+  if (pid == 0) guard_main(fds[1]);
+  ::close(fds[1]);
+  pid_ = pid;
+  fd_ = fds[0];
+}
+
+ProcessGroupGuard::~ProcessGroupGuard() {
+  ::close(fd_);
+  reap(static_cast<pid_t>(pid_));
+}
+
+void ProcessGroupGuard::add(int64_t pgid) { send(static_cast<int32_t>(pgid)); }
+
+void ProcessGroupGuard::remove(int64_t pgid) { send(static_cast<int32_t>(-pgid)); }
+
+void ProcessGroupGuard::send(int32_t message) {
+  // MSG_NOSIGNAL: a helper that is gone must not take this process along with SIGPIPE.
+  const char* data = reinterpret_cast<const char*>(&message);
+  for (size_t left = sizeof(message); left > 0;) {
+    const ssize_t n = ::send(fd_, data, left, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+}
 
 std::string ExitStatus::to_string() const {
   if (signal != 0) return "was killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
@@ -125,13 +215,21 @@ Subprocess::Subprocess(const SubprocessOptions& options) {
   std::fflush(stdout);  // what the parent printed so far comes before the child's output
   std::fflush(stderr);
   const pid_t parent = ::getpid();
+  // Signals stay blocked from fork until just before exec: one sent to the child in between (a forwarded
+  // SIGTERM) then acts on it as on the program, instead of running a handler copied from the parent.
+  sigset_t all_signals;
+  sigset_t parent_mask;
+  sigfillset(&all_signals);
+  pthread_sigmask(SIG_SETMASK, &all_signals, &parent_mask);
   const pid_t pid = ::fork();
+  if (pid != 0) pthread_sigmask(SIG_SETMASK, &parent_mask, nullptr);
   if (pid < 0) {
     const int e = errno;
     close_all();
     throw std::runtime_error(program + ": cannot start: fork: " + std::strerror(e));
   }
   if (pid == 0) {
+    if (options.new_session()) ::setsid();
     if (options.parent_death_signal() != 0) {
       ::prctl(PR_SET_PDEATHSIG, options.parent_death_signal());
       if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
@@ -142,6 +240,13 @@ Subprocess::Subprocess(const SubprocessOptions& options) {
     }
     if (in_pipe[0] >= 0) ::dup2(in_pipe[0], STDIN_FILENO);
     if (options.before_exec()) options.before_exec()();
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction action {};
+      if (::sigaction(sig, nullptr, &action) == 0 && action.sa_handler != SIG_DFL && action.sa_handler != SIG_IGN) {
+        ::signal(sig, SIG_DFL);
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &parent_mask, nullptr);
     ::execvpe(argv[0], argv.data(), envp.data());
     write_all(STDERR_FILENO, exec_failed.c_str());
     write_all(STDERR_FILENO, std::strerror(errno));
@@ -149,6 +254,11 @@ Subprocess::Subprocess(const SubprocessOptions& options) {
     ::_exit(127);
   }
   pid_ = pid;
+  new_session_ = options.new_session();
+  if (new_session_ && options.group_guard()) {
+    group_guard_ = options.group_guard();
+    group_guard_->add(pid_);
+  }
   if (options.pipe_output()) {
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
@@ -165,6 +275,8 @@ Subprocess::Subprocess(const SubprocessOptions& options) {
 
 Subprocess::Subprocess(Subprocess&& other) noexcept
     : pid_(other.pid_),
+      new_session_(other.new_session_),
+      group_guard_(std::move(other.group_guard_)),
       status_(other.status_),
       stdout_fd_(other.stdout_fd_),
       stderr_fd_(other.stderr_fd_),
@@ -178,6 +290,8 @@ Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
   if (this != &other) {
     release();
     pid_ = other.pid_;
+    new_session_ = other.new_session_;
+    group_guard_ = std::move(other.group_guard_);
     status_ = other.status_;
     stdout_fd_ = other.stdout_fd_;
     stderr_fd_ = other.stderr_fd_;
@@ -193,11 +307,13 @@ Subprocess::~Subprocess() { release(); }
 
 void Subprocess::release() noexcept {
   if (running()) {
-    ::kill(static_cast<pid_t>(pid_), SIGKILL);
+    kill(SIGKILL);
     int status = 0;
     while (::waitpid(static_cast<pid_t>(pid_), &status, 0) < 0 && errno == EINTR) {
     }
+    ended(status);
   }
+  group_guard_.reset();
   for (int* fd : {&stdin_fd_, &stdout_fd_, &stderr_fd_}) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
@@ -214,8 +330,16 @@ std::optional<ExitStatus> Subprocess::poll() {
   if (done < 0) {
     throw std::runtime_error("waitpid for process " + std::to_string(pid_) + ": " + std::strerror(errno));
   }
-  status_ = exit_status(status);
+  ended(status);
   return status_;
+}
+
+void Subprocess::ended(int status) {
+  status_ = exit_status(status);
+  if (!new_session_) return;
+  // The group's id stays taken while any member lives, so this reaches the child's own processes only.
+  ::kill(-static_cast<pid_t>(pid_), SIGKILL);
+  if (group_guard_) group_guard_->remove(pid_);
 }
 
 ExitStatus Subprocess::wait() {
@@ -224,7 +348,7 @@ ExitStatus Subprocess::wait() {
     int status = 0;
     const pid_t done = ::waitpid(static_cast<pid_t>(pid_), &status, 0);
     if (done == static_cast<pid_t>(pid_)) {
-      status_ = exit_status(status);
+      ended(status);
     } else if (done < 0 && errno != EINTR) {
       throw std::runtime_error("waitpid for process " + std::to_string(pid_) + ": " + std::strerror(errno));
     }
@@ -233,7 +357,12 @@ ExitStatus Subprocess::wait() {
 }
 
 void Subprocess::kill(int signal) const {
-  if (running()) ::kill(static_cast<pid_t>(pid_), signal);
+  if (!running()) return;
+  if (new_session_) {
+    signal_group(static_cast<pid_t>(pid_), signal);
+  } else {
+    ::kill(static_cast<pid_t>(pid_), signal);
+  }
 }
 
 int Subprocess::take_stdout() { return std::exchange(stdout_fd_, -1); }

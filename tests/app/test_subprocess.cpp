@@ -5,13 +5,18 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <thread>
 
+#include "process_state.h"
 #include "support.h"
 #include "trainkit/subprocess.h"
 
 using trainkit::ExitStatus;
+using trainkit::ProcessGroupGuard;
 using trainkit::Subprocess;
 using trainkit::SubprocessOptions;
 using trainkit::test::TempDir;
@@ -122,4 +127,89 @@ TEST_CASE("Destroying a Subprocess kills and reaps a child that still runs", "[s
   errno = 0;
   CHECK(::kill(static_cast<pid_t>(pid), 0) == -1);
   CHECK(errno == ESRCH);  // gone and reaped (a zombie would still accept signal 0)
+}
+
+namespace {
+
+/// Whether `pid` has stopped running within 5 s (a SIGKILL is delivered asynchronously).
+bool ends_soon(int64_t pid) {
+  for (int i = 0; i < 250 && trainkit::test::process_runs(pid); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return !trainkit::test::process_runs(pid);
+}
+
+}  // namespace
+
+TEST_CASE("new_session: the child leads its own group, which kill() reaches and which ends with it",
+          "[subprocess]") {
+  SECTION("what is left of the group when the child exits is killed") {
+    Subprocess child(SubprocessOptions()
+                         .argv({"/bin/sh", "-c", "sleep 300 > /dev/null 2>&1 & echo $!"})
+                         .pipe_output(true)
+                         .new_session(true));
+    const int64_t sleep_pid = std::stoll(read_all(child.take_stdout()));
+    CHECK(::getpgid(static_cast<pid_t>(sleep_pid)) == child.pid());
+    CHECK(::getsid(static_cast<pid_t>(sleep_pid)) == child.pid());
+    CHECK(child.wait().ok());
+    const bool ended = ends_soon(sleep_pid);
+    CHECK(ended);
+    if (!ended) ::kill(static_cast<pid_t>(sleep_pid), SIGKILL);  // leave no sleep behind a failure
+  }
+  SECTION("kill() signals the whole group") {
+    Subprocess child(SubprocessOptions()
+                         .argv({"/bin/sh", "-c", "sleep 300 > /dev/null 2>&1 & trap '' TERM; echo $!; wait"})
+                         .pipe_output(true)
+                         .new_session(true));
+    const int stdout_fd = child.take_stdout();
+    std::string line;
+    for (char c = 0; ::read(stdout_fd, &c, 1) == 1 && c != '\n';) line += c;
+    ::close(stdout_fd);
+    const int64_t sleep_pid = std::stoll(line);
+    child.kill(SIGTERM);  // the shell ignores it (its sleep, started before the trap, does not) ...
+    CHECK(ends_soon(sleep_pid));
+    CHECK(child.wait().ok());  // ... and exits 0 once its `wait` sees the sleep gone
+  }
+}
+
+TEST_CASE("ProcessGroupGuard kills the groups still registered when its owner lets go", "[subprocess]") {
+  auto guard = std::make_shared<ProcessGroupGuard>();
+  Subprocess kept(SubprocessOptions().argv({"sleep", "300"}).new_session(true));
+  Subprocess killed(SubprocessOptions().argv({"sleep", "300"}).new_session(true));
+  guard->add(kept.pid());
+  guard->add(killed.pid());
+  guard->remove(kept.pid());
+  CHECK(trainkit::test::process_runs(guard->pid()));
+  guard.reset();  // the helper sees the end of file as this process's death
+  const bool ended = ends_soon(killed.pid());  // a zombie until wait() reaps it
+  REQUIRE(ended);
+  CHECK(killed.wait().signal == SIGKILL);
+  CHECK(kept.running());
+  CHECK_FALSE(kept.poll().has_value());
+}
+
+namespace {
+
+volatile sig_atomic_t g_parent_saw_term = 0;
+
+extern "C" void note_term(int) { g_parent_saw_term = 1; }
+
+}  // namespace
+
+TEST_CASE("A signal sent before the child's exec acts on the program, not on a handler copied from the parent",
+          "[subprocess]") {
+  struct sigaction action {};
+  struct sigaction previous {};
+  action.sa_handler = note_term;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGTERM, &action, &previous);
+  // Signalled at once, usually before its exec: with the parent's handler it would swallow the signal and
+  // sleep on.
+  Subprocess child(SubprocessOptions().argv({"sleep", "30"}));
+  child.kill(SIGTERM);
+  const bool ended = ends_soon(child.pid());  // a zombie until wait() reaps it
+  ::sigaction(SIGTERM, &previous, nullptr);
+  REQUIRE(ended);
+  CHECK(child.wait().signal == SIGTERM);
+  CHECK(g_parent_saw_term == 0);
 }

@@ -6,29 +6,37 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <signal.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
 #include "dist/dist_common.h"
+#include "process_state.h"
 #include "support.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/dist/ddp.h"
 #include "trainkit/dist/launch.h"
 #include "trainkit/dist/process_group.h"
 #include "trainkit/dist/zero.h"
+#include "trainkit/subprocess.h"
 #include "trainkit/train/checkpoint.h"
 #include "trainkit/train/trainer.h"
 
 using Catch::Matchers::Contains;
 using trainkit::test::TempDir;
+using trainkit::test::process_runs;
 using trainkit::test::read_text;
 using trainkit::test::WhatContains;
 namespace td = trainkit::test::dist;
@@ -329,6 +337,70 @@ TEST_CASE("The launcher forwards SIGTERM to the ranks", "[dist][launch]") {
   CHECK_THAT(run.output, Contains("launcher exit 143"));
 }
 
+TEST_CASE("A SIGKILLed launcher takes its ranks and the processes they started along", "[dist][launch]") {
+  TempDir tmp("launch-groups");
+  // Each rank (a shell) starts `sleep 300` in the background, records its own pid and the sleep's, and waits.
+  const std::string dir = tmp.str();
+  const std::string rank_cmd = "sleep 300 & echo $! > " + dir + "/child$RANK.tmp; echo $$ > " + dir +
+                               "/rank$RANK.tmp; mv " + dir + "/child$RANK.tmp " + dir + "/child$RANK; mv " + dir +
+                               "/rank$RANK.tmp " + dir + "/rank$RANK; wait";
+  trainkit::Subprocess launcher(trainkit::SubprocessOptions()
+                                    .argv({TRAINKIT_CLI_PATH, "launch", "--nproc", "2", "--master-port", "0", "--",
+                                           "sh", "-c", rank_cmd})
+                                    .log_file(tmp.str("launch.out")));
+  const std::vector<std::string> names = {"rank0", "rank1", "child0", "child1"};
+  const auto all_recorded = [&] {
+    for (const auto& name : names) {
+      if (!std::filesystem::exists(tmp.str(name))) return false;
+    }
+    return true;
+  };
+  for (int i = 0; i < 1200 && !all_recorded() && launcher.running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    launcher.poll();
+  }
+  INFO(read_text(tmp.str("launch.out")));
+  REQUIRE(all_recorded());
+  std::vector<int64_t> pids;
+  for (const auto& name : names) pids.push_back(std::stoll(read_text(tmp.str(name))));
+  for (int64_t pid : pids) CHECK(process_runs(pid));
+  std::vector<int64_t> must_end = pids;
+  SECTION("the launcher: its guard kills the ranks' groups") {
+    CHECK(launcher.running());
+    launcher.kill(SIGKILL);
+  }
+  SECTION("the launcher and its guard at once: the ranks end by their parent-death signal") {
+    // The launcher's children are the two ranks and the guard; the ranks' sleeps are out of reach then.
+    const std::string launcher_pid = std::to_string(launcher.pid());
+    std::istringstream children(read_text("/proc/" + launcher_pid + "/task/" + launcher_pid + "/children"));
+    int64_t guard = -1;
+    for (int64_t child = 0; children >> child;) {
+      if (child != pids[0] && child != pids[1]) guard = child;
+    }
+    REQUIRE(guard > 0);
+    ::kill(static_cast<pid_t>(guard), SIGKILL);
+    launcher.kill(SIGKILL);
+    must_end = {pids[0], pids[1]};
+  }
+  CHECK(launcher.wait().signal == SIGKILL);
+  // Within 5 s no process of the run is left: not the ranks, not their sleeps.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const auto left = [&] {
+    std::vector<int64_t> out;
+    for (int64_t pid : must_end) {
+      if (process_runs(pid)) out.push_back(pid);
+    }
+    return out;
+  };
+  while (!left().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(left().empty());
+  for (int64_t pid : pids) {
+    if (process_runs(pid)) ::kill(static_cast<pid_t>(pid), SIGKILL);  // leave no sleep behind (or a failure)
+  }
+}
+
 TEST_CASE("Launcher: bad input", "[dist][launch]") {
   using trainkit::dist::LaunchOptions;
   CHECK_THROWS_WITH(trainkit::dist::launch(LaunchOptions().nproc(0).command({"true"})), Contains("--nproc"));
@@ -474,6 +546,10 @@ namespace {
 /// The data and model of the small `trainkit train` runs under the launcher (the other sections follow).
 constexpr const char* kSmallRun =
     "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n[model]\nchannels = [4, 8]\nhidden = 16\n";
+/// 40 epochs (far more than a test waits for), a checkpoint and a log line every 5 steps.
+constexpr const char* kLongRun =
+    "[train]\nepochs = 40\nbatch_size = 25\nseed = 3\nthreads = 1\n"
+    "[checkpoint]\nevery_steps = 5\n[log]\nevery_steps = 5\nprogress = \"lines\"\n";
 
 double summary_value(const std::string& json, const std::string& key) {
   const auto at = json.find("\"" + key + "\": ");
@@ -577,10 +653,7 @@ TEST_CASE("trainkit train under the launcher: a TorchScript model trains as one 
 TEST_CASE("trainkit train under the launcher: a stopped rank ends the job, which then resumes", "[dist][cli][fault]") {
   TempDir tmp("dist-stall");
   const std::string config = tmp.str("stall.toml");
-  std::ofstream(config) << kSmallRun
-                        << "[train]\nepochs = 40\nbatch_size = 25\nseed = 3\nthreads = 1\n"
-                           "[checkpoint]\nevery_steps = 5\n[log]\nevery_steps = 5\nprogress = \"lines\"\n"
-                           "[distributed]\nbackend = \"gloo\"\ntimeout = 3\n";
+  std::ofstream(config) << kSmallRun << kLongRun << "[distributed]\nbackend = \"gloo\"\ntimeout = 3\n";
   const std::string cli = TRAINKIT_CLI_PATH;
   const std::string run_dir = tmp.str("run");
   // Once the first checkpoint exists, rank 1 (the process of this run whose environment has RANK=1) gets
@@ -748,4 +821,40 @@ TEST_CASE("Trainer::evaluate reduces loss and metrics over 2 ranks", "[dist][met
     CHECK(accuracy == Approx(r.metric("accuracy")).margin(1e-11));  // printed with 12 decimals
     CHECK(top2 == Approx(r.metric("top2_accuracy")).margin(1e-11));
   }
+}
+
+TEST_CASE("trainkit train: SIGTERM stops at a step boundary with its checkpoint written, exit 143, and the run "
+          "resumes from it", "[dist][cli][signal]") {
+  TempDir tmp("train-sigterm");
+  const std::string config = tmp.str("sigterm.toml");
+  std::ofstream(config) << kSmallRun << kLongRun;
+  const std::string cli = TRAINKIT_CLI_PATH;
+  const std::string run_dir = tmp.str("run");
+  // SIGTERM once the first checkpoint (step 5) exists; 960 steps are far from done then. No `timeout` wraps
+  // the run (it would take the signal); ctest's per-test TIMEOUT is the hang guard.
+  const Run stopped = shell("{ " + cli + " train --config " + config + " --out " + run_dir + " > " + tmp.str("train.txt") +
+                                " 2>&1 & p=$!; for i in $(seq 1200); do ls " + run_dir +
+                                "/checkpoints/ckpt-*.tkpt >/dev/null 2>&1 && break; sleep 0.05; done; kill -TERM $p; "
+                                "wait $p; echo \"train exit $?\"; cat " + tmp.str("train.txt") + "; }",
+                            tmp);
+  INFO(stopped.output);
+  CHECK_THAT(stopped.output, Contains("train exit 143"));
+  std::smatch match;
+  REQUIRE(std::regex_search(stopped.output, match,
+                            std::regex(R"(stopped by signal 15 \(Terminated\) at epoch \d+, step (\d+); checkpoint (\S+);)")));
+  const int64_t step = std::stoll(match[1]);
+  const std::string checkpoint = match[2];
+  CHECK(checkpoint == run_dir + "/checkpoints/" + fmt::format("ckpt-{:09d}.tkpt", step));
+  // The checkpoint of the step it stopped at verifies, and the run continues from it.
+  const Run digest = shell(cli + " checkpoint " + checkpoint, tmp, "digest.txt");
+  INFO(digest.output);
+  CHECK(digest.code == 0);
+  CHECK_THAT(digest.output, Contains(": ok, epoch") && Contains(fmt::format(" step {},", step)));
+  const Run resumed = shell(cli + " train --config " + config + " --out " + run_dir +
+                                " --resume auto --set train.max_steps=" + std::to_string(step + 5),
+                            tmp, "resumed.txt");
+  INFO(resumed.output);
+  CHECK(resumed.code == 0);
+  CHECK_THAT(resumed.output, Contains("resumed from " + checkpoint));
+  CHECK(std::filesystem::exists(run_dir + "/checkpoints/" + fmt::format("ckpt-{:09d}.tkpt", step + 5)));
 }

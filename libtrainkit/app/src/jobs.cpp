@@ -1,5 +1,8 @@
 #include "trainkit/app/jobs.h"
 
+#include <signal.h>
+#include <string.h>
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -15,6 +18,7 @@
 #include "trainkit/io/export.h"
 #include "trainkit/log/metrics.h"
 #include "trainkit/nn/script_module.h"
+#include "trainkit/train/callback.h"
 #include "trainkit/train/checkpoint.h"
 #include "trainkit/train/summary.h"
 
@@ -22,6 +26,41 @@ namespace trainkit::app {
 namespace {
 
 namespace fs = std::filesystem;
+
+volatile sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+/// While it lives, SIGTERM (a scheduler's or the launcher's) asks training to stop: the handler only sets a
+/// flag, which StopOnSignal reads at the next step boundary. SA_RESETHAND: a second SIGTERM ends the
+/// process at once. The previous disposition comes back when it dies.
+class ScopedStopSignal {
+ public:
+  ScopedStopSignal() {
+    g_stop_signal = 0;
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    action.sa_flags = SA_RESETHAND;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGTERM, &action, &previous_);
+  }
+  ScopedStopSignal(const ScopedStopSignal&) = delete;
+  ScopedStopSignal& operator=(const ScopedStopSignal&) = delete;
+  ~ScopedStopSignal() { sigaction(SIGTERM, &previous_, nullptr); }
+  /// The signal received, 0 when none was.
+  static int received() { return g_stop_signal; }
+
+ private:
+  struct sigaction previous_ {};
+};
+
+/// Stops fit() at the step (or epoch) boundary after ScopedStopSignal saw the signal; TrainerCheckpoint's
+/// on_train_end then saves that step.
+class StopOnSignal : public train::Callback {
+ public:
+  bool on_step_end(train::Trainer&, const train::StepEvent&) override { return ScopedStopSignal::received() != 0; }
+  bool on_epoch_end(train::Trainer&, const train::EpochEvent&) override { return ScopedStopSignal::received() != 0; }
+};
 
 std::string default_run_dir(const std::string& config_path) {
   const std::time_t now = std::time(nullptr);
@@ -171,11 +210,32 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   spdlog::info("training {} on {} ({} train, {} val, {} test examples) with {}, run directory {}",
                config.model.name, run.device.str(), run.train_examples, run.val_examples, run.test_examples,
                config.optimizer.name, plan.dir);
+  int stop_signal = 0;
+  trainer.add_callback(std::make_shared<StopOnSignal>());
   try {
+    const ScopedStopSignal stop_on_sigterm;
     trainer.fit(*run.train, run.val.get());
+    stop_signal = ScopedStopSignal::received();
   } catch (...) {
     if (run.mlflow) run.mlflow->finish("FAILED");
     throw;
+  }
+  if (stop_signal != 0) {
+    // Stopped early: the checkpoint of this step is written (TrainerCheckpoint::on_train_end, atomically);
+    // the test evaluation and the exports are left to the run that finishes.
+    TrainJobResult stopped;
+    stopped.run_dir = plan.dir;
+    stopped.epochs = trainer.state().epoch;
+    stopped.steps = trainer.state().step;
+    stopped.stop_signal = stop_signal;
+    stopped.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    const std::string saved = run.checkpoints != nullptr && !run.checkpoints->list().empty()
+                                  ? "; checkpoint " + run.checkpoints->list().back()
+                                  : "";
+    spdlog::warn("stopped by signal {} ({}) at epoch {}, step {}{}; continue with --resume auto --out {}",
+                 stop_signal, strsignal(stop_signal), trainer.state().epoch + 1, trainer.state().step, saved, plan.dir);
+    if (run.mlflow) run.mlflow->finish("KILLED");
+    return stopped;
   }
 
   const train::EvalResult test_result = trainer.evaluate(*run.test);

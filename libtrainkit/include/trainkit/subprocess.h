@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -36,6 +37,33 @@ struct ExitStatus {
   std::string to_string() const;
 };
 
+/// A helper process that kills (SIGKILL) the process groups registered with it once this process is gone
+/// without removing them, however it ended: SIGKILL and the OOM killer included, which no handler of its
+/// own sees. It is forked from this process, leaves its session (so that a signal to this process's group or
+/// terminal does not reach it) and learns of this process's end as the end of file on a socket that only
+/// this process holds. Subprocess registers a new_session child's group here while it runs
+/// (SubprocessOptions::group_guard). Linux and POSIX; at most 4096 groups at a time.
+class ProcessGroupGuard {
+ public:
+  /// Starts the helper. Throws std::runtime_error when the socket or the fork fails.
+  ProcessGroupGuard();
+  ProcessGroupGuard(const ProcessGroupGuard&) = delete;
+  ProcessGroupGuard& operator=(const ProcessGroupGuard&) = delete;
+  /// Closes the socket (the helper kills the groups still registered) and reaps the helper.
+  ~ProcessGroupGuard();
+  /// Registers process group `pgid` (> 0).
+  void add(int64_t pgid);
+  /// Forgets process group `pgid`: it has been dealt with.
+  void remove(int64_t pgid);
+  /// The helper's process id.
+  int64_t pid() const { return pid_; }
+
+ private:
+  void send(int32_t message);
+  int64_t pid_ = -1;
+  int fd_ = -1;
+};
+
 /// Options of Subprocess: `SubprocessOptions().argv({exe, "train"}).log_file("train.log")`.
 struct SubprocessOptions {
   /// The program and its arguments; argv[0] is looked up in PATH when it contains no '/'.
@@ -55,6 +83,14 @@ struct SubprocessOptions {
   /// Signal the child receives when the thread that started it ends (Linux PR_SET_PDEATHSIG, so that a
   /// killed parent takes its children along); 0: none. A child whose parent is already gone exits with 127.
   TORCH_ARG(int, parent_death_signal) = 0;
+  /// The child calls setsid(): it leads a new session and process group (torchrun's start_new_session), out
+  /// of reach of the terminal's and the parent group's signals. The group is then one job: kill() signals the
+  /// whole group, and once poll(), wait() or the destructor has seen the child end, what is left of its group
+  /// (processes it started) is killed with SIGKILL.
+  TORCH_ARG(bool, new_session) = false;
+  /// With new_session: the child's group is registered there while the child runs, so that it is killed
+  /// even when this process is (see ProcessGroupGuard).
+  TORCH_ARG(std::shared_ptr<ProcessGroupGuard>, group_guard) = nullptr;
   /// Runs in the child between fork and exec, e.g. to restore signal dispositions the parent changed.
   /// Only async-signal-safe calls belong there (no allocation, no locks, no logging).
   TORCH_ARG(std::function<void()>, before_exec) = {};
@@ -63,6 +99,8 @@ struct SubprocessOptions {
 /// A started child process. Move-only; a default-constructed one holds no process. When the program
 /// cannot be executed the child writes `cannot run 'PROGRAM': REASON` to its standard error and exits
 /// with 127. Destroying a Subprocess whose child is still running kills it (SIGKILL) and reaps it.
+/// Between fork and exec the child holds signals blocked and drops the handlers it copied from the parent,
+/// so a signal sent to it early (kill() right after the start) acts as on the program.
 class Subprocess {
  public:
   Subprocess() = default;
@@ -87,7 +125,8 @@ class Subprocess {
   std::optional<ExitStatus> poll();
   /// Blocks until the child ends; returns how it ended (at once when it already has).
   ExitStatus wait();
-  /// Sends `signal` to the child while it runs; does nothing once it has been reaped.
+  /// Sends `signal` to the child while it runs (to its whole process group with new_session); does nothing
+  /// once it has been reaped.
   void kill(int signal) const;
   /// The read end of the child's standard output pipe (pipe_output); the caller owns it from then on
   /// and closes it. -1 without pipe_output or when already taken.
@@ -99,7 +138,10 @@ class Subprocess {
 
  private:
   void release() noexcept;
+  void ended(int status);  // records how it ended; kills and unregisters the rest of a new_session group
   int64_t pid_ = -1;
+  bool new_session_ = false;
+  std::shared_ptr<ProcessGroupGuard> group_guard_;
   std::optional<ExitStatus> status_;
   int stdout_fd_ = -1;
   int stderr_fd_ = -1;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
@@ -100,7 +101,8 @@ int64_t global_rank(const LaunchOptions& options, size_t local) {
   return options.node_rank() * options.nproc() + static_cast<int64_t>(local);
 }
 
-Attempt run_ranks(const LaunchOptions& options, int64_t port, int64_t restart) {
+Attempt run_ranks(const LaunchOptions& options, int64_t port, int64_t restart,
+                  const std::shared_ptr<ProcessGroupGuard>& guard) {
   const auto n = static_cast<size_t>(options.nproc());
 
   struct sigaction action {};
@@ -131,6 +133,12 @@ Attempt run_ranks(const LaunchOptions& options, int64_t port, int64_t restart) {
                   {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart)},
                   {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts())}})
             .env_defaults(defaults)
+            // Each rank leads its own process group, so that a signal reaches the processes it started too;
+            // the guard kills the groups when the launcher dies (SIGKILL included), the parent-death signal
+            // the rank itself should the guard be gone as well.
+            .new_session(true)
+            .group_guard(guard)
+            .parent_death_signal(SIGKILL)
             .before_exec([&previous, &forwarded] {
               for (int k = 0; k < 3; ++k) sigaction(forwarded[k], &previous[k], nullptr);
             }));
@@ -165,7 +173,8 @@ Attempt run_ranks(const LaunchOptions& options, int64_t port, int64_t restart) {
     if (fds.empty() && !any_running) break;
     if (!any_running && all_exited_at == clock::time_point{}) all_exited_at = clock::now();
     if (!any_running && clock::now() - all_exited_at > std::chrono::seconds(1)) {
-      // A rank's own children may keep its output pipes open: stop reading once the ranks are gone.
+      // A process that left a rank's group (its own setsid) may keep the rank's output pipes open: stop
+      // reading once the ranks are gone.
       for (auto& rk : ranks) {
         for (Stream* st : {&rk.out, &rk.err}) {
           if (st->fd >= 0) {
@@ -215,7 +224,7 @@ Attempt run_ranks(const LaunchOptions& options, int64_t port, int64_t restart) {
     }
     if (g_signal != 0 && interrupted == 0) {
       interrupted = g_signal;
-      signal_all(interrupted);  // forwarded as is; the ranks decide how to stop
+      signal_all(interrupted);  // forwarded as is to each rank's group; the ranks decide how to stop
       if (!stopping) {
         stopping = true;
         kill_at = clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds() * 1000));
@@ -262,8 +271,9 @@ int launch(const LaunchOptions& options) {
                                 " is already in use on this machine; choose another (or 0 for any free port)");
   }
   const auto n = static_cast<size_t>(options.nproc());
+  const auto guard = std::make_shared<ProcessGroupGuard>();
   for (int64_t restart = 0;; ++restart) {
-    const Attempt attempt = run_ranks(options, port, restart);
+    const Attempt attempt = run_ranks(options, port, restart, guard);
     if (attempt.interrupted != 0) {
       std::fprintf(stderr, "launch: interrupted by signal %d (%s); forwarded to the ranks\n", attempt.interrupted,
                    strsignal(attempt.interrupted));

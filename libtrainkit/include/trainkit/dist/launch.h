@@ -5,6 +5,9 @@
 /// MASTER_PORT and TORCHELASTIC_RESTART_COUNT set, prefixes every output line with `[rank N] `, forwards
 /// SIGINT/SIGTERM/SIGHUP to the ranks, and when one rank fails stops the others, reports which rank failed
 /// and how, and restarts every rank up to max_restarts times (torchrun's elastic agent on one machine).
+/// Each rank runs in a session and process group of its own, which every signal the launcher sends reaches
+/// whole; a launcher killed outright (SIGKILL) takes the groups along through a ProcessGroupGuard, and each
+/// rank has SIGKILL as its parent-death signal.
 /// Several machines: one launcher per machine with the same nnodes, master_addr and master_port and its own
 /// node_rank (torchrun's static rendezvous); machine k's ranks are k * nproc ... (k + 1) * nproc - 1.
 

@@ -54,10 +54,15 @@ struct TrainJobResult {
   /// Micro-batches (forward and backward passes) per optimizer step over rank 0's steps in this process:
   /// grad.accumulation_steps when every accumulation window is full.
   double micro_batches_per_step = 0;
+  /// The signal (SIGTERM) that stopped training at a step boundary, after the checkpoint of that step was
+  /// written; the test evaluation, exports and summary.json were then skipped. 0 when none did.
+  /// `trainkit train` exits with 128 + it (143).
+  int stop_signal = 0;
 };
 
 /// Validates the config and the run directory before writing anything, trains, evaluates on the test
-/// set and writes the run directory. Throws ConfigError / UsageError (nothing written),
+/// set and writes the run directory. SIGTERM during training stops it at the next step boundary with that
+/// step's checkpoint written (TrainJobResult::stop_signal); a second SIGTERM ends the process at once. Throws ConfigError / UsageError (nothing written),
 /// data::DataError, CheckpointError.
 TrainJobResult run_train_job(const TrainJobOptions& options);
 
