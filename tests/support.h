@@ -50,6 +50,17 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+/// Whether process `pid` still runs: it exists and is no zombie (a dead process that the container's init
+/// has not reaped yet holds no port, GPU or file any more). For processes that are not the test's children,
+/// which it could waitpid.
+inline bool process_runs(int64_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return false;
+  const auto paren = text.rfind(')');  // the state follows the command name, which may hold spaces
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
+}
+
 /// Path of a file in the source tree.
 inline std::string source_path(const std::string& rel) { return std::string(TRAINKIT_SOURCE_DIR) + "/" + rel; }
 

@@ -73,10 +73,12 @@ void write_all(int fd, const char* text) {
   }
 }
 
-void reap(pid_t pid) {
+// Waits for child `pid` to end (retrying on EINTR); its wait status.
+int reap(pid_t pid) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  return status;
 }
 
 // Signals process group `pgid`, or the process `pgid` itself while its setsid() has not run yet.
@@ -308,10 +310,7 @@ Subprocess::~Subprocess() { release(); }
 void Subprocess::release() noexcept {
   if (running()) {
     kill(SIGKILL);
-    int status = 0;
-    while (::waitpid(static_cast<pid_t>(pid_), &status, 0) < 0 && errno == EINTR) {
-    }
-    ended(status);
+    ended(reap(static_cast<pid_t>(pid_)));
   }
   group_guard_.reset();
   for (int* fd : {&stdin_fd_, &stdout_fd_, &stderr_fd_}) {

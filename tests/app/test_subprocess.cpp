@@ -11,7 +11,6 @@
 #include <string>
 #include <thread>
 
-#include "process_state.h"
 #include "support.h"
 #include "trainkit/subprocess.h"
 

@@ -23,7 +23,6 @@
 #include <torch/torch.h>
 
 #include "dist/dist_common.h"
-#include "process_state.h"
 #include "support.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/dist/ddp.h"

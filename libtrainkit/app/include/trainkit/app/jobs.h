@@ -62,8 +62,8 @@ struct TrainJobResult {
 
 /// Validates the config and the run directory before writing anything, trains, evaluates on the test
 /// set and writes the run directory. SIGTERM during training stops it at the next step boundary with that
-/// step's checkpoint written (TrainJobResult::stop_signal); a second SIGTERM ends the process at once. Throws ConfigError / UsageError (nothing written),
-/// data::DataError, CheckpointError.
+/// step's checkpoint written (TrainJobResult::stop_signal); a second SIGTERM ends the process at once.
+/// Throws ConfigError / UsageError (nothing written), data::DataError, CheckpointError.
 TrainJobResult run_train_job(const TrainJobOptions& options);
 
 /// What `trainkit lr-find` was asked to do (beyond the training config).
