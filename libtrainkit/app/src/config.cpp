@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include <c10/core/DeviceType.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -37,7 +38,9 @@ ValueRule<int64_t> resnet_depth() {
   return r;
 }
 
-/// "auto", "cpu", "cuda" or "cuda:<index>" (index a non-negative integer).
+/// "auto", "cpu", "cuda" or "cuda:<index>" (index a non-negative integer); also "<name>" or "<name>:<index>"
+/// for the out-of-tree backend registered as PrivateUse1 under `name` in this process (c10's
+/// register_privateuse1_backend), checked when the value is read.
 ValueRule<std::string> device_name() {
   return rule::text_where("\"auto\", \"cpu\", \"cuda\" or \"cuda:<index>\"",
                           "\"auto\", \"cpu\", \"cuda\" or \"cuda:<index>\"", [](const std::string& v) {
@@ -45,8 +48,11 @@ ValueRule<std::string> device_name() {
                               return !digits.empty() && digits.size() < 6 &&
                                      std::all_of(digits.begin(), digits.end(), ::isdigit);
                             };
-                            return v == "auto" || v == "cpu" || v == "cuda" ||
-                                   (v.rfind("cuda:", 0) == 0 && is_index(v.substr(5)));
+                            const auto named = [&](const std::string& name) {
+                              return v == name || (v.rfind(name + ":", 0) == 0 && is_index(v.substr(name.size() + 1)));
+                            };
+                            return v == "auto" || v == "cpu" || named("cuda") ||
+                                   (c10::is_privateuse1_backend_registered() && named(c10::get_privateuse1_backend()));
                           });
 }
 

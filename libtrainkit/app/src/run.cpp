@@ -332,6 +332,17 @@ std::string checkpoint_dir(const std::string& dir, const Run& run) {
 
 torch::Device choose_device(const std::string& setting, int64_t world_size, int64_t local_rank,
                             int64_t cuda_devices, const std::string& source) {
+  if (c10::is_privateuse1_backend_registered() && setting.rfind(c10::get_privateuse1_backend(), 0) == 0) {
+    // An out-of-tree backend's device, as it names itself ("<name>" or "<name>:<index>").
+    const torch::Device device(setting);
+    const int64_t count = at::globalContext().getAcceleratorHooksInterface(c10::DeviceType::PrivateUse1).deviceCount();
+    const int64_t index = device.has_index() ? device.index() : (world_size > 1 ? local_rank : 0);
+    if (index >= count) {
+      throw ConfigError(fmt::format("{}: train.device = \"{}\" but this process has {} {} device{}", source, setting,
+                                    count, c10::get_privateuse1_backend(), count == 1 ? "" : "s"));
+    }
+    return {c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index)};
+  }
   if (setting == "cpu" || (setting == "auto" && cuda_devices == 0)) {
     return torch::kCPU;
   }
@@ -366,9 +377,9 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   const auto [world_size, local_rank] = launch_position(options.distributed());
   run.device = choose_device(config.train.device, world_size, local_rank,
                              config.train.device == "cpu" ? 0 : static_cast<int64_t>(torch::cuda::device_count()), source);
-  if (run.device.is_cuda()) {
+  if (!run.device.is_cpu()) {
     // The current device of this process (NCCL's communicators and every unqualified "cuda" allocation).
-    c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(run.device);
+    c10::impl::getDeviceGuardImpl(run.device.type())->setDevice(run.device);
   }
   if (config.train.threads > 0) {
     torch::set_num_threads(static_cast<int>(config.train.threads));

@@ -61,12 +61,12 @@ double MeanMetric::compute() const {
 void MeanMetric::reset() { sums_ = at::Tensor(); }
 
 at::Tensor MeanMetric::state() const {
-  return sums_.defined() ? sums_.cpu() : torch::zeros({2}, torch::kFloat64);
+  return sums_.defined() ? sums_ : torch::zeros({2}, torch::kFloat64);
 }
 
 void MeanMetric::set_state(const at::Tensor& state) {
   TRAINKIT_CHECK_ARG(state.numel() == 2, "metric {}: a state of 2 values expected, got {}", name_, state.numel());
-  sums_ = state.to(torch::kCPU, torch::kFloat64).reshape({2}).clone();
+  sums_ = state.to(torch::kFloat64).reshape({2}).clone();
 }
 
 std::shared_ptr<Metric> accuracy() {

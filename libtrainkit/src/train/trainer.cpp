@@ -225,24 +225,31 @@ EvalResult Trainer::evaluate(data::BatchSource& source) {
   for (auto& m : metrics_) {
     m->reset();
   }
-  at::Tensor loss_sum = torch::zeros({}, torch::kFloat64);
+  // The loss sum stays where the losses are: one copy to the host at the end, not one per batch.
+  at::Tensor loss_sum;
   int64_t samples = 0;
   source.set_epoch(0);
   while (auto b = source.next()) {
     const auto guard = autocast_region();
     const at::Tensor out = forward_(*b);
     const int64_t n = b->size();
-    loss_sum += loss_(out, *b).to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
+    const at::Tensor weighted = loss_(out, *b).detach().to(torch::kFloat64) * static_cast<double>(n);
+    loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
     for (auto& m : metrics_) {
       m->update(out, *b);
     }
     samples += n;
   }
   module_->train(was_training);
+  if (!loss_sum.defined()) {
+    loss_sum = torch::zeros({}, torch::kFloat64);
+  }
   if (reducer_) {
-    std::vector<at::Tensor> parts{loss_sum.reshape({1}), torch::full({1}, static_cast<double>(samples), torch::kFloat64)};
+    // One tensor on the losses' device: the reducer sums it over the ranks in one collective.
+    const auto on_device = torch::TensorOptions().dtype(torch::kFloat64).device(loss_sum.device());
+    std::vector<at::Tensor> parts{loss_sum.reshape({1}), torch::full({1}, static_cast<double>(samples), on_device)};
     for (const auto& m : metrics_) {
-      parts.push_back(m->state().to(torch::kCPU, torch::kFloat64).reshape({-1}));
+      parts.push_back(m->state().to(on_device).reshape({-1}));
     }
     at::Tensor all = torch::cat(parts);
     reducer_(all);
@@ -303,7 +310,9 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     std::optional<data::Batch> next = next_batch();
     TRAINKIT_CHECK_ARG(next.has_value() || state_.batch > 0,
                        "Trainer::fit: the training source yielded no batch in epoch {}", state_.epoch);
-    at::Tensor window_loss = torch::zeros({}, torch::kFloat64);
+    // Loss sums stay on the losses' device between the points that read them (a copy to the host per
+    // micro-batch would wait for the device every time).
+    at::Tensor window_loss;
     int64_t window_samples = 0;
     while (next && !stop_) {
       const data::Batch batch = std::move(*next);
@@ -319,10 +328,13 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
         loss = backward(batch, accumulation.loss_scale());
       }
       const int64_t n = batch.size();
-      const at::Tensor weighted = loss.to(torch::kCPU, torch::kFloat64) * static_cast<double>(n);
+      const at::Tensor weighted = loss.to(torch::kFloat64) * static_cast<double>(n);
+      if (state_.epoch_loss_sum.device() != weighted.device()) {
+        state_.epoch_loss_sum = state_.epoch_loss_sum.to(weighted.device());  // once: a new run or a resume
+      }
       state_.epoch_loss_sum += weighted;
       state_.epoch_samples += n;
-      window_loss += weighted;
+      window_loss = window_loss.defined() ? window_loss + weighted : weighted;
       window_samples += n;
       accumulation.next();
       ++state_.batch;
@@ -343,7 +355,7 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
       ++state_.step;
       const StepEvent event{state_.epoch, state_.batch - 1, num_batches, last, state_.step, window_samples,
                             window_loss / static_cast<double>(window_samples)};
-      window_loss = torch::zeros({}, torch::kFloat64);
+      window_loss = at::Tensor();
       window_samples = 0;
       if (mid_epoch_validation && !last && validation_due(num_batches)) {
         // Before the step hooks, so that a checkpoint written at this step holds what the validation changed.
@@ -378,7 +390,7 @@ void Trainer::fit(data::BatchSource& train, data::BatchSource* val) {
     }
     ++state_.epoch;
     state_.batch = 0;
-    state_.epoch_loss_sum = torch::zeros({}, torch::kFloat64);
+    state_.epoch_loss_sum = torch::zeros({}, state_.epoch_loss_sum.options());
     state_.epoch_samples = 0;
     for (auto& cb : callbacks_) {
       stop_ = cb->on_epoch_end(*this, event) || stop_;
@@ -456,7 +468,7 @@ void Trainer::save(torch::serialize::OutputArchive& archive) const {
   archive.write("trainer/epoch", torch::tensor(state_.epoch));
   archive.write("trainer/batch", torch::tensor(state_.batch));
   archive.write("trainer/step", torch::tensor(state_.step));
-  archive.write("trainer/epoch_loss_sum", state_.epoch_loss_sum);
+  archive.write("trainer/epoch_loss_sum", state_.epoch_loss_sum.cpu());  // a checkpoint loads on any device
   archive.write("trainer/epoch_samples", torch::tensor(state_.epoch_samples));
   for (const auto& cb : callbacks_) {
     const std::string key = cb->state_key();

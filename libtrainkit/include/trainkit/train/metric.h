@@ -35,8 +35,8 @@ class Metric {
   virtual double compute() const = 0;
   /// Forgets every batch.
   virtual void reset() = 0;
-  /// Sufficient statistics: a 1-D float64 CPU tensor whose element-wise sum over ranks is the state of
-  /// the whole data set (e.g. [correct, count]).
+  /// Sufficient statistics: a 1-D float64 tensor, on the device the updates ran on (reading it is the
+  /// caller's copy), whose element-wise sum over ranks is the state of the whole data set (e.g. [correct, count]).
   virtual at::Tensor state() const = 0;
   /// Replaces the statistics (with the sum over ranks).
   virtual void set_state(const at::Tensor& state) = 0;

@@ -29,11 +29,11 @@ std::vector<std::pair<std::string, double>> group_monitors(const torch::optim::O
   return out;
 }
 
-/// The monitors of monitor_columns() with their current values.
-std::vector<std::pair<std::string, double>> monitor_values(Trainer& trainer) {
+/// The monitors of monitor_columns() with their current values; the gradient norm is `grad_norm` (read).
+std::vector<std::pair<std::string, double>> monitor_values(Trainer& trainer, std::optional<double> grad_norm) {
   std::vector<std::pair<std::string, double>> out = group_monitors(trainer.optimizer());
-  if (trainer.last_grad_norm().defined()) {
-    out.emplace_back("grad_norm", trainer.last_grad_norm().item<double>());
+  if (grad_norm) {
+    out.emplace_back("grad_norm", *grad_norm);
   }
   return out;
 }
@@ -60,7 +60,7 @@ MetricsLogger::MetricsLogger(std::shared_ptr<log::MetricsWriter> metrics, int64_
 void MetricsLogger::on_train_begin(Trainer&) {
   epoch_times_.clear();
   clipped_steps_ = at::Tensor();
-  interval_loss_ = torch::zeros({}, torch::kFloat64);
+  interval_loss_ = at::Tensor();
   interval_steps_ = interval_samples_ = 0;
   interval_seconds_ = 0;
   last_ = Clock::now();
@@ -71,7 +71,9 @@ bool MetricsLogger::on_step_end(Trainer& trainer, const StepEvent& event) {
   const double dt = std::chrono::duration<double>(now - last_).count();
   interval_seconds_ += dt;
   total_seconds_ += dt;
-  interval_loss_ += event.loss.to(torch::kCPU, torch::kFloat64);
+  // Summed where the loss is: the row's values are copied to the host together, once per row.
+  const at::Tensor loss = event.loss.to(torch::kFloat64);
+  interval_loss_ = interval_loss_.defined() ? interval_loss_ + loss : loss;
   ++interval_steps_;
   interval_samples_ += event.samples;
   total_samples_ += event.samples;
@@ -81,10 +83,15 @@ bool MetricsLogger::on_step_end(Trainer& trainer, const StepEvent& event) {
     clipped_steps_ = clipped_steps_.defined() ? clipped_steps_ + clipped : clipped;
   }
   if (event.step % every_steps_ == 0) {
-    last_loss_ = interval_loss_.item<double>() / static_cast<double>(interval_steps_);
+    const at::Tensor& norm = trainer.last_grad_norm();
+    const at::Tensor values =
+        norm.defined() ? torch::stack({interval_loss_, norm.detach().to(interval_loss_.device(), torch::kFloat64)}).cpu()
+                       : interval_loss_.reshape({1}).cpu();
+    const double* read = values.data_ptr<double>();
+    last_loss_ = read[0] / static_cast<double>(interval_steps_);
     last_rate_ = interval_seconds_ > 0 ? static_cast<double>(interval_samples_) / interval_seconds_ : 0.0;
     // Monitors: every group's LR and momentum (or beta1), and the norm the clip computed (no second pass).
-    const auto monitors = monitor_values(trainer);
+    const auto monitors = monitor_values(trainer, norm.defined() ? std::optional<double>(read[1]) : std::nullopt);
     if (metrics_) {
       log::MetricRow row;
       row.kind = "train";
@@ -116,7 +123,7 @@ bool MetricsLogger::on_step_end(Trainer& trainer, const StepEvent& event) {
                                                                           : std::to_string(event.num_batches),
                    last_loss_, lr_of(trainer), last_rate_);
     }
-    interval_loss_.zero_();
+    interval_loss_ = at::Tensor();
     interval_steps_ = interval_samples_ = 0;
     interval_seconds_ = 0;
   }
