@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "state_compare.h"
+#include "device/testdev.h"
 #include "support.h"
 #include "toy_problem.h"
 #include "trainkit/data/batch_source.h"
@@ -188,6 +189,26 @@ TEST_CASE("Trainer checkpoints restore the CUDA generators", "[train][trainer][r
   in.load_from(bytes);
   second.trainer->load(in);
   CHECK(torch::equal(torch::rand({8}, torch::kCUDA), before));  // the same draws again
+}
+
+TEST_CASE("Trainer checkpoints restore every device's generator, the test device's here",
+          "[train][trainer][resume][rng][testdev]") {
+  auto loader = trainkit::test::toy_loader(5);
+  Setup first(1, train::TrainerOptions().epochs(1).max_steps(3));
+  first.trainer->fit(loader);
+  std::stringstream bytes;
+  torch::serialize::OutputArchive out;
+  first.trainer->save(out);
+  out.save_to(bytes);
+  const auto on = [](int i) { return torch::TensorOptions().device(trainkit::test::test_device(i)); };
+  const at::Tensor before0 = torch::rand({8}, on(0));  // draws after the save
+  const at::Tensor before1 = torch::rand({8}, on(1));
+  Setup second(2, train::TrainerOptions().epochs(1));
+  torch::serialize::InputArchive in;
+  in.load_from(bytes);
+  second.trainer->load(in);
+  CHECK(torch::equal(torch::rand({8}, on(0)).cpu(), before0.cpu()));  // the same draws again
+  CHECK(torch::equal(torch::rand({8}, on(1)).cpu(), before1.cpu()));
 }
 
 TEST_CASE("Trainer hooks see each step and epoch and can stop training", "[train][trainer]") {

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include "device/testdev.h"
 #include "support.h"
 #include "train/state_compare.h"
 #include "trainkit/nn/models.h"
@@ -265,6 +266,32 @@ TEST_CASE("the search restores model, optimizer and RNG bitwise", "[tune][batch_
     trainkit::test::require_bitwise_equal_modules(*model, *copy);
     trainkit::test::require_bitwise_equal_adam(opt, *model, copy_opt, *copy);
   }
+}
+
+TEST_CASE("on a device, the search restores that device's generator too", "[tune][batch_size][testdev]") {
+  const c10::Device device = trainkit::test::test_device();
+  torch::manual_seed(4);
+  const at::Tensor x = torch::randn({300, 16}).to(device);
+  const at::Tensor y = x.narrow(1, 0, 4).argmax(1);
+  auto model = nn::make_mlp(nn::MlpOptions().in_features(16).hidden({32}).dropout(0.5).num_classes(4));
+  model->to(device);
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(3e-3));
+  torch::manual_seed(99);  // the CPU's and every device's generator
+  const at::Tensor cpu_expected = torch::rand({5});
+  const at::Tensor device_expected = torch::rand({5}, torch::TensorOptions().device(device));
+  torch::manual_seed(99);
+  tune::BatchSizeFinder finder(
+      model.ptr(),
+      [&](const trainkit::data::Batch& b) {
+        TORCH_CHECK_WITH(OutOfMemoryError, b.input().size(0) <= 70, "out of memory (test double)");
+        return model->forward(b.input());
+      },
+      opt);
+  const auto r = finder.scale_batch_size(x, y, tune::BatchSizeFinderOptions().mode("power"));
+  CHECK(r.batch_size <= 70);
+  CHECK(torch::equal(torch::rand({5}), cpu_expected));
+  // The trials' dropout masks were drawn on the device.
+  CHECK(torch::equal(torch::rand({5}, torch::TensorOptions().device(device)).cpu(), device_expected.cpu()));
 }
 
 TEST_CASE("bad options and data are named", "[tune][batch_size]") {

@@ -10,9 +10,11 @@
 
 #include <torch/torch.h>
 
+#include "device/testdev.h"
 #include "support.h"
 #include "train/state_compare.h"
 #include "trainkit/amp/grad_scaler.h"
+#include "trainkit/data/device_source.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/tune/lr_finder.h"
@@ -380,6 +382,26 @@ TEST_CASE("the range test restores model, optimizer and RNG bitwise", "[tune][lr
   tune::write_lr_finder_svg(r, marks, tmp.str("lr.svg"));
   CHECK(std::filesystem::file_size(tmp.str("lr.csv")) > 20);
   CHECK(std::filesystem::file_size(tmp.str("lr.svg")) > 200);
+}
+
+TEST_CASE("on a device, the range test restores that device's generator too", "[tune][lr_finder][testdev]") {
+  const c10::Device device = trainkit::test::test_device();
+  auto loader = toy_loader();
+  data::DeviceSource source(loader, device);
+  torch::manual_seed(4);
+  auto model = nn::make_mlp(nn::MlpOptions().in_features(16).hidden({32}).dropout(0.5).num_classes(4));
+  model->to(device);
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(3e-3));
+  torch::manual_seed(99);  // the CPU's and every device's generator
+  const at::Tensor cpu_expected = torch::rand({5});
+  const at::Tensor device_expected = torch::rand({5}, torch::TensorOptions().device(device));
+  torch::manual_seed(99);
+  tune::LRFinder finder(model, opt);
+  const auto r = finder.range_test(source, nullptr, tune::LRFinderOptions().start_lr(1e-5).end_lr(1e-2).num_iter(5));
+  CHECK(r.lrs.size() == 5);
+  CHECK(torch::equal(torch::rand({5}), cpu_expected));
+  // The dropout masks of the test were drawn on the device.
+  CHECK(torch::equal(torch::rand({5}, torch::TensorOptions().device(device)).cpu(), device_expected.cpu()));
 }
 
 TEST_CASE("no usable descent is reported, and bad options are named", "[tune][lr_finder]") {

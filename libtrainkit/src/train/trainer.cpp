@@ -45,7 +45,16 @@ void load_in_place(torch::nn::Module& module, torch::serialize::InputArchive& ar
   }
 }
 
-c10::Device cuda_device(int64_t index) { return {c10::kCUDA, static_cast<c10::DeviceIndex>(index)}; }
+/// The device types whose generators checkpoints hold, with this process's device count: those of
+/// detail::generator_device_types(), and CUDA always (with 0 devices here), so that a CPU machine writes
+/// "rng/cuda_count" and warns when it resumes a GPU run.
+std::vector<std::pair<c10::DeviceType, int64_t>> generator_types() {
+  std::vector<std::pair<c10::DeviceType, int64_t>> types = trainkit::detail::generator_device_types();
+  if (std::none_of(types.begin(), types.end(), [](const auto& t) { return t.first == c10::DeviceType::CUDA; })) {
+    types.emplace(types.begin(), c10::DeviceType::CUDA, 0);
+  }
+  return types;
+}
 
 /// Charges wall time to StepTimes fields: lap(field) adds the time since the last lap (or restart) to it.
 /// Reads no clock when disabled.
@@ -479,12 +488,15 @@ void Trainer::save(torch::serialize::OutputArchive& archive) const {
     }
   }
   archive.write("rng/cpu", trainkit::detail::rng_state(c10::Device(c10::kCPU)));
-  // Every visible CUDA device's generator (torch.cuda.get_rng_state_all): dropout and augmentation drawn on
-  // the GPU resume where they were.
-  const int64_t cuda_devices = static_cast<int64_t>(torch::cuda::device_count());
-  archive.write("rng/cuda_count", torch::tensor(cuda_devices));
-  for (int64_t i = 0; i < cuda_devices; ++i) {
-    archive.write(fmt::format("rng/cuda/{}", i), trainkit::detail::rng_state(cuda_device(i)));
+  // Every device's generator (torch.cuda.get_rng_state_all for CUDA; likewise another accelerator's):
+  // dropout and augmentation drawn on a device resume where they were. "rng/<type>_count", "rng/<type>/<i>".
+  for (const auto& [type, count] : generator_types()) {
+    const std::string name = c10::DeviceTypeName(type, /*lower_case=*/true);
+    archive.write(fmt::format("rng/{}_count", name), torch::tensor(count));
+    for (int64_t i = 0; i < count; ++i) {
+      archive.write(fmt::format("rng/{}/{}", name, i),
+                    trainkit::detail::rng_state(c10::Device(type, static_cast<c10::DeviceIndex>(i))));
+    }
   }
 }
 
@@ -529,21 +541,24 @@ void Trainer::load(torch::serialize::InputArchive& archive) {
   at::Tensor rng;
   archive.read("rng/cpu", rng);
   trainkit::detail::set_rng_state(c10::Device(c10::kCPU), rng);
-  // CUDA generators: as many as both the checkpoint and this process have (a checkpoint written before CUDA
-  // states were saved has none); one warning when the counts differ, since the GPU's random streams then
-  // differ from the saved run's (a CPU run resumed on a GPU, or the reverse).
-  at::Tensor count;
-  const int64_t saved = archive.try_read("rng/cuda_count", count) ? count.item<int64_t>() : 0;
-  const int64_t here = static_cast<int64_t>(torch::cuda::device_count());
-  for (int64_t i = 0; i < std::min(saved, here); ++i) {
-    at::Tensor state;
-    archive.read(fmt::format("rng/cuda/{}", i), state);
-    trainkit::detail::set_rng_state(cuda_device(i), state);
-  }
-  if (saved != here) {
-    spdlog::warn("Trainer::load: the checkpoint holds the random state of {} CUDA device{}, this process has {}: "
-                 "{} restored; random numbers drawn on CUDA devices (dropout, augmentation there) differ from the saved "
-                 "run's from here on", saved, saved == 1 ? "" : "s", here, std::min(saved, here));
+  // Device generators: as many of each type as both the checkpoint and this process have (a checkpoint
+  // written before device states were saved has none); one warning when the counts differ, since that
+  // device's random streams then differ from the saved run's (a CPU run resumed on a GPU, or the reverse).
+  for (const auto& [type, here] : generator_types()) {
+    const std::string name = c10::DeviceTypeName(type, /*lower_case=*/true);
+    at::Tensor count;
+    const int64_t saved = archive.try_read(fmt::format("rng/{}_count", name), count) ? count.item<int64_t>() : 0;
+    for (int64_t i = 0; i < std::min(saved, here); ++i) {
+      at::Tensor state;
+      archive.read(fmt::format("rng/{}/{}", name, i), state);
+      trainkit::detail::set_rng_state(c10::Device(type, static_cast<c10::DeviceIndex>(i)), state);
+    }
+    if (saved != here) {
+      spdlog::warn("Trainer::load: the checkpoint holds the random state of {} {} device{}, this process has {}: {} "
+                   "restored; random numbers drawn on {} devices (dropout, augmentation there) differ from the saved "
+                   "run's from here on", saved, c10::DeviceTypeName(type), saved == 1 ? "" : "s", here,
+                   std::min(saved, here), c10::DeviceTypeName(type));
+    }
   }
 }
 

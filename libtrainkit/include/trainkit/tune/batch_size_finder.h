@@ -118,8 +118,9 @@ class BatchSizeFinder {
   /// slices, wrapping around). Each trial starts from the state at the call, so each measures the same
   /// thing (the optimizer state created by the first step included). A trial fails on
   /// c10::OutOfMemoryError (CUDA; the caching allocator is emptied), on a CPU allocation failure, or when
-  /// the probe reports more than memory_budget bytes. Parameters, buffers, optimizer state and the CPU RNG
-  /// are restored bitwise afterwards, also when the search throws. Throws std::invalid_argument for bad
+  /// the probe reports more than memory_budget bytes. Parameters, buffers, optimizer state and every
+  /// device's default generator (the CPU's, each GPU's) are restored bitwise afterwards, also when the
+  /// search throws. Throws std::invalid_argument for bad
   /// options or data and std::runtime_error when not even batch size 1 fits.
   BatchSizeFinderResult scale_batch_size(const at::Tensor& inputs, const at::Tensor& targets,
                                          const BatchSizeFinderOptions& options = {});

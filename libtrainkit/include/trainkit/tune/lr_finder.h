@@ -107,8 +107,9 @@ class LRFinder {
 
   /// Runs the test over consecutive batches of `train` from epoch 0 (continuing into epochs 1, 2, ...
   /// when one epoch is too short); with `val`, the recorded loss of each step is the mean validation
-  /// loss over epoch 0 of `val`. Parameters, buffers, optimizer state (LRs included) and the CPU RNG are
-  /// restored bitwise afterwards (the GradScaler's state too), also when the test throws. Throws
+  /// loss over epoch 0 of `val`. Parameters, buffers, optimizer state (LRs included) and every device's
+  /// default generator (the CPU's, each GPU's) are restored bitwise afterwards (the GradScaler's state
+  /// too), also when the test throws. Throws
   /// std::invalid_argument when a source yields no batch, or when the GradScaler is in the middle of an
   /// iteration of this optimizer (call its update() first).
   LRFinderResult range_test(data::BatchSource& train, data::BatchSource* val = nullptr,

@@ -1,7 +1,8 @@
 #pragma once
 // What a tuning run (LR range test, batch-size search) changes, captured before and put back after:
-// parameters and buffers, the optimizer state (LRs included), the CPU RNG, the train/eval mode and, when
-// given, a GradScaler's state.
+// parameters and buffers, the optimizer state (LRs included), every device's default generator (the CPU's,
+// each CUDA device's, each device of another accelerator: dropout and augmentation on a GPU draw there), the
+// train/eval mode and, when given, a GradScaler's state.
 
 #include <mutex>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "trainkit/amp/grad_scaler.h"
+#include "detail/rng_state.h"
 
 namespace trainkit::tune::detail {
 
@@ -22,9 +24,7 @@ class Snapshot {
     torch::serialize::OutputArchive o;
     optimizer_.save(o);
     o.save_to(optim_bytes_);
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    rng_ = gen.get_state();
+    rng_ = trainkit::detail::all_rng_states();
     training_ = module_.is_training();
     if (scaler_ != nullptr) {
       torch::serialize::OutputArchive a;
@@ -47,9 +47,7 @@ class Snapshot {
     torch::serialize::InputArchive o;
     o.load_from(optim_bytes_);
     optimizer_.load(o);
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(rng_);
+    trainkit::detail::set_all_rng_states(rng_);
     module_.train(training_);
     if (scaler_ != nullptr) {
       // An iteration an exception interrupted is ended first (keeping the scale), so that the scaler
@@ -72,7 +70,7 @@ class Snapshot {
   std::stringstream model_bytes_;
   std::stringstream optim_bytes_;
   std::stringstream scaler_bytes_;
-  at::Tensor rng_;
+  std::vector<std::pair<c10::Device, at::Tensor>> rng_;
   bool training_ = true;
 };
 
