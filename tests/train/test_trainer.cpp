@@ -172,43 +172,40 @@ TEST_CASE("Trainer checkpoints hold every CUDA generator, and other device count
   }
 }
 
+/// Saves a trained Trainer, draws on each of `devices`, loads the checkpoint into a second Trainer and
+/// checks that each device draws the same numbers again.
+void check_device_draws_repeat_after_load(const std::vector<c10::Device>& devices) {
+  auto loader = trainkit::test::toy_loader(5);
+  Setup first(1, train::TrainerOptions().epochs(1).max_steps(3));
+  first.trainer->fit(loader);
+  std::stringstream bytes;
+  torch::serialize::OutputArchive out;
+  first.trainer->save(out);
+  out.save_to(bytes);
+  std::vector<at::Tensor> before;
+  for (const c10::Device& device : devices) {
+    before.push_back(torch::rand({8}, torch::TensorOptions().device(device)).cpu());  // draws after the save
+  }
+  Setup second(2, train::TrainerOptions().epochs(1));
+  torch::serialize::InputArchive in;
+  in.load_from(bytes);
+  second.trainer->load(in);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    INFO(devices[i]);
+    CHECK(torch::equal(torch::rand({8}, torch::TensorOptions().device(devices[i])).cpu(), before[i]));
+  }
+}
+
 TEST_CASE("Trainer checkpoints restore the CUDA generators", "[train][trainer][resume][rng][cuda]") {
   if (!torch::cuda::is_available()) {
     TRAINKIT_SKIP("no CUDA device: the CUDA generators cannot be restored here");
   }
-  auto loader = trainkit::test::toy_loader(5);
-  Setup first(1, train::TrainerOptions().epochs(1).max_steps(3));
-  first.trainer->fit(loader);
-  std::stringstream bytes;
-  torch::serialize::OutputArchive out;
-  first.trainer->save(out);
-  out.save_to(bytes);
-  const at::Tensor before = torch::rand({8}, torch::kCUDA);  // draws after the save
-  Setup second(2, train::TrainerOptions().epochs(1));
-  torch::serialize::InputArchive in;
-  in.load_from(bytes);
-  second.trainer->load(in);
-  CHECK(torch::equal(torch::rand({8}, torch::kCUDA), before));  // the same draws again
+  check_device_draws_repeat_after_load({c10::Device(torch::kCUDA, 0)});
 }
 
 TEST_CASE("Trainer checkpoints restore every device's generator, the test device's here",
           "[train][trainer][resume][rng][testdev]") {
-  auto loader = trainkit::test::toy_loader(5);
-  Setup first(1, train::TrainerOptions().epochs(1).max_steps(3));
-  first.trainer->fit(loader);
-  std::stringstream bytes;
-  torch::serialize::OutputArchive out;
-  first.trainer->save(out);
-  out.save_to(bytes);
-  const auto on = [](int i) { return torch::TensorOptions().device(trainkit::test::test_device(i)); };
-  const at::Tensor before0 = torch::rand({8}, on(0));  // draws after the save
-  const at::Tensor before1 = torch::rand({8}, on(1));
-  Setup second(2, train::TrainerOptions().epochs(1));
-  torch::serialize::InputArchive in;
-  in.load_from(bytes);
-  second.trainer->load(in);
-  CHECK(torch::equal(torch::rand({8}, on(0)).cpu(), before0.cpu()));  // the same draws again
-  CHECK(torch::equal(torch::rand({8}, on(1)).cpu(), before1.cpu()));
+  check_device_draws_repeat_after_load({trainkit::test::test_device(0), trainkit::test::test_device(1)});
 }
 
 TEST_CASE("Trainer hooks see each step and epoch and can stop training", "[train][trainer]") {
