@@ -107,6 +107,30 @@ TEST_CASE("a failure between write and rename leaves the previous checkpoint int
   CHECK(load_value(manager.save(2, second)) == 2.0);
 }
 
+TEST_CASE("a checkpoint is never written through a link planted at its temporary's name", "[train][checkpoint]") {
+  trainkit::test::TempDir tmp("ckpt-link");
+  const std::string dir = tmp.str("ckpts");
+  fs::create_directories(dir);
+  const std::string victim = tmp.str("victim.txt");
+  std::ofstream(victim) << "not yours";
+  // A link to the victim at the name the temporary of checkpoint 7 had in this process (".<name>.tmp.<pid>").
+  const std::string base = dir + "/.ckpt-000000007.tkpt.tmp." + std::to_string(::getpid());
+  fs::create_symlink(victim, base);
+  trainkit::train::CheckpointManager manager(dir, 2);
+  torch::serialize::OutputArchive archive;
+  archive.write("x", torch::ones({2}));
+  const std::string saved = manager.save(7, archive);
+  std::ifstream victim_in(victim);
+  const std::string victim_text((std::istreambuf_iterator<char>(victim_in)), std::istreambuf_iterator<char>());
+  CHECK(victim_text == "not yours");
+  CHECK(fs::is_symlink(base));  // left alone: not ours
+  torch::serialize::InputArchive in;
+  trainkit::train::load_checkpoint(saved, in);
+  at::Tensor x;
+  in.read("x", x);
+  CHECK(torch::equal(x, torch::ones({2})));
+}
+
 TEST_CASE("the manager keeps the last K and falls back to the newest good one", "[train][checkpoint]") {
   TempDir tmp("keep");
   CheckpointManager manager(tmp.str(), 2);

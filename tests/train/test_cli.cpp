@@ -233,15 +233,18 @@ TEST_CASE("a checkpoint temporary left by a killed writer is removed by the next
   REQUIRE(dead > 0);
   int status = 0;
   ::waitpid(dead, &status, 0);
-  const std::string stale = dir + "/.ckpt-000000004.tkpt.tmp." + std::to_string(dead);
-  const std::string alive = dir + "/.ckpt-000000004.tkpt.tmp." + std::to_string(::getppid());  // a running writer
+  const std::string stale = dir + "/.ckpt-000000004.tkpt.tmp." + std::to_string(dead) + ".0a1b2c3d";
+  const std::string stale_old_name = dir + "/.ckpt-000000004.tkpt.tmp." + std::to_string(dead);
+  const std::string alive = dir + "/.ckpt-000000004.tkpt.tmp." + std::to_string(::getppid()) + ".0a1b2c3d";  // running
   std::ofstream(stale) << "torn";
+  std::ofstream(stale_old_name) << "torn";
   std::ofstream(alive) << "in progress";
   trainkit::train::CheckpointManager manager(dir, 2);
   torch::serialize::OutputArchive archive;
   archive.write("x", torch::ones({2}));
   manager.save(5, archive);
   CHECK_FALSE(fs::exists(stale));
+  CHECK_FALSE(fs::exists(stale_old_name));
   CHECK(fs::exists(alive));
   CHECK(manager.list().size() == 1);
 }

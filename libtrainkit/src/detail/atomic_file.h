@@ -15,8 +15,9 @@ class AtomicWriteError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Writes a file atomically: `write` fills a temporary ".<name>.tmp.<pid>" in the same directory, which is
-/// flushed, fsync'ed and renamed over `path`; then the directory is fsync'ed. `before_rename`, when set,
+/// Writes a file atomically: `write` fills a temporary ".<name>.tmp.<pid>.<random>" in the same directory,
+/// created exclusively and never through a symbolic link, which is flushed, fsync'ed and renamed over
+/// `path`; then the directory is fsync'ed. `before_rename`, when set,
 /// runs between the fsync and the rename (a fault-injection point for tests). If anything throws, the
 /// temporary is removed and `path` is untouched.
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write,

@@ -256,8 +256,9 @@ std::string CheckpointManager::save(int64_t step, torch::serialize::OutputArchiv
 }
 
 void CheckpointManager::remove_stale_temporaries() const {
-  // write_file_atomic names its temporary ".<name>.tmp.<pid>"; a writer that was killed leaves it behind.
-  static const std::regex temporary(R"(\.ckpt-\d+\.tkpt\.tmp\.(\d+))");
+  // write_file_atomic names its temporary ".<name>.tmp.<pid>.<random>" (".<name>.tmp.<pid>" before); a
+  // writer that was killed leaves it behind.
+  static const std::regex temporary(R"(\.ckpt-\d+\.tkpt\.tmp\.(\d+)(\.[0-9a-f]+)?)");
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     std::smatch m;
