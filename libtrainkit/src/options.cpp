@@ -162,9 +162,11 @@ ValueRule<std::vector<double>> numbers(const NumberRule& range) {
           }};
 }
 
-ValueRule<std::vector<int64_t>> integers(int64_t lo) {
-  return {fmt::format("array of integers >= {}", lo), fmt::format("a non-empty array of integers >= {}", lo),
-          [lo](const ArgValue& v) -> std::optional<std::vector<int64_t>> {
+ValueRule<std::vector<int64_t>> integers(int64_t lo, int64_t hi) {
+  const std::string each = hi == std::numeric_limits<int64_t>::max() ? fmt::format("integers >= {}", lo)
+                                                                     : fmt::format("integers in [{}, {}]", lo, hi);
+  return {"array of " + each, "a non-empty array of " + each,
+          [lo, hi](const ArgValue& v) -> std::optional<std::vector<int64_t>> {
             const auto* a = v.get_if<ArgValue::Array>();
             if (a == nullptr || a->empty()) {
               return std::nullopt;
@@ -172,7 +174,7 @@ ValueRule<std::vector<int64_t>> integers(int64_t lo) {
             std::vector<int64_t> out;
             for (const auto& e : *a) {
               const auto* i = e.get_if<int64_t>();
-              if (i == nullptr || *i < lo) {
+              if (i == nullptr || *i < lo || *i > hi) {
                 return std::nullopt;
               }
               out.push_back(*i);

@@ -106,6 +106,22 @@ TEST_CASE("trainkit train rejects bad input with exit code 2 and writes nothing"
     CHECK(r.code == 2);
     CHECK_THAT(r.output, Contains("data.val_size"));
   }
+  SECTION("a size that cannot fit in memory names its key") {
+    const Run r = trainkit_cli("train --config " + config + " --out " + out + " --set model.hidden=1000000000000", tmp);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.output, Contains("model.hidden") && Contains("integer in [1, 1048576]"));
+  }
+  SECTION("an --out that holds files and is not a trainkit run is refused, its files untouched") {
+    const std::string other = tmp.str("project");
+    fs::create_directories(other);
+    std::ofstream(other + "/config.toml") << "[tool]\nname = \"someone else's\"\n";
+    std::ofstream(other + "/notes.txt") << "keep";
+    const Run r = trainkit_cli("train --config " + config + " --out " + other, tmp);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.output, Contains(other) && Contains("config.toml, notes.txt") && Contains("not a trainkit run"));
+    CHECK(read_file(other + "/config.toml") == "[tool]\nname = \"someone else's\"\n");
+    CHECK_FALSE(fs::exists(other + "/metrics.csv"));
+  }
   SECTION("missing data files name the file, exit 1") {
     const Run r = trainkit_cli("train --config " + config + " --out " + out + " --set data.dir=" + tmp.str("nodata"),
                                tmp);

@@ -38,6 +38,13 @@ ValueRule<int64_t> resnet_depth() {
   return r;
 }
 
+// Upper bounds of sizes, far above any run that fits in memory, so that a typo (an extra zero or three)
+// is refused naming its key instead of ending in bad_alloc or in thread exhaustion.
+constexpr int64_t kMaxWorkers = 1024;         ///< threads: data.workers, train.threads
+constexpr int64_t kMaxPixels = 4096;          ///< data.crop_padding
+constexpr int64_t kMaxWidth = int64_t{1} << 20;  ///< model.hidden, model.channels: 2^20 x 784 float32 weights = 3 GiB
+constexpr int64_t kMaxBatch = int64_t{1} << 24;  ///< batch sizes
+
 /// "auto", "cpu", "cuda" or "cuda:<index>" (index a non-negative integer); also "<name>" or "<name>:<index>"
 /// for the out-of-tree backend registered as PrivateUse1 under `name` in this process (c10's
 /// register_privateuse1_backend), checked when the value is read.
@@ -116,12 +123,12 @@ const std::vector<Section>& plain_sections() {
               "Training examples held out (from the end of the training file) for validation")
         .bind(TRAINKIT_KEY(data, limit_train), rule::integer(0), "Use only the first N training examples (0 = all)")
         .bind(TRAINKIT_KEY(data, limit_test), rule::integer(0), "Use only the first N test examples (0 = all)")
-        .bind(TRAINKIT_KEY(data, workers), rule::integer(0),
+        .bind(TRAINKIT_KEY(data, workers), rule::integer(0, kMaxWorkers),
               "Loader worker threads preparing training batches (0 = in the training thread)")
         .bind(TRAINKIT_KEY(data, normalize_on_device), rule::boolean(),
               "Keep images as uint8 on the host and normalize each batch on the training device (4x fewer bytes "
               "moved)")
-        .bind(TRAINKIT_KEY(data, crop_padding), rule::integer(0),
+        .bind(TRAINKIT_KEY(data, crop_padding), rule::integer(0, kMaxPixels),
               "Training augmentation: random crop after zero-padding each side by N pixels (0 = off)")
         .bind(TRAINKIT_KEY(data, horizontal_flip), rule::boolean(),
               "Training augmentation: random horizontal flip (p = 0.5)")});
@@ -132,12 +139,12 @@ const std::vector<Section>& plain_sections() {
         .bind(TRAINKIT_KEY(model, depth), resnet_depth(), "resnet: layers (20, 32, 44, 56, 110)")
         .bind(TRAINKIT_KEY(model, zero_init_residual), rule::boolean(),
               "resnet, resnet18: start each residual branch's last BatchNorm at 0")
-        .bind(TRAINKIT_KEY(model, channels), rule::integers(1),
+        .bind(TRAINKIT_KEY(model, channels), rule::integers(1, kMaxWidth),
               "cnn: output channels of each 3x3 conv block (each halves the resolution)")
-        .bind(TRAINKIT_KEY(model, hidden), rule::integer(1), "Width of the hidden fully connected layer")
+        .bind(TRAINKIT_KEY(model, hidden), rule::integer(1, kMaxWidth), "Width of the hidden fully connected layer")
         .bind(TRAINKIT_KEY(model, dropout), rule::number(unit_interval()), "Dropout before each fully connected layer")
         .bind(TRAINKIT_KEY(model, batch_norm), rule::boolean(), "cnn: batch normalization after each convolution")
-        .bind(TRAINKIT_KEY(model, checkpoint_segments), rule::integer(0),
+        .bind(TRAINKIT_KEY(model, checkpoint_segments), rule::integer(0, kMaxWidth),
               "Activation checkpointing: train with nn::checkpoint_sequential in this many segments, recomputing "
               "all but the last in backward (0 = off; at most the number of modules)")
         .bind(TRAINKIT_KEY(model, torchscript), rule::text(),
@@ -148,11 +155,11 @@ const std::vector<Section>& plain_sections() {
               "by their formula, biases 0, BatchNorm weight 1")});
     s.push_back({"train", OptionBinding<Config>()
         .include(trainer_keys, trainer, {"epochs"})
-        .bind(TRAINKIT_KEY(train, batch_size), rule::integer(1), "Training batch size (per rank when distributed)")
-        .bind(TRAINKIT_KEY(train, eval_batch_size), rule::integer(1), "Batch size for validation and test")
+        .bind(TRAINKIT_KEY(train, batch_size), rule::integer(1, kMaxBatch), "Training batch size (per rank when distributed)")
+        .bind(TRAINKIT_KEY(train, eval_batch_size), rule::integer(1, kMaxBatch), "Batch size for validation and test")
         .bind(TRAINKIT_KEY(train, seed), rule::integer(0), "Seed of initialization, dropout and data order")
         .include(trainer_keys, trainer, {"max_steps", "val_every_steps", "val_fraction"})
-        .bind(TRAINKIT_KEY(train, threads), rule::integer(0), "Intra-op threads (0 = LibTorch's default)")
+        .bind(TRAINKIT_KEY(train, threads), rule::integer(0, kMaxWorkers), "Intra-op threads (0 = LibTorch's default)")
         .bind(TRAINKIT_KEY(train, device), device_name(),
               "Device to train on. cuda: one GPU per rank, cuda:<LOCAL_RANK> under a launcher (cuda:0 alone); "
               "cuda:<index>: that GPU (single-process runs only); auto: as cuda when a GPU is present, else the CPU")

@@ -7,12 +7,16 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "trainkit/app/toml_args.h"
 #include "trainkit/compat.h"
 #include "trainkit/data/transforms.h"
 #include "trainkit/io/export.h"
@@ -114,6 +118,59 @@ struct RunPlan {
   std::string resume_from;  // empty: fresh run
 };
 
+/// Whether `dir` is a trainkit run: its config.toml parses and has the [data], [model] and [train] tables
+/// that every run's config.toml has.
+bool is_run_directory(const fs::path& dir) {
+  const fs::path config = dir / "config.toml";
+  std::error_code ec;
+  if (!fs::is_regular_file(config, ec)) {
+    return false;
+  }
+  std::ifstream in(config);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    const ArgTable table = parse_toml(text, config.string());
+    const auto has_table = [&table](const std::string& section) {
+      return std::any_of(table.begin(), table.end(), [&section](const auto& entry) {
+        return entry.first == section && entry.second.template get_if<ArgTable>() != nullptr;
+      });
+    };
+    return has_table("data") && has_table("model") && has_table("train");
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+/// Refuses an --out that would overwrite someone else's files: an existing directory that holds more than
+/// logs (a caller may redirect a log there first, as `trainkit tune` does with train.log) and is not a
+/// trainkit run.
+void check_out_directory(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    return;
+  }
+  if (!fs::is_directory(dir, ec)) {
+    throw UsageError(fmt::format("--out {}: exists and is not a directory", dir.string()));
+  }
+  std::vector<std::string> others;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() != ".log") {
+      others.push_back(name);
+    }
+  }
+  if (others.empty() || is_run_directory(dir)) {
+    return;
+  }
+  std::sort(others.begin(), others.end());
+  const size_t shown = std::min<size_t>(others.size(), 3);
+  throw UsageError(fmt::format(
+      "--out {}: the directory holds {}{} and is not a trainkit run (no config.toml of one), whose config.toml, "
+      "metrics and checkpoints a run would write there; choose a new or empty directory",
+      dir.string(), fmt::join(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+      others.size() > shown ? fmt::format(" and {} more", others.size() - shown) : ""));
+}
+
 RunPlan plan_run(const TrainJobOptions& options) {
   RunPlan plan;
   if (options.resume.empty() || options.resume == "auto") {
@@ -127,6 +184,7 @@ RunPlan plan_run(const TrainJobOptions& options) {
                                        : options.out_dir;
     plan.resume_from = options.resume;
   }
+  check_out_directory(plan.dir);
   const train::CheckpointManager manager((fs::path(plan.dir) / "checkpoints").string(), 1);
   const auto existing = manager.list();
   if (options.resume == "auto") {
