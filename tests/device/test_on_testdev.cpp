@@ -6,6 +6,8 @@
 // (trainkit's fused CPU kernels) the device's path is compared to 1e-6 relative (float32). A difference is a
 // defect of the device path: a host copy, a CPU tensor mixed into a device op, a CPU-only kernel or the CPU's
 // generator used for a device tensor.
+#include <atomic>
+#include <functional>
 #include <limits>
 #include <sstream>
 
@@ -132,14 +134,12 @@ struct TrainRun {
   std::unique_ptr<train::Trainer> trainer;
   std::shared_ptr<Recorder> log = std::make_shared<Recorder>();
 
-  /// With torch::optim::Adam (the same ATen ops on both devices) unless `make_optimizer` is given.
-  TrainRun(c10::Device device, train::TrainerOptions options, double dropout = 0.0, uint64_t seed = 1,
-           std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<at::Tensor>&)> make_optimizer = {}) {
+  /// With torch::optim::Adam, which runs the same ATen ops on both devices.
+  TrainRun(c10::Device device, train::TrainerOptions options, double dropout = 0.0, uint64_t seed = 1) {
     torch::manual_seed(seed);
     model = nn::make_mlp(nn::MlpOptions().in_features(16).hidden({32}).dropout(dropout).num_classes(3));
     model->to(device);
-    optimizer = make_optimizer ? make_optimizer(model->parameters())
-                               : std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
+    optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
     trainer = std::make_unique<train::Trainer>(model, *optimizer, options);
     trainer->set_metrics({train::accuracy(), train::top_k_accuracy(2)});
     trainer->add_callback(log);
@@ -226,7 +226,8 @@ TEST_CASE("Trainer on the test device: norm and value clipping, 3-step accumulat
   data::DeviceSource loader_dev(loader, test_device());
   data::DeviceSource val_dev(val, test_device());
   // 12 micro-batches per epoch, 3 per step: 4 steps per epoch.
-  const auto options = train::TrainerOptions().epochs(2).accumulation_steps(3).clip_grad_norm(0.5).clip_grad_value(0.05);
+  const auto options =
+      train::TrainerOptions().epochs(2).accumulation_steps(3).clip_grad_norm(0.5).clip_grad_value(0.05);
   TrainRun cpu(torch::kCPU, options);
   TrainRun dev(test_device(), options);
   for (TrainRun* run : {&cpu, &dev}) {
@@ -367,10 +368,30 @@ void set_grads(std::vector<at::Tensor>& params, int step) {
   }
 }
 
+/// The ATen ops whose names begin with `prefix` that `body` runs (from any thread).
+int64_t count_ops(const std::string& prefix, const std::function<void()>& body) {
+  static std::string s_prefix;
+  static std::atomic<int64_t> s_count{0};
+  s_prefix = prefix;
+  s_count = 0;
+  const auto handle = at::addGlobalCallback(
+      at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+        if (std::string(fn.name()).rfind(s_prefix, 0) == 0) {
+          ++s_count;
+        }
+        return nullptr;
+      }).scopes({at::RecordScope::FUNCTION}));
+  body();
+  at::removeCallback(handle);
+  return s_count.load();
+}
+
 /// Steps the optimizers `make_cpu` and `make_dev` build over equal parameters on the CPU and the test device
 /// 6 times with equal gradients, then steps a copy of each loaded from the other's save for 2 more (a state
-/// saved on the device continues on the device); the parameters after every step must match.
-void check_optimizer(const MakeOptimizer& make_cpu, const MakeOptimizer& make_dev, Match m) {
+/// saved on the device continues on the device); the parameters after every step must match. With
+/// `device_ops`, every device step must run ops whose names begin with it (the path it is meant to take).
+void check_optimizer(const MakeOptimizer& make_cpu, const MakeOptimizer& make_dev, Match m,
+                     const std::string& device_ops = "") {
   auto pc = make_params(torch::kCPU);
   auto pd = make_params(test_device());
   OptimizerPtr oc = make_cpu(pc);
@@ -379,8 +400,11 @@ void check_optimizer(const MakeOptimizer& make_cpu, const MakeOptimizer& make_de
     set_grads(pc, step);
     set_grads(pd, step);
     oc->step();
-    od->step();
+    const int64_t ops = count_ops(device_ops, [&] { od->step(); });
     INFO("after step " << step + 1);
+    if (!device_ops.empty()) {
+      CHECK(ops > 0);  // the device took the path the case names
+    }
     check_tensors(pc, pd, m, "parameter");
   }
   // The device optimizer's state saved and loaded into a fresh one over the same device parameters.
@@ -418,46 +442,46 @@ TEST_CASE("Every optimizer on the test device: the foreach path (its default off
   // bits, the CPU's own fused kernels (its default) the same values to 1e-6.
   SECTION("Adam") {
     const auto o = AdamOptions(1e-2).weight_decay(0.1);
-    check_optimizer(maker<Adam>(AdamOptions(o).foreach(true)), maker<Adam>(o), Match::kBitwise);
+    check_optimizer(maker<Adam>(AdamOptions(o).foreach(true)), maker<Adam>(o), Match::kBitwise, "aten::_foreach_");
     check_optimizer(maker<Adam>(o), maker<Adam>(o), Match::kClose);
   }
   SECTION("Adam amsgrad, maximize") {
     const auto o = AdamOptions(1e-2).amsgrad(true).maximize(true);
-    check_optimizer(maker<Adam>(AdamOptions(o).foreach(true)), maker<Adam>(o), Match::kBitwise);
+    check_optimizer(maker<Adam>(AdamOptions(o).foreach(true)), maker<Adam>(o), Match::kBitwise, "aten::_foreach_");
   }
   SECTION("AdamW") {
     const auto o = AdamWOptions(1e-2).weight_decay(0.05).amsgrad(true);
-    check_optimizer(maker<AdamW>(AdamWOptions(o).foreach(true)), maker<AdamW>(o), Match::kBitwise);
+    check_optimizer(maker<AdamW>(AdamWOptions(o).foreach(true)), maker<AdamW>(o), Match::kBitwise, "aten::_foreach_");
     check_optimizer(maker<AdamW>(o), maker<AdamW>(o), Match::kClose);
   }
   SECTION("SGD with Nesterov momentum") {
     const auto o = SgdOptions(0.05).momentum(0.9).nesterov(true).weight_decay(1e-3);
-    check_optimizer(maker<Sgd>(SgdOptions(o).foreach(true)), maker<Sgd>(o), Match::kBitwise);
+    check_optimizer(maker<Sgd>(SgdOptions(o).foreach(true)), maker<Sgd>(o), Match::kBitwise, "aten::_foreach_");
     check_optimizer(maker<Sgd>(o), maker<Sgd>(o), Match::kClose);
   }
   SECTION("SGD with dampening") {
     const auto o = SgdOptions(0.05).momentum(0.8).dampening(0.1);
-    check_optimizer(maker<Sgd>(SgdOptions(o).foreach(true)), maker<Sgd>(o), Match::kBitwise);
+    check_optimizer(maker<Sgd>(SgdOptions(o).foreach(true)), maker<Sgd>(o), Match::kBitwise, "aten::_foreach_");
   }
   SECTION("LARS") {
     const auto o = LarsOptions(0.1).momentum(0.9).weight_decay(1e-4).trust_coefficient(1e-3);
-    check_optimizer(maker<Lars>(LarsOptions(o).foreach(true)), maker<Lars>(o), Match::kBitwise);
+    check_optimizer(maker<Lars>(LarsOptions(o).foreach(true)), maker<Lars>(o), Match::kBitwise, "aten::_foreach_");
     check_optimizer(maker<Lars>(o), maker<Lars>(o), Match::kClose);
   }
   SECTION("LARS with trust_clip and always_adapt") {
     const auto o = LarsOptions(0.1).momentum(0.9).nesterov(true).trust_clip(true).always_adapt(true);
-    check_optimizer(maker<Lars>(LarsOptions(o).foreach(true)), maker<Lars>(o), Match::kBitwise);
+    check_optimizer(maker<Lars>(LarsOptions(o).foreach(true)), maker<Lars>(o), Match::kBitwise, "aten::_foreach_");
   }
   SECTION("LAMB") {
     // Its global gradient clip takes the norm as clipping does: trainkit's fused kernel on the CPU whatever
     // the group's path, ATen's foreach norms off it. So to 1e-6 even on the same path.
     const auto o = LambOptions(1e-2).weight_decay(0.01);
-    check_optimizer(maker<Lamb>(LambOptions(o).foreach(true)), maker<Lamb>(o), Match::kClose);
+    check_optimizer(maker<Lamb>(LambOptions(o).foreach(true)), maker<Lamb>(o), Match::kClose, "aten::_foreach_");
     check_optimizer(maker<Lamb>(o), maker<Lamb>(o), Match::kClose);
   }
   SECTION("LAMB without gradient clipping or bias correction, trust_clip") {
     const auto o = LambOptions(1e-2).max_grad_norm(std::nullopt).bias_correction(false).trust_clip(true);
-    check_optimizer(maker<Lamb>(LambOptions(o).foreach(true)), maker<Lamb>(o), Match::kBitwise);
+    check_optimizer(maker<Lamb>(LambOptions(o).foreach(true)), maker<Lamb>(o), Match::kBitwise, "aten::_foreach_");
   }
 }
 
@@ -495,17 +519,17 @@ TEST_CASE("Adam, AdamW and SGD with fused = true on the test device take ATen's 
   SECTION("Adam") {
     const auto o = AdamOptions(1e-2).weight_decay(0.1);
     check_optimizer(maker<Adam>(AdamOptions(o).aten_fused(true)), maker<Adam>(AdamOptions(o).fused(true)),
-                    Match::kBitwise);
+                    Match::kBitwise, "aten::_fused_");
   }
   SECTION("AdamW amsgrad") {
     const auto o = AdamWOptions(1e-2).amsgrad(true);
     check_optimizer(maker<AdamW>(AdamWOptions(o).aten_fused(true)), maker<AdamW>(AdamWOptions(o).fused(true)),
-                    Match::kBitwise);
+                    Match::kBitwise, "aten::_fused_");
   }
   SECTION("SGD with Nesterov momentum") {
     const auto o = SgdOptions(0.05).momentum(0.9).nesterov(true).weight_decay(1e-3);
     check_optimizer(maker<Sgd>(SgdOptions(o).aten_fused(true)), maker<Sgd>(SgdOptions(o).fused(true)),
-                    Match::kBitwise);
+                    Match::kBitwise, "aten::_fused_");
   }
 }
 
@@ -661,11 +685,11 @@ TEST_CASE("GradScaler on the test device: the scale, the skipped step and the pa
     bool unscale_first;
     Match match;
   };
+  const MakeOptimizer torch_sgd = [](const std::vector<at::Tensor>& p) {
+    return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.01).momentum(0.9));
+  };
   const std::vector<Variant> variants{
-      {"torch::optim::SGD, unscale_ and clip",
-       [](const auto& p) { return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.01).momentum(0.9)); },
-       [](const auto& p) { return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.01).momentum(0.9)); },
-       true, Match::kClose},
+      {"torch::optim::SGD, unscale_ and clip", torch_sgd, torch_sgd, true, Match::kClose},
       {"trainkit Adam (foreach): unscaled by the scaler",
        maker<Adam>(AdamOptions(1e-2).foreach(true)), maker<Adam>(AdamOptions(1e-2)), false, Match::kBitwise},
       {"trainkit Adam, ATen's fused kernel: scale and found-inf handed to the kernel",
@@ -727,11 +751,13 @@ TEST_CASE("Trainer with a GradScaler on the test device equals the CPU run", "[t
 
 // -------------------------------------------------------------------------------------------------- EMA, SWA
 
-TEST_CASE("ModelEma, AveragedModel and update_bn on the test device equal the CPU's bit for bit", "[testdev][train][ema][swa]") {
+TEST_CASE("ModelEma, AveragedModel and update_bn on the test device equal the CPU's bit for bit",
+          "[testdev][train][ema][swa]") {
   std::vector<torch::nn::Sequential> models;
   for (const c10::Device device : {c10::Device(torch::kCPU), test_device()}) {
     torch::manual_seed(4);
-    models.emplace_back(torch::nn::Linear(16, 8), torch::nn::BatchNorm1d(8), torch::nn::ReLU(), torch::nn::Linear(8, 3));
+    models.emplace_back(torch::nn::Linear(16, 8), torch::nn::BatchNorm1d(8), torch::nn::ReLU(),
+                        torch::nn::Linear(8, 3));
     models.back()->to(device);
   }
   std::vector<train::ModelEma> emas;
@@ -790,7 +816,8 @@ TEST_CASE("Trainer with the EMA and SWA hooks on the test device equals the CPU 
   std::vector<std::shared_ptr<train::EMAWeightAveraging>> emas;
   std::vector<std::shared_ptr<train::StochasticWeightAveraging>> swas;
   for (TrainRun* run : {&cpu, &dev}) {
-    emas.push_back(std::make_shared<train::EMAWeightAveraging>(*run->model, train::ModelEmaOptions(0.9).use_warmup(true)));
+    emas.push_back(
+        std::make_shared<train::EMAWeightAveraging>(*run->model, train::ModelEmaOptions(0.9).use_warmup(true)));
     swas.push_back(std::make_shared<train::StochasticWeightAveraging>(
         *run->model, *run->optimizer, train::StochasticWeightAveragingOptions(2e-3).swa_start(1).anneal_epochs(1)));
     run->trainer->add_callback(emas.back());
@@ -910,7 +937,8 @@ TEST_CASE("Activation checkpointing on the test device: gradients equal the plai
 
 // ------------------------------------------------------------------------------------------------ TorchScript
 
-TEST_CASE("A TorchScript model on the test device: forward and a Trainer run equal the CPU's", "[testdev][nn][torchscript]") {
+TEST_CASE("A TorchScript model on the test device: forward and a Trainer run equal the CPU's",
+          "[testdev][nn][torchscript]") {
   const auto golden = trainkit::test::golden("torchscript.toml");
   const std::string file =
       trainkit::test::source_path("tests/golden/" + *golden["model"]["file"].value<std::string>());
