@@ -298,6 +298,30 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   return {output, mask.to(c10::kBool)};
 }
 
+/// native_batch_norm's CPU kernel on the device's memory. The op updates running_mean and running_var in place
+/// although its schema does not mark them as written, so the boxed fallback would update its CPU copies of
+/// them and drop those: a model's BatchNorm statistics would never move on the device. Here the kernel reads
+/// and writes host aliases of the device tensors, as a GPU kernel updates its own; the outputs are copied to
+/// the device (internal copies, not counted).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(const at::Tensor& input,
+                                                                 const std::optional<at::Tensor>& weight,
+                                                                 const std::optional<at::Tensor>& bias,
+                                                                 const std::optional<at::Tensor>& running_mean,
+                                                                 const std::optional<at::Tensor>& running_var,
+                                                                 bool training, double momentum, double eps) {
+  const auto host = [](const std::optional<at::Tensor>& t) -> std::optional<at::Tensor> {
+    return t && t->defined() ? std::optional<at::Tensor>(host_alias(*t)) : t;
+  };
+  auto [out, save_mean, save_invstd] = at::native_batch_norm(host_alias(input), host(weight), host(bias),
+                                                             host(running_mean), host(running_var), training,
+                                                             momentum, eps);
+  ++t_fallback_depth;
+  const auto to_device = [&input](const at::Tensor& t) { return t.to(input.device()); };
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> result{to_device(out), to_device(save_mean), to_device(save_invstd)};
+  --t_fallback_depth;
+  return result;
+}
+
 /// Whether `from`'s data can replace `self`'s in place (Variable::set_data, which Module::to uses). TensorImpl's
 /// own rule lists the dense backends that may trade data (CPU, CUDA ...), and PrivateUse1 is not among them;
 /// the test device's tensors trade with the CPU's as CUDA's do.
@@ -431,6 +455,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("resize_", resize_);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("native_dropout", native_dropout);
+  m.impl("native_batch_norm", native_batch_norm);
   m.impl("as_strided", at::native::as_strided_tensorimpl);
   m.impl("view", at::native::view);
   m.impl("_reshape_alias", at::native::_reshape_alias);

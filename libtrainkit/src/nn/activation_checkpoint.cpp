@@ -227,7 +227,8 @@ std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, const std::vect
   if (options.preserve_rng_state()) {
     segment->rng.emplace_back(c10::Device(c10::kCPU), rng_state(c10::Device(c10::kCPU)));
     for (const auto& x : inputs) {
-      if (x.defined() && x.is_cuda()) {
+      // Every accelerator's generator, not only CUDA's (PyTorch stashes the inputs' device type's states).
+      if (x.defined() && !x.is_cpu() && !x.is_meta()) {
         const c10::Device device = x.device();
         const bool seen = std::any_of(segment->rng.begin(), segment->rng.end(),
                                       [&](const auto& s) { return s.first == device; });

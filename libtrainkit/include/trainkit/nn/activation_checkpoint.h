@@ -38,7 +38,7 @@ struct CheckpointOptions {
   /// Tensors the segment updates in place (a module's buffers(): BatchNorm's running_mean, running_var,
   /// num_batches_tracked). Their values are saved before the recomputation and written back after it.
   TORCH_ARG(std::vector<at::Tensor>, buffers) = {};
-  /// Save the CPU RNG state (and that of every CUDA device an input is on) at forward, and run the
+  /// Save the CPU RNG state (and that of every accelerator device an input is on) at forward, and run the
   /// recomputation from it, so dropout draws the same masks; the RNG state after backward is what it was
   /// before. PyTorch's `preserve_rng_state`.
   TORCH_ARG(bool, preserve_rng_state) = true;
