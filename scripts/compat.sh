@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds trainkit and runs ctest against the LibTorch of another PyTorch wheel (the check behind the
-# README's list of tested LibTorch versions).
+# list of tested LibTorch versions in docs/testing.md).
 set -euo pipefail
 
 usage() {

@@ -2,8 +2,8 @@
 # Extracts the complete C++ programs of README.md and docs/*.md for the ctest docs_programs, which builds
 # them against the installed library as a user's project would and runs each.
 # A ```cpp block that contains `int main(` is a program; every other C++ block must open with
-# ```cpp fragment (a part shown on its own, e.g. README's recipe, which is apps/custom_data/recipe.cpp's marked
-# region). Writes to OUT_DIR:
+# ```cpp fragment (a part shown on its own, e.g. docs/training.md's recipe, which is apps/custom_data/recipe.cpp's
+# marked region). Writes to OUT_DIR:
 #   <doc>_L<line>.cpp   each program as the docs show it (its fence's line in <doc>.md)
 #   programs.txt        their names, one a line
 #   all_programs.cpp    one translation unit for all (LibTorch's headers cost ~20 s per unit): each program's

@@ -4,7 +4,7 @@
 // model provider with the MSE loss. With both in the catalog, the LR finder's job suggests the peak LR and
 // trainkit train's job trains with a 1cycle schedule and the MSE/MAE metrics ([configs/custom_data.toml]);
 // the validation MSE is printed next to the data's noise variance, the error no model can beat. `--recipe`
-// runs README's short version (the library without the app layer) instead.
+// runs the short version in docs/training.md (the library without the app layer) instead.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -362,7 +362,7 @@ int run(const Options& o) {
     torch::manual_seed(static_cast<uint64_t>(config.train.seed));
     const Standardizer scale(split.train_x);
     const double mse = fit_regression(scale(split.train_x), split.train_y, scale(split.val_x), split.val_y, o.epochs);
-    fmt::print("README recipe, {} epochs: final val MSE {:.4f} {}; {:.1f} s\n", o.epochs, mse,
+    fmt::print("recipe, {} epochs: final val MSE {:.4f} {}; {:.1f} s\n", o.epochs, mse,
                against_noise(mse, table.noise_sigma), seconds_since(start));
     return check_bound(mse, o.max_val_mse);
   }
@@ -421,7 +421,7 @@ int main(int argc, char** argv) {
   cli.option("--finder-iters", o.finder_iters, "Steps of the LR range test").show_default().range(2, 100000);
   cli.option("--out", o.out, "Run directory (trainkit train's files, lr_find.csv/.svg); default runs/custom_data-<time>");
   cli.flag("--recipe", o.recipe,
-           "Run README's \"Using the library\" recipe (recipe.cpp) on the same split instead: its own "
+           "Run docs/training.md's recipe (recipe.cpp) on the same split instead: its own "
            "model, batch size and LR finder; --epochs applies");
   cli.option("--max-val-mse", o.max_val_mse, "Exit 1 when the final validation MSE is above this (0: no check)")
       .show_default()

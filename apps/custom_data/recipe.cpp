@@ -1,9 +1,9 @@
-// The code block of README.md's "Using the library" section is the region between the two marker lines
-// below, byte for byte: the ctest readme_recipe (scripts/check_readme_recipe.cmake) compares them, and
-// app_smoke_custom_data_recipe runs it. Edit both together.
+// The code block of docs/training.md's section "The recipe with the library alone" is the region between the
+// two marker lines below, byte for byte: the ctest docs_recipe (scripts/check_docs_recipe.sh) compares them,
+// and app_smoke_custom_data_recipe runs it. Edit both together.
 #include "recipe.h"
 
-// README recipe begin
+// docs recipe begin
 #include <torch/torch.h>
 #include <trainkit/trainkit.h>
 namespace tk = trainkit;
@@ -43,4 +43,4 @@ double fit_regression(torch::Tensor x, torch::Tensor y, torch::Tensor val_x, tor
   trainer.fit(train, &val);
   return trainer.evaluate(val).metric("mse");
 }
-// README recipe end
+// docs recipe end

@@ -1,5 +1,5 @@
 #pragma once
-// README.md's "Using the library" recipe, compiled into custom_data and run by `custom_data --recipe`.
+// docs/training.md's recipe (the library alone), compiled into custom_data and run by `custom_data --recipe`.
 
 #include <cstdint>
 

@@ -1,4 +1,4 @@
-// Resource hygiene (issue 17, point 5): a training run that fails mid-epoch — a sample that cannot be
+// Resource hygiene: a training run that fails mid-epoch — a sample that cannot be
 // loaded, with loader worker threads running, metrics and TensorBoard files, checkpoints, a profiler trace
 // window and per-layer norms open — leaves no thread and no file descriptor behind once its objects are
 // gone. The baseline is taken after the same run succeeded once, so that LibTorch's lazily created thread

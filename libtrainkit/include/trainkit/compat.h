@@ -10,8 +10,8 @@
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 // The oldest release tested is 2.4.1. 2.1.2 does not compile: trainkit passes std::optional where LibTorch 2.1
-// has a c10::optional class of its own (2.3 made it an alias of std::optional), and more (README, "Tested
-// LibTorch versions").
+// has a c10::optional class of its own (2.3 made it an alias of std::optional), and more (docs/testing.md,
+// "Tested LibTorch versions").
 static_assert(TRAINKIT_TORCH_AT_LEAST(2, 4), "trainkit needs LibTorch >= 2.4");
 
 #include <string>

@@ -33,7 +33,7 @@ bool kernels_use_avx2();
 
 /// How for_each_even splits a group's elements over the threads.
 enum class SplitMode {
-  kChunks,      ///< make_chunks's fixed kChunkGrain chunks, dealt out by at::parallel_for (before issue 18)
+  kChunks,      ///< make_chunks's fixed kChunkGrain chunks, dealt out by at::parallel_for (bench_optim compares it)
   kContiguous,  ///< even_split: one contiguous range of the concatenated tensors per thread
   kPerTensor,   ///< per_tensor_split: every tensor cut into one aligned slice per thread (ATen's pattern)
 };

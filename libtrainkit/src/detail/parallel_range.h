@@ -3,8 +3,8 @@
 //
 // LibTorch's at::parallel_for is an inline template whose parallel path exists only where _OPENMP is defined
 // (ATen/ParallelOpenMP.h; the PyPI wheels are OpenMP builds): in a translation unit compiled without OpenMP
-// it calls f(begin, end) once, on the calling thread, without a word. trainkit's fused kernels ran serially
-// for that reason until issue 18's third round. parallel_range's source is compiled with OpenMP (and the
+// it calls f(begin, end) once, on the calling thread, without a word. Kernels that called it directly from
+// such a translation unit would run serially. parallel_range's source is compiled with OpenMP (and the
 // library links the same libgomp that LibTorch loads), so templates in any translation unit — the library's,
 // a test's, a benchmark's — run in parallel through it. Includes no LibTorch header.
 #include <cstdint>
