@@ -298,12 +298,9 @@ TEST_CASE("Trainer on the test device: save, load and finish equals an uninterru
   check_resume_on_device(0.0);
 }
 
-// [!shouldfail] until this branch has main's 6dd38c3 ("Trainer checkpoints keep every device's generator"):
-// here a checkpoint holds the CPU's and CUDA's generators only, so the resumed run's dropout masks differ.
-// Drop the tag when merging it; the case then passes bitwise.
 TEST_CASE("Trainer on the test device with dropout: a resumed run draws the device generator's masks of the "
           "uninterrupted run",
-          "[testdev][train][resume][!shouldfail]") {
+          "[testdev][train][resume]") {
   // Dropout draws from the test device's generator (the CPU run's masks are another stream by design), so
   // the comparison is device against device: the checkpoint must hold the device's generator.
   check_resume_on_device(0.2);
