@@ -291,8 +291,8 @@ int main(int argc, char** argv) {
       td::register_refusing_backend();
     }
     auto pg = trainkit::dist::ProcessGroup::from_env();
-    if (mode == "nccl_style") return run_nccl_style(pg);
     rank = pg->rank();
+    if (mode == "nccl_style") return run_nccl_style(pg);
     const int64_t world = pg->world_size();
     if (mode == "env") {
       pg->barrier();
