@@ -1,14 +1,17 @@
-// model_parallel: a Fashion-MNIST MLP split into two stages on two devices (cuda:0 and cuda:1 when present,
-// else two CPU stages), trained with GPipe-style micro-batch pipelining (trainkit::dist::Pipeline). An
+// model_parallel: a Fashion-MNIST MLP split into two stages on two devices (--device: two CPU stages by
+// default; cuda: cuda:0 and cuda:1, or both on cuda:0 with one GPU; cuda:<i>: both on cuda:i), trained with
+// GPipe-style micro-batch pipelining (trainkit::dist::Pipeline). An
 // unsplit copy of the model trains on the same batches alongside; the program reports the largest
 // parameter difference between the two at the end (it must be at rounding level) and both speeds.
 #include <chrono>
 #include <cstdio>
+#include <regex>
 
 #include <torch/torch.h>
 
 #include "trainkit/app/cli.h"
 #include "trainkit/app/main.h"
+#include "trainkit/app/run.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/dist/pipeline.h"
@@ -31,19 +34,32 @@ int main(int argc, char** argv) {
   int64_t batch_size = 256;
   int64_t chunks = 4;
   int64_t hidden = 1024;
+  std::string device_name = "cpu";
   cli.option("--data-dir", data_dir, "Directory with the gzip'd IDX files").show_default();
   cli.option("--steps", steps, "Optimizer steps").show_default().positive();
   cli.option("--batch-size", batch_size, "Batch size").show_default().positive();
   cli.option("--chunks", chunks, "Micro-batches per batch").show_default().positive();
   cli.option("--hidden", hidden, "Width of the hidden layers").show_default().positive();
+  cli.option("--device", device_name,
+             "cpu (two CPU stages), cuda (stages on cuda:0 and cuda:1; both on cuda:0 with one GPU) or cuda:<index> "
+             "(both stages there)")
+      .show_default();
   if (auto rc = cli.parse(argc, argv)) return *rc;
+  if (!std::regex_match(device_name, std::regex("cpu|cuda(:[0-9]+)?"))) {
+    std::fprintf(stderr, "model_parallel: --device '%s' is not cpu, cuda or cuda:<index>\n", device_name.c_str());
+    return 2;
+  }
+  const int64_t gpus = device_name == "cpu" ? 0 : static_cast<int64_t>(torch::cuda::device_count());
+  if (device_name != "cpu" && gpus == 0) {
+    std::fprintf(stderr, "model_parallel: --device %s: no CUDA device is available\n", device_name.c_str());
+    return 2;
+  }
   trainkit::app::set_log_level("info");
 
   return trainkit::app::run_main([&] {
-    const bool two_gpus = torch::cuda::is_available() && torch::cuda::device_count() >= 2;
-    const std::vector<c10::Device> devices =
-        two_gpus ? std::vector<c10::Device>{c10::Device("cuda:0"), c10::Device("cuda:1")}
-                 : std::vector<c10::Device>{c10::Device(c10::kCPU), c10::Device(c10::kCPU)};
+    const torch::Device first_device = trainkit::app::choose_device(device_name, 1, 0, gpus, "--device");
+    const std::vector<c10::Device> devices{
+        first_device, device_name == "cuda" && gpus >= 2 ? c10::Device("cuda:1") : first_device};
     const auto train = trainkit::data::load_mnist_split(data_dir, true, steps * batch_size);
     trainkit::data::TensorLoader loader(train.images, train.labels,
                                         trainkit::data::TensorLoaderOptions().batch_size(batch_size));

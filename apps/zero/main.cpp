@@ -3,12 +3,17 @@
 // prints for every rank the parameters it owns and the bytes of gradients and Adam state it holds, against
 // the unsharded run, and checks that both stages trained the same model:
 //   trainkit launch --nproc 2 -- build/apps/zero --steps 20
+// --device cuda trains rank r on cuda:<LOCAL_RANK>: ZeRO-2's reduces and broadcasts then go through NCCL,
+// the loss mean and the barriers through Gloo.
 #include <algorithm>
 #include <cstdio>
+#include <regex>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
 
 #include "trainkit/app/cli.h"
+#include "trainkit/app/run.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/dist/ddp.h"
@@ -23,17 +28,38 @@ int main(int argc, char** argv) {
   int64_t batch_size = 128;
   int64_t hidden = 1024;
   double lr = 1e-3;
+  std::string device_name = "cpu";
   cli.option("--data-dir", data_dir, "Directory with the gzip'd IDX files").show_default();
   cli.option("--steps", steps, "Optimizer steps").show_default().positive();
   cli.option("--batch-size", batch_size, "Global batch size").show_default().positive();
   cli.option("--hidden", hidden, "Width of the MLP's two hidden layers").show_default().positive();
   cli.option("--lr", lr, "Adam learning rate").show_default().positive();
+  cli.option("--device", device_name,
+             "cpu, cuda (rank r of a launch on cuda:<LOCAL_RANK>, one process on cuda:0) or cuda:<index> (one "
+             "process only)")
+      .show_default();
   if (auto rc = cli.parse(argc, argv)) return *rc;
+  if (!std::regex_match(device_name, std::regex("cpu|cuda(:[0-9]+)?"))) {
+    std::fprintf(stderr, "zero: --device '%s' is not cpu, cuda or cuda:<index>\n", device_name.c_str());
+    return 2;
+  }
+  const int64_t gpus = device_name == "cpu" ? 0 : static_cast<int64_t>(torch::cuda::device_count());
+  if (device_name != "cpu" && gpus == 0) {
+    std::fprintf(stderr, "zero: --device %s: no CUDA device is available\n", device_name.c_str());
+    return 2;
+  }
 
   int64_t rank = 0;
   try {
     torch::set_num_threads(1);
-    auto pg = trainkit::dist::ProcessGroup::from_env();
+    const auto init = trainkit::dist::options_from_env();
+    const torch::Device device = trainkit::app::choose_device(
+        device_name, init.world_size(), init.local_rank(), gpus, "--device");
+    if (device.is_cuda()) {
+      // The current device of this process, before NCCL's communicators are made.
+      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);
+    }
+    auto pg = trainkit::dist::ProcessGroup::init(init);
     rank = pg->rank();
     const int64_t world = pg->world_size();
     const auto train = trainkit::data::load_mnist_split(data_dir, true, steps * batch_size);
@@ -53,6 +79,7 @@ int main(int argc, char** argv) {
     for (const int64_t stage : {int64_t{1}, int64_t{2}}) {
       torch::manual_seed(0);
       auto model = trainkit::nn::make_mlp(trainkit::nn::MlpOptions().hidden({hidden, hidden}));
+      model->to(device);
       trainkit::dist::DistributedDataParallel ddp(model.ptr(), pg);
       trainkit::dist::ZeroRedundancyOptimizer zero(
           ddp,
@@ -60,18 +87,19 @@ int main(int argc, char** argv) {
             return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(lr));
           },
           trainkit::dist::ZeroOptions().stage(stage));
-      double loss_sum = 0;
+      at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
       double grads = 0;
       for (int64_t step = 0; step < steps; ++step) {
         const auto batch = loader.batch(step % loader.num_batches());
         zero.zero_grad();
-        const auto loss = torch::nn::functional::cross_entropy(model->forward(batch.input()), batch.target());
+        const auto loss = torch::nn::functional::cross_entropy(model->forward(batch.input().to(device)),
+                                                               batch.target().to(device));
         loss.backward();
         grads = static_cast<double>(zero.local_gradient_bytes());  // after backward: stage 2 holds its shard only
         zero.step();
-        loss_sum += loss.item<double>();
+        loss_sum += loss.detach().to(torch::kFloat64);  // on the device: no read per step
       }
-      const double mean_loss = pg->all_reduce_mean(loss_sum / static_cast<double>(steps));
+      const double mean_loss = pg->all_reduce_mean(loss_sum.item<double>() / static_cast<double>(steps));
       const double state = static_cast<double>(zero.local_state_bytes());
       for (int64_t r = 0; r < world; ++r) {
         pg->barrier();

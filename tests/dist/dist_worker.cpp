@@ -12,21 +12,33 @@
 //   zero2  ZeroRedundancyOptimizer over the DDP (--stage 1|2, --optim adam|adamw|sgd|lamb) with accumulation,
 //          --clip (the norm over all ranks), --scaler (an inf in one gradient of rank 0's shard at step 2),
 //          --save-dir/--load-dir (sharded checkpoints; any world size); prints bytes per rank
+//   nccl_style  under TRAINKIT_DIST_BACKEND=testdev:refuse_cpu (a device backend that refuses CPU tensors, as
+//          NCCL does; tests/dist/refusing_backend.h): the CPU-side helpers, an all-reduce of a CPU and of a
+//          testdev tensor, and ZeRO-2's clip and found-inf reduction over a DDP on testdev:0; prints what each
+//          gave and how many calls the device backend served
+//   pipeline  one process: a 2-stage Pipeline on testdev:0 and testdev:1; prints the current device each
+//          stage's thread ran with and the difference from the unsplit model
 #include <signal.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <torch/torch.h>
 
 #include "dist/dist_common.h"
+#include "dist/host_device.h"
+#include "dist/refusing_backend.h"
 #include "trainkit/amp/grad_scaler.h"
 #include "trainkit/app/cli.h"
 #include "trainkit/dist/ddp.h"
+#include "trainkit/dist/pipeline.h"
 #include "trainkit/dist/process_group.h"
 #include "trainkit/dist/zero.h"
 #include "trainkit/data/tensor_loader.h"
@@ -138,6 +150,106 @@ int run_zero(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg, const Zero
   return 0;
 }
 
+/// Mode nccl_style: the collectives of a group whose device backend refuses CPU tensors.
+int run_nccl_style(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg) {
+  const int64_t rank = pg->rank();
+  const auto rank_text = "rank " + std::to_string(rank);
+  const c10::Device dev = td::host_device(0);
+  std::printf("%s: backends cpu %s, testdev %s\n", rank_text.c_str(), pg->backend_name(c10::kCPU).c_str(),
+              pg->backend_name(dev).c_str());
+  // The CPU-side helpers (apps/ddp, apps/zero, the docs' example).
+  pg->barrier();
+  const double mean = pg->all_reduce_mean(static_cast<double>(rank));
+  const double sum = pg->all_reduce_sum(1.0 + static_cast<double>(rank));
+  const double root = pg->broadcast_value(100.0 + static_cast<double>(rank));
+  at::Tensor cpu = at::full({3}, static_cast<double>(rank + 1), at::kDouble);
+  pg->all_reduce(cpu).wait();
+  std::printf("%s: cpu-side mean %.3f sum %.3f broadcast %.1f cpu all_reduce %.3f; device backend served %lld\n",
+              rank_text.c_str(), mean, sum, root, cpu.sum().item<double>(),
+              static_cast<long long>(td::refusing_backend_served()));
+  // A device tensor goes to the device backend.
+  int64_t before = td::refusing_backend_served();
+  at::Tensor on_device = at::full({3}, static_cast<double>(rank + 1), at::TensorOptions().dtype(at::kDouble).device(dev));
+  pg->all_reduce(on_device).wait();
+  std::printf("%s: device all_reduce %.3f on %s; device backend calls %lld\n", rank_text.c_str(),
+              on_device.cpu().sum().item<double>(), on_device.device().str().c_str(),
+              static_cast<long long>(td::refusing_backend_served() - before));
+  // ZeRO-2 over a DDP on the device: the global-norm clip and the found-inf reduction.
+  auto net = td::make_chain_net(7 + static_cast<uint64_t>(rank));
+  net->to(dev);
+  trainkit::dist::DistributedDataParallel ddp(net, pg,
+                                              trainkit::dist::DistributedDataParallelOptions().bucket_cap_mb(1.0 / 1024));
+  trainkit::dist::ZeroRedundancyOptimizer zero(
+      ddp, [](std::vector<at::Tensor> params) { return td::make_zero_test_optimizer("adam", std::move(params)); },
+      trainkit::dist::ZeroOptions().stage(2));
+  // Stage 2's gradients after backward: this rank's shard only. Parameter i's gradient is 0.01 * (i + 1)
+  // everywhere, so the norm over both shards is known.
+  const auto params = net->parameters();
+  double expected = 0;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const double g = 0.01 * static_cast<double>(i + 1);
+      expected += static_cast<double>(params[i].numel()) * g * g;
+      if (zero.owner(static_cast<int64_t>(i)) == rank) params[i].mutable_grad() = torch::full_like(params[i], g);
+    }
+  }
+  expected = std::sqrt(expected);
+  before = td::refusing_backend_served();
+  const int64_t gloo_before = pg->stats().all_reduces;
+  const at::Tensor norm = zero.clip_grad_norm_(0.5);
+  std::printf("%s: zero2 clip norm %.12f expected %.12f on %s; device backend calls %lld of %lld all-reduces\n",
+              rank_text.c_str(), norm.cpu().item<double>(), expected, norm.device().str().c_str(),
+              static_cast<long long>(td::refusing_backend_served() - before),
+              static_cast<long long>(pg->stats().all_reduces - gloo_before));
+  at::Tensor found_inf = at::full({1}, rank == 0 ? 1.0f : 0.0f, at::TensorOptions().dtype(at::kFloat).device(dev));
+  before = td::refusing_backend_served();
+  zero.found_inf_reducer()(found_inf);
+  std::printf("%s: zero2 found_inf %.1f on %s; device backend calls %lld\n", rank_text.c_str(),
+              found_inf.cpu().item<double>(), found_inf.device().str().c_str(),
+              static_cast<long long>(td::refusing_backend_served() - before));
+  pg->barrier();
+  std::printf("%s: device backend refused %lld CPU tensors\n", rank_text.c_str(),
+              static_cast<long long>(td::refusing_backend_refused()));
+  return 0;
+}
+
+/// Mode pipeline: which device each stage's thread has current.
+int run_pipeline() {
+  const c10::Device dev0 = td::host_device(0);
+  const c10::Device dev1 = td::host_device(1);
+  std::mutex mutex;
+  std::set<int> seen[2];
+  auto recorder = [&](int stage) {
+    return torch::nn::Functional([&, stage](at::Tensor x) {
+      std::lock_guard<std::mutex> lock(mutex);
+      seen[stage].insert(td::current_host_device());
+      return x;
+    });
+  };
+  torch::manual_seed(3);
+  torch::nn::Linear a(5, 4), b(4, 3);
+  a->to(torch::kFloat64);
+  b->to(torch::kFloat64);
+  const at::Tensor x = torch::randn({8, 5}, torch::kFloat64);
+  const at::Tensor expected = b->forward(a->forward(x));
+  trainkit::dist::Pipeline pipe({torch::nn::Sequential(recorder(0), a), torch::nn::Sequential(recorder(1), b)},
+                                {dev0, dev1}, trainkit::dist::PipelineOptions().chunks(4));
+  at::Tensor out;
+  {
+    torch::NoGradGuard no_grad;
+    out = pipe.forward(x);
+  }
+  for (int s = 0; s < 2; ++s) {
+    std::string devices;
+    for (int d : seen[s]) devices += " testdev:" + std::to_string(d);
+    std::printf("stage %d: current device%s\n", s, devices.c_str());
+  }
+  std::printf("pipeline output on %s, max difference from the unsplit model %.3g\n", out.device().str().c_str(),
+              (out.cpu() - expected).abs().max().item<double>());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,7 +262,7 @@ int main(int argc, char** argv) {
   bool no_overlap = false;
   std::string compression = "none";
   cli.option("--mode", mode, "ddp, zero, fault, hang or env")
-      .one_of({"ddp", "zero", "zero2", "fault", "hang", "env", "unused", "scaler", "metrics"})
+      .one_of({"ddp", "zero", "zero2", "fault", "hang", "env", "unused", "scaler", "metrics", "nccl_style", "pipeline"})
       .show_default();
   cli.option("--out", out, "Directory for rank<r>.pt and checkpoints").show_default();
   cli.option("--steps", steps, "Optimizer steps").show_default();
@@ -173,8 +285,14 @@ int main(int argc, char** argv) {
 
   int64_t rank = -1;
   try {
+    if (mode == "pipeline") return run_pipeline();
+    if (mode == "nccl_style") {
+      td::host_device(0);  // registers "testdev" before the backend string names it
+      td::register_refusing_backend();
+    }
     auto pg = trainkit::dist::ProcessGroup::from_env();
     rank = pg->rank();
+    if (mode == "nccl_style") return run_nccl_style(pg);
     const int64_t world = pg->world_size();
     if (mode == "env") {
       pg->barrier();

@@ -488,6 +488,64 @@ TEST_CASE("Process group: bad environment and port in use", "[dist][env]") {
                        DistError, WhatContains("cannot host the TCPStore on port " + std::to_string(busy.port())));
 }
 
+TEST_CASE("Process group: a backend per device type, as PyTorch's \"cpu:gloo,cuda:nccl\"", "[dist][env]") {
+  using trainkit::dist::DistError;
+  using trainkit::dist::InitOptions;
+  using trainkit::dist::ProcessGroup;
+  // The PyTorch spelling and its parts (this LibTorch has NCCL compiled in: a world of one makes no backend).
+  for (const char* spec : {"nccl", "cpu:gloo,cuda:nccl", "cuda:nccl", "cuda:nccl,cpu:gloo", " cpu:gloo , cuda:nccl ",
+                           "cpu:gloo", "gloo", "auto"}) {
+    INFO(spec);
+    CHECK_NOTHROW(ProcessGroup::init(InitOptions().backend(spec)));
+  }
+  // A bad part is named.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"cpu:nccl", "'cpu:nccl': CPU tensors go to gloo (NCCL cannot carry CPU tensors)"},
+      {"cpu:gloo,cuda:mpi", "'cuda:mpi': unknown backend 'mpi'"},
+      {"cpu:gloo,tpu:gloo", "'tpu:gloo' names no device type"},
+      {"cpu:gloo,cuda", "'cuda' is not <device>:<backend>"},
+      {"cuda:nccl,cuda:nccl", "'cuda:nccl': a group has one device backend, and 'nccl' for cuda came first"},
+      {"cpu:gloo,", "'' is not <device>:<backend>"},
+      {"mpi", "unknown distributed backend 'mpi'"},
+  };
+  for (const auto& [spec, message] : bad) {
+    INFO(spec);
+    CHECK_THROWS_MATCHES(ProcessGroup::init(InitOptions().backend(spec)), DistError, WhatContains(message));
+  }
+}
+
+TEST_CASE("An nccl-style group (its device backend refuses CPU tensors) runs the CPU-side collectives through Gloo, "
+          "and ZeRO-2's clip and found-inf reduction on the device",
+          "[dist][env][zero]") {
+  // dist_worker's "refuse_cpu" wraps Gloo and throws on any CPU tensor, as NCCL does; "testdev:refuse_cpu"
+  // names it alone, as backend = "nccl" names NCCL alone: Gloo for CPU tensors must come with it.
+  TempDir tmp("nccl-style");
+  const Run run = launch_worker("--mode nccl_style", tmp, "env TRAINKIT_DIST_BACKEND=testdev:refuse_cpu TRAINKIT_DIST_TIMEOUT=20");
+  INFO(run.output);
+  REQUIRE(run.code == 0);
+  for (int rank : {0, 1}) {
+    const std::string r = "[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) + ": ";
+    CHECK_THAT(run.output, Contains(r + "backends cpu gloo, testdev refuse_cpu"));
+    // barrier, all_reduce_mean, all_reduce_sum, broadcast_value and a CPU tensor's all-reduce: all through
+    // Gloo, none reached the device backend.
+    CHECK_THAT(run.output, Contains(r + "cpu-side mean 0.500 sum 3.000 broadcast 100.0 cpu all_reduce 9.000; device "
+                                        "backend served 0"));
+    // A device tensor goes to the device backend (the test would not notice a backend never used otherwise).
+    CHECK_THAT(run.output, Contains(r + "device all_reduce 9.000 on testdev:0; device backend calls 1"));
+    // The clip's norm over both shards, reduced on the device: one all-reduce, carried by the device backend.
+    const std::regex clip(std::regex_replace(r, std::regex(R"([\[\]])"), R"(\$&)") +
+                          R"(zero2 clip norm ([0-9.]+) expected ([0-9.]+) on testdev:0; device backend calls 1 of 1 all-reduces)");
+    std::smatch m;
+    REQUIRE(std::regex_search(run.output, m, clip));
+    const double norm = std::stod(m[1]);
+    const double expected = std::stod(m[2]);
+    CHECK(std::abs(norm - expected) <= 1e-9 * expected);
+    CHECK(expected > 0.5);  // clipping was active
+    CHECK_THAT(run.output, Contains(r + "zero2 found_inf 1.0 on testdev:0; device backend calls 1"));
+    CHECK_THAT(run.output, Contains(r + "device backend refused 0 CPU tensors"));
+  }
+}
+
 TEST_CASE("World size 1: DDP leaves gradients alone", "[dist][ddp]") {
   auto pg = trainkit::dist::ProcessGroup::init(trainkit::dist::InitOptions());
   auto net = td::make_chain_net(3);

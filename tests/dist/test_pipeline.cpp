@@ -1,5 +1,9 @@
 // GPipe-style pipeline: two CPU stages with micro-batches give the unsplit model's outputs, gradients and
 // trained parameters (float64).
+#include <sys/wait.h>
+
+#include <cstdlib>
+
 #include <torch/torch.h>
 
 #include "support.h"
@@ -73,4 +77,23 @@ TEST_CASE("Pipeline: bad input and errors inside a stage", "[dist][pipeline]") {
   trainkit::dist::Pipeline pipe(make_stages(), {torch::kCPU, torch::kCPU});
   // Wrong width: the first stage throws, the error reaches the caller instead of hanging the other stage.
   CHECK_THROWS(pipe.forward(torch::zeros({8, 5}, torch::kFloat64)));
+}
+
+TEST_CASE("Pipeline: each stage's thread runs with its stage's device current", "[dist][pipeline]") {
+  // dist_worker's test device "testdev" has two devices and a current device per thread, starting at 0 as
+  // CUDA's: a stage thread without a device guard would run stage 1 with testdev:0 current.
+  trainkit::test::TempDir tmp("pipeline-guard");
+  const std::string log = tmp.str("out.txt");
+  const int status = std::system(("env -u RANK -u WORLD_SIZE timeout -s KILL 120 " + std::string(TRAINKIT_DIST_WORKER_PATH) +
+                                  " --mode pipeline > " + log + " 2>&1").c_str());
+  const std::string output = trainkit::test::read_text(log);
+  INFO(output);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK_THAT(output, Contains("stage 0: current device testdev:0\n"));
+  CHECK_THAT(output, Contains("stage 1: current device testdev:1\n"));
+  const std::string key = "pipeline output on testdev:1, max difference from the unsplit model ";
+  const auto at = output.find(key);
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(output.substr(at + key.size())) <= 1e-12);
 }

@@ -3,6 +3,7 @@
 /// Distributed training on c10d: process groups, DistributedDataParallel, ZeRO-1, the launcher, and
 /// GPipe-style model parallelism
 /// (built when trainkit is configured with TRAINKIT_WITH_DISTRIBUTED, the default).
+#include "trainkit/dist/backend.h"
 #include "trainkit/dist/ddp.h"
 #include "trainkit/dist/launch.h"
 #include "trainkit/dist/pipeline.h"

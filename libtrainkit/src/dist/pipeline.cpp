@@ -1,8 +1,12 @@
 #include "trainkit/dist/pipeline.h"
 
 #include <future>
+#include <optional>
 #include <thread>
 
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
 
 #include "detail/check.h"
@@ -17,7 +21,12 @@ Pipeline::Pipeline(std::vector<torch::nn::Sequential> stages, std::vector<c10::D
   TRAINKIT_CHECK_ARG(options_.chunks() >= 1, "Pipeline: invalid chunks: {}", options_.chunks());
   for (size_t s = 0; s < stages_.size(); ++s) {
     TRAINKIT_CHECK_ARG(stages_[s], "Pipeline: stage {} is null", s);
-    stages_[s]->to(devices_[s]);
+    auto& device = devices_[s];
+    if (!device.is_cpu() && !device.has_index()) {
+      // "cuda" is the current device now, fixed once: a stage thread's own current device starts at 0.
+      device = c10::Device(device.type(), c10::impl::getDeviceGuardImpl(device.type())->getDevice().index());
+    }
+    stages_[s]->to(device);
   }
 }
 
@@ -33,9 +42,22 @@ at::Tensor Pipeline::forward(const at::Tensor& input) {
     for (auto& p : promises[s]) outputs[s].push_back(p.get_future().share());
   }
   const bool grad_mode = at::GradMode::is_enabled();  // thread-local: carried into the stage threads
+  // The current device and stream are thread-local too: each stage thread makes its stage's device current
+  // (its kernels, allocations and copies then go there, not to device 0) and uses the stream the caller has
+  // current on that device, so that the stage's work is ordered after the caller's.
+  std::vector<std::optional<c10::Stream>> streams(n_stages);
+  for (size_t s = 0; s < n_stages; ++s) {
+    if (!devices_[s].is_cpu()) streams[s] = c10::impl::getDeviceGuardImpl(devices_[s].type())->getStream(devices_[s]);
+  }
   std::vector<std::thread> threads;
   for (size_t s = 0; s < n_stages; ++s) {
     threads.emplace_back([&, s] {
+      c10::OptionalDeviceGuard device_guard;
+      c10::OptionalStreamGuard stream_guard;
+      if (streams[s]) {
+        device_guard.reset_device(devices_[s]);
+        stream_guard.reset_stream(*streams[s]);
+      }
       at::AutoGradMode mode(grad_mode);
       for (size_t i = 0; i < n_chunks; ++i) {
         try {

@@ -12,10 +12,13 @@
 // Gloo's version, and nothing of Gloo itself is compiled here or linked (no libgloo).
 #include "trainkit/dist/process_group.h"
 #include "trainkit/compat.h"
+#include "trainkit/dist/backend.h"
 
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 
@@ -68,7 +71,109 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   }
 }
 
+/// The backends registered by register_backend(), by name. Never destroyed: a group held in a global may
+/// be made or torn down after main() returns.
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, BackendFactory> factories;
+};
+
+Registry& registry() {
+  static auto* r = new Registry;
+  return *r;
+}
+
+bool is_registered(const std::string& name) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.factories.count(name) != 0;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
 }  // namespace
+
+BackendSpec parse_backend(const std::string& backend, bool cuda_available) {
+  BackendSpec spec;
+  if (backend == "gloo") return spec;
+  if (backend == "nccl" || (backend == "auto" && cuda_available)) {
+    spec.device_backend = "nccl";
+    return spec;
+  }
+  if (backend == "auto") return spec;
+  if (backend.find(':') == std::string::npos) {
+    throw DistError("unknown distributed backend '" + backend +
+                    "' (gloo, nccl, auto, or per device type as \"cpu:gloo,cuda:nccl\")");
+  }
+  bool device_named = false;
+  for (size_t start = 0, comma = 0; comma != std::string::npos; start = comma + 1) {
+    comma = backend.find(',', start);
+    const std::string part = trim(backend.substr(start, comma == std::string::npos ? comma : comma - start));
+    const auto colon = part.find(':');
+    const std::string where = "distributed backend '" + backend + "': '" + part + "'";
+    if (colon == std::string::npos || colon == 0 || colon + 1 == part.size()) {
+      throw DistError(where + " is not <device>:<backend> (e.g. cpu:gloo or cuda:nccl)");
+    }
+    const std::string device = part.substr(0, colon);
+    const std::string name = part.substr(colon + 1);
+    c10::DeviceType type = c10::DeviceType::CPU;
+    try {
+      type = c10::Device(device).type();
+    } catch (const std::exception&) {
+      throw DistError(where + " names no device type ('" + device + "': cpu, cuda, or the PrivateUse1 backend's name)");
+    }
+    if (type == c10::DeviceType::CPU) {
+      if (name != "gloo") {
+        throw DistError(where + ": CPU tensors go to gloo" +
+                        (name == "nccl" ? std::string(" (NCCL cannot carry CPU tensors)") : std::string()));
+      }
+      continue;
+    }
+    if (device_named) {
+      throw DistError(where + ": a group has one device backend, and '" + spec.device_backend + "' for " +
+                      c10::DeviceTypeName(spec.device_type, true) + " came first");
+    }
+    if (name == "nccl") {
+      if (type != c10::DeviceType::CUDA) throw DistError(where + ": NCCL carries CUDA tensors only");
+    } else if (!is_registered(name)) {
+      throw DistError(where + ": unknown backend '" + name + "' (nccl, or a name given to register_backend)");
+    }
+    spec.device_backend = name;
+    spec.device_type = type;
+    device_named = true;
+  }
+  return spec;
+}
+
+void register_backend(const std::string& name, BackendFactory factory) {
+  if (name.empty() || name.find_first_of(":, ") != std::string::npos) {
+    throw DistError("register_backend: '" + name + "' is not a backend name (empty, or has ':', ',' or a space)");
+  }
+  if (name == "gloo" || name == "nccl" || name == "auto") {
+    throw DistError("register_backend: '" + name + "' is a built-in backend");
+  }
+  if (!factory) throw DistError("register_backend: the factory of '" + name + "' is empty");
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.factories.emplace(name, std::move(factory)).second) {
+    throw DistError("register_backend: '" + name + "' is registered already");
+  }
+}
+
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const BackendContext& context) {
+  auto gloo_options = compat::gloo_default_options<c10d::ProcessGroupGloo>(context.timeout);
+  if (is_loopback(context.master_addr) && std::getenv("GLOO_SOCKET_IFNAME") == nullptr) {
+    // All ranks on this machine: talk over loopback whatever the host name resolves to.
+    gloo_options->devices = {c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")};
+  }
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(context.store, static_cast<int>(context.rank),
+                                                     static_cast<int>(context.world_size), gloo_options);
+}
 
 InitOptions options_from_env() {
   InitOptions options;
@@ -147,23 +252,22 @@ struct ProcessGroup::Impl {
   std::atomic<int64_t> reduces{0};
   std::atomic<int64_t> reduce_bytes{0};
   c10::intrusive_ptr<c10d::Store> store;
+  /// CPU tensors, in every group.
   c10::intrusive_ptr<c10d::Backend> gloo;
-  c10::intrusive_ptr<c10d::Backend> nccl;
+  /// Tensors of every other device type (NCCL for CUDA, or a registered backend); null in a CPU-only group.
+  c10::intrusive_ptr<c10d::Backend> device;
+  BackendSpec spec;
 
   c10d::Backend& backend_for(const at::Tensor& t, const char* what) {
-    if (t.is_cuda()) {
-      if (!nccl) {
-        throw std::invalid_argument(std::string(what) +
-                                    ": CUDA tensor but this group has no NCCL backend (backend=\"nccl\" or \"auto\" "
-                                    "with a GPU)");
-      }
-      return *nccl;
+    if (t.is_cpu()) {
+      return *gloo;
     }
-    if (!gloo) {
+    if (!device) {
       throw std::invalid_argument(std::string(what) + ": " + t.device().str() +
-                                  " tensor but this group has no Gloo backend (backend=\"gloo\" or \"auto\")");
+                                  " tensor but this group has Gloo only, for CPU tensors (backend=\"nccl\", "
+                                  "\"auto\" with a GPU, or \"<device>:<backend>\")");
     }
-    return *gloo;
+    return *device;
   }
 };
 
@@ -183,13 +287,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const InitOptions& options) {
   }
   if (options.timeout().count() <= 0) throw DistError("the distributed timeout must be > 0");
   const std::string& backend = options.backend();
-  if (backend != "auto" && backend != "gloo" && backend != "nccl") {
-    throw DistError("unknown distributed backend '" + backend + "' (gloo, nccl or auto)");
-  }
+  const BackendSpec spec = parse_backend(backend, at::hasCUDA());
 #ifndef TRAINKIT_WITH_NCCL
-  if (backend == "nccl") throw DistError("backend 'nccl' needs a LibTorch built with CUDA; this one has none");
+  if (spec.device_backend == "nccl") {
+    throw DistError("backend '" + backend + "' needs NCCL, which this LibTorch (built without CUDA) has not");
+  }
 #endif
   std::shared_ptr<ProcessGroup> group(new ProcessGroup(options));
+  group->impl_->spec = spec;
   if (options.world_size() == 1) {
     return group;  // no store, no backend: collectives are no-ops
   }
@@ -215,24 +320,37 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const InitOptions& options) {
 
   const int rank = static_cast<int>(options.rank());
   const int size = static_cast<int>(options.world_size());
+  const auto context = [&](const char* prefix) {
+    BackendContext c;
+    c.store = c10::make_intrusive<c10d::PrefixStore>(prefix, group->impl_->store);
+    c.rank = rank;
+    c.world_size = size;
+    c.timeout = options.timeout();
+    c.master_addr = options.master_addr();
+    return c;
+  };
   try {
-    if (backend == "gloo" || backend == "auto") {
-      auto gloo_options = compat::gloo_default_options<c10d::ProcessGroupGloo>(options.timeout());
-      if (is_loopback(options.master_addr()) && std::getenv("GLOO_SOCKET_IFNAME") == nullptr) {
-        // All ranks on this machine: talk over loopback whatever the host name resolves to.
-        gloo_options->devices = {c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")};
-      }
-      auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gloo", group->impl_->store);
-      group->impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, gloo_options);
-    }
+    // Gloo in every group: the CPU-side collectives (barrier, the scalar helpers, CPU buffers) need it
+    // whatever carries the device's tensors, as in PyTorch's "cpu:gloo,cuda:nccl".
+    group->impl_->gloo = make_gloo_backend(context("gloo"));
+    if (spec.device_backend == "nccl") {
 #ifdef TRAINKIT_WITH_NCCL
-    if (backend == "nccl" || (backend == "auto" && at::hasCUDA())) {
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
       nccl_options->timeout = options.timeout();
-      auto prefixed = c10::make_intrusive<c10d::PrefixStore>("nccl", group->impl_->store);
-      group->impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, nccl_options);
-    }
+      group->impl_->device = c10::make_intrusive<c10d::ProcessGroupNCCL>(context("nccl").store, rank, size, nccl_options);
 #endif
+    } else if (!spec.device_backend.empty()) {
+      BackendFactory factory;
+      {
+        auto& r = registry();
+        std::lock_guard<std::mutex> lock(r.mutex);
+        factory = r.factories.at(spec.device_backend);
+      }
+      group->impl_->device = factory(context(spec.device_backend.c_str()));
+      if (!group->impl_->device) {
+        throw DistError("the factory of backend '" + spec.device_backend + "' returned no backend");
+      }
+    }
   } catch (const DistError&) {
     throw;
   } catch (const std::exception& e) {
@@ -251,8 +369,8 @@ std::string seconds_text(std::chrono::milliseconds ms) {
 
 std::string ProcessGroup::backend_name(const c10::Device& device) const {
   if (world_size() == 1) return "none";
-  if (device.is_cuda()) return impl_->nccl ? "nccl" : "(none for CUDA)";
-  return impl_->gloo ? "gloo" : "(none for CPU)";
+  if (device.is_cpu()) return "gloo";
+  return impl_->device ? impl_->spec.device_backend : "(none for " + device.str() + ")";
 }
 
 Work ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {

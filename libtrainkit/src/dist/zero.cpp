@@ -219,10 +219,13 @@ at::Tensor ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, double norm
   if (options_.stage() == 1 || group_->world_size() == 1) {
     return grad::clip_grad_norm_(params, max_norm, norm_type);
   }
-  // Stage 2: every gradient lives on its owner only; the local norm covers this rank's shard.
+  // Stage 2: every gradient lives on its owner only; the local norm covers this rank's shard. It is reduced
+  // where the parameters live (through the group's backend for their device): a copy to the host would wait
+  // for the device every step. A rank without gradients gets a CPU zero from grad_norm; it moves to the
+  // parameters' device too, so that every rank reduces through the same backend.
   const bool inf = std::isinf(norm_type);
-  const at::Tensor local = grad::grad_norm(params, norm_type).to(at::kDouble);
-  at::Tensor total = (inf ? local : local.pow(norm_type)).reshape({1}).cpu().contiguous();
+  const at::Tensor local = grad::grad_norm(params, norm_type).to(params.front().device(), at::kDouble);
+  at::Tensor total = (inf ? local : local.pow(norm_type)).reshape({1}).contiguous();
   group_->all_reduce(total, inf ? ReduceOp::MAX : ReduceOp::SUM).wait();
   total = (inf ? total : total.pow(1.0 / norm_type)).reshape({});
   grad::clip_grads_with_norm_(params, max_norm, total);
@@ -230,8 +233,9 @@ at::Tensor ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, double norm
 }
 
 std::function<void(at::Tensor&)> ZeroRedundancyOptimizer::found_inf_reducer() const {
+  // The flag stays on its device (the GradScaler's): reduced through the backend of that device.
   return [group = group_](at::Tensor& found_inf) {
-    at::Tensor flag = found_inf.reshape({1}).to(at::kCPU, at::kFloat).contiguous();
+    at::Tensor flag = found_inf.reshape({1}).to(at::kFloat).contiguous();
     group->all_reduce(flag).wait();
     found_inf.copy_(flag.reshape(found_inf.sizes()));
   };

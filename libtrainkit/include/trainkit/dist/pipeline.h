@@ -3,7 +3,8 @@
 /// Model parallelism with micro-batch pipelining in the style of GPipe (Huang et al. 2019, arXiv
 /// 1811.06965): a model split into sequential stages, each on its own device (`cuda:0`, `cuda:1`, ... or
 /// CPU stages); the batch is split into `chunks` micro-batches and stage s works on micro-batch i while
-/// stage s+1 works on micro-batch i-1 (one thread per stage). The outputs are concatenated on the last
+/// stage s+1 works on micro-batch i-1 (one thread per stage, running under a guard that makes its stage's
+/// device current, with the stream the caller has current on that device). The outputs are concatenated on the last
 /// stage's device, so one loss and one backward() train all stages; the result equals the unsplit model's
 /// on the whole batch (for layers that do not mix samples: no batch norm).
 ///
@@ -31,7 +32,8 @@ struct PipelineOptions {
 /// Sequential stages on devices with GPipe-style micro-batch pipelining of the forward pass.
 class Pipeline {
  public:
-  /// Moves stage s to devices[s]. Needs as many devices as stages (>= 1).
+  /// Moves stage s to devices[s] (a device type without index, e.g. kCUDA, means the current device of that
+  /// type now). Needs as many devices as stages (>= 1).
   Pipeline(std::vector<torch::nn::Sequential> stages, std::vector<c10::Device> devices, PipelineOptions options = {});
   /// Runs `input` (any device) through all stages in micro-batches; returns the output on output_device().
   at::Tensor forward(const at::Tensor& input);

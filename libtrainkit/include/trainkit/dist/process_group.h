@@ -1,8 +1,9 @@
 #pragma once
 /// @file
-/// Process groups on PyTorch's c10d (TCPStore rendezvous, Gloo for CPU tensors, NCCL for CUDA tensors when
-/// LibTorch has CUDA), initialised from torchrun's environment or explicit arguments. c10d's headers stay
-/// in one source file: this header only needs ATen.
+/// Process groups on PyTorch's c10d (TCPStore rendezvous, a backend per device type: Gloo for CPU tensors in
+/// every group, and NCCL, or a backend registered in trainkit/dist/backend.h, for the tensors of a device),
+/// initialised from torchrun's environment or explicit arguments. c10d's headers stay in one source file:
+/// this header only needs ATen.
 ///
 ///     auto pg = trainkit::dist::ProcessGroup::from_env();        // RANK, WORLD_SIZE, MASTER_ADDR, ...
 ///     double mean_loss = pg->all_reduce_mean(local_loss);         // every rank gets the mean
@@ -42,8 +43,10 @@ struct InitOptions {
   TORCH_ARG(std::string, master_addr) = "127.0.0.1";
   /// Port of rank 0's TCPStore, 1..65535.
   TORCH_ARG(int64_t, master_port) = 29500;
-  /// "gloo" (CPU tensors), "nccl" (CUDA tensors; needs a CUDA LibTorch) or "auto" (gloo, plus nccl when
-  /// CUDA is available).
+  /// Backends by device type (parse_backend in trainkit/dist/backend.h): every group has Gloo for CPU
+  /// tensors; "gloo": nothing else; "nccl" (= PyTorch's "cpu:gloo,cuda:nccl"; needs a CUDA LibTorch): NCCL
+  /// for CUDA tensors; "auto": "nccl" when CUDA is available, else "gloo"; "<device>:<name>" a registered
+  /// backend for that device type's tensors.
   TORCH_ARG(std::string, backend) = "auto";
   /// Timeout of the rendezvous and of every collective: a peer that hangs makes collectives throw then.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::milliseconds(30 * 60 * 1000);
@@ -118,10 +121,13 @@ class ProcessGroup {
   bool is_main() const { return options_.rank() == 0; }
   /// The options the group was made with.
   const InitOptions& options() const { return options_; }
-  /// Name of the backend for tensors on `device` ("gloo", "nccl", or "none" for world size 1).
+  /// Name of the backend for tensors on `device`: "gloo" for the CPU, the device backend's name ("nccl" ...)
+  /// for any other device, "(none for <device>)" when the group has no device backend, "none" for world
+  /// size 1.
   std::string backend_name(const c10::Device& device) const;
 
-  /// Starts an in-place all-reduce of one contiguous tensor. AVG divides by the world size after the sum.
+  /// Starts an in-place all-reduce of one contiguous tensor: a CPU tensor through Gloo, any other through the
+  /// device backend (as every collective here). AVG divides by the world size after the sum.
   Work all_reduce(at::Tensor tensor, ReduceOp op = ReduceOp::SUM);
   /// Starts an in-place reduce (sum) of one contiguous tensor to `root`: only `root`'s tensor holds the sum
   /// afterwards (the others' content is unspecified).

@@ -20,7 +20,8 @@
 /// The object is a torch::optim::Optimizer: its one param group holds every parameter, and its options
 /// (what a scheduler sets) are copied to the shard's optimizer before each step, as Python's ZeRO does.
 /// Under stage 2 the gradient norm and a GradScaler's inf check must span every rank's shard: use
-/// clip_grad_norm_() here and GradScaler::set_found_inf_reducer(found_inf_reducer()).
+/// clip_grad_norm_() here and GradScaler::set_found_inf_reducer(found_inf_reducer()); both reduce on the
+/// parameters' (and the scaler's) device, through the group's backend for it, and read nothing to the host.
 ///
 /// Why per-parameter ownership and not DeepSpeed's flat partition: DeepSpeed's stage 2 flattens all
 /// gradients into one buffer cut into `world` equal slices and reduce-scatters it, so a tensor may straddle
