@@ -1,7 +1,7 @@
 #pragma once
 // A test accelerator: LibTorch's PrivateUse1 device, registered as "testdev" with two devices
-// (testdev:0, testdev:1), whose memory is host memory. It makes the semantics of a GPU that the CPU cannot
-// show checkable in any test of trainkit_tests:
+// (testdev:0, testdev:1), whose memory is host memory, linked into trainkit_tests and dist_worker. It makes
+// the semantics of a GPU that the CPU cannot show checkable there:
 // - Transfers. Every copy from the device to the host -- item(), a truth value, .cpu(), .to(kCPU), copy_
 //   into a CPU tensor, and the ops whose result the host must read (aten::equal, and the ops whose output
 //   shape depends on the data: nonzero, masked_select, unique, bincount) -- and every copy from the host to

@@ -30,10 +30,11 @@
 #include <set>
 #include <sstream>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
 
+#include "device/testdev.h"
 #include "dist/dist_common.h"
-#include "dist/host_device.h"
 #include "dist/refusing_backend.h"
 #include "trainkit/amp/grad_scaler.h"
 #include "trainkit/app/cli.h"
@@ -154,7 +155,7 @@ int run_zero(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg, const Zero
 int run_nccl_style(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg) {
   const int64_t rank = pg->rank();
   const auto rank_text = "rank " + std::to_string(rank);
-  const c10::Device dev = td::host_device(0);
+  const c10::Device dev = trainkit::test::test_device(0);
   std::printf("%s: backends cpu %s, testdev %s\n", rank_text.c_str(), pg->backend_name(c10::kCPU).c_str(),
               pg->backend_name(dev).c_str());
   // The CPU-side helpers (apps/ddp, apps/zero, the docs' example).
@@ -216,14 +217,14 @@ int run_nccl_style(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg) {
 
 /// Mode pipeline: which device each stage's thread has current.
 int run_pipeline() {
-  const c10::Device dev0 = td::host_device(0);
-  const c10::Device dev1 = td::host_device(1);
+  const c10::Device dev0 = trainkit::test::test_device(0);
+  const c10::Device dev1 = trainkit::test::test_device(1);
   std::mutex mutex;
   std::set<int> seen[2];
   auto recorder = [&](int stage) {
     return torch::nn::Functional([&, stage](at::Tensor x) {
       std::lock_guard<std::mutex> lock(mutex);
-      seen[stage].insert(td::current_host_device());
+      seen[stage].insert(static_cast<int>(c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index()));
       return x;
     });
   };
@@ -287,7 +288,7 @@ int main(int argc, char** argv) {
   try {
     if (mode == "pipeline") return run_pipeline();
     if (mode == "nccl_style") {
-      td::host_device(0);  // registers "testdev" before the backend string names it
+      trainkit::test::test_device(0);  // registers "testdev" before the backend string names it
       td::register_refusing_backend();
     }
     auto pg = trainkit::dist::ProcessGroup::from_env();
