@@ -2,7 +2,8 @@
 # Two "machines" on one: two network namespaces joined by a veth pair (10.77.<n>.1 and .2), one
 # `trainkit launch --nnodes 2 --node-rank K --nproc 1` in each, rank 0's store on the first namespace's
 # address, Gloo over the veth link. The two-node `trainkit train` must end with the same final checkpoint
-# (`trainkit checkpoint` digest: model, optimizer, position, RNG) as the same 2 ranks on one machine.
+# (`trainkit checkpoint` digest: model, optimizer, position, RNG) as the same 2 ranks on one machine. Then
+# the store's interface: with MASTER_ADDR=127.0.0.1 it listens on loopback only, out of node 1's reach.
 # Needs root (network namespaces); prints "trainkit-skip: <why>" and exits 0 where they cannot be made.
 # Usage: scripts/two_nodes.sh --cli build/apps/trainkit [--data-dir DIR] [--work DIR]
 set -euo pipefail
@@ -14,7 +15,7 @@ while [ $# -gt 0 ]; do
     --cli) cli="$2"; shift 2 ;;
     --data-dir) data_dir="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "two_nodes: unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -105,6 +106,39 @@ ip netns exec "$ns_b" env GLOO_SOCKET_IFNAME="$veth_b" "$cli" launch --nnodes 2 
 wait $node0 || { echo "two_nodes: node 0 failed:" >&2; tail -20 "$work/node0.log" >&2; exit 1; }
 grep -q "distributed: 2 ranks, backend gloo" "$work/node0.log" || {
   echo "two_nodes: node 0 did not train as one of 2 ranks:" >&2; tail -20 "$work/node0.log" >&2; exit 1; }
+
+# The store listens on MASTER_ADDR's interface only: with MASTER_ADDR=127.0.0.1, node 1 cannot reach it over
+# the link (nor can node 0 itself through its veth address); above, bound to node 0's veth address, it was
+# reached. Rank 0 waits for a second rank that never comes; it is killed once checked.
+lo_port=29601
+ip netns exec "$ns_a" "$cli" launch --nnodes 2 --node-rank 0 --nproc 1 --master-addr 127.0.0.1 \
+  --master-port $lo_port -- "$cli" train --config "$config" --out "$work/loopback" > "$work/loopback.log" 2>&1 &
+loopback=$!
+listening=""
+for _ in $(seq 1 100); do
+  listening=$(ip netns exec "$ns_a" ss -Hltn "sport = :$lo_port" | awk '{print $4}')
+  [ -n "$listening" ] && break
+  sleep 0.1
+done
+reach() { ip netns exec "$1" timeout 3 bash -c "exec 3<>/dev/tcp/$2/$lo_port" 2>/dev/null; }
+store_ok=1
+if [ "$listening" != "127.0.0.1:$lo_port" ]; then
+  echo "two_nodes: with MASTER_ADDR=127.0.0.1 the store listens on '$listening', not 127.0.0.1:$lo_port" >&2
+  store_ok=0
+fi
+if reach "$ns_b" "$addr_a"; then
+  echo "two_nodes: node 1 reached the store of MASTER_ADDR=127.0.0.1 at $addr_a:$lo_port" >&2
+  store_ok=0
+fi
+if reach "$ns_a" "$addr_a"; then
+  echo "two_nodes: node 0's veth address $addr_a:$lo_port reached the store of MASTER_ADDR=127.0.0.1" >&2
+  store_ok=0
+fi
+kill "$loopback" 2>/dev/null || true
+ip netns pids "$ns_a" 2>/dev/null | xargs -r kill 2>/dev/null || true
+wait "$loopback" 2>/dev/null || true
+if ((store_ok == 0)); then exit 1; fi
+echo "two_nodes: the store of MASTER_ADDR=127.0.0.1 listens on $listening only; node 1 cannot reach it"
 
 one=$(digest "$work/one_machine")
 two=$(digest "$work/two_machines")

@@ -14,8 +14,15 @@
 #include "trainkit/compat.h"
 #include "trainkit/dist/backend.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -33,6 +40,40 @@
 namespace trainkit::dist {
 
 namespace {
+
+/// A socket listening on `addr`:`port` only (the interface of MASTER_ADDR, loopback by default), for rank
+/// 0's TCPStore to take over: given just a port, TCPStore would listen on every interface, and anyone who
+/// reaches the machine could read and write the rendezvous keys for the whole run.
+int listen_on(const std::string& addr, int64_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = ::getaddrinfo(addr.c_str(), service.c_str(), &hints, &found);
+  if (rc != 0) {
+    throw DistError("rank 0 cannot resolve MASTER_ADDR '" + addr + "' to listen on: " + ::gai_strerror(rc));
+  }
+  std::string last_error = "no address";
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last_error = std::strerror(errno);
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as TCPStore: TIME_WAIT does not count
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+      ::freeaddrinfo(found);
+      return fd;
+    }
+    last_error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  throw DistError("rank 0 cannot host the TCPStore on " + addr + ":" + service + " (" + last_error +
+                  "; port in use? choose another MASTER_PORT; MASTER_ADDR must be an address of this machine)");
+}
 
 std::string error_text(const std::exception& e) {
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
@@ -305,6 +346,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const InitOptions& options) {
   store_options.numWorkers = static_cast<size_t>(options.world_size());
   store_options.waitWorkers = true;
   store_options.timeout = options.timeout();
+  if (options.rank() == 0) {
+    store_options.masterListenFd = listen_on(options.master_addr(), options.master_port());
+  }
   const std::string where = options.master_addr() + ":" + std::to_string(options.master_port());
   try {
     group->impl_->store = c10::make_intrusive<c10d::TCPStore>(options.master_addr(), store_options);
