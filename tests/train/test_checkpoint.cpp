@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <zlib.h>
+
+#include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>
 
 #include "support.h"
@@ -129,6 +132,54 @@ TEST_CASE("a checkpoint is never written through a link planted at its temporary
   at::Tensor x;
   in.read("x", x);
   CHECK(torch::equal(x, torch::ones({2})));
+}
+
+TEST_CASE("a checkpoint whose archive carries code is refused before anything of it loads", "[train][checkpoint]") {
+  // A real checkpoint's archive, rewritten with one method added to its top-level class: TorchScript's
+  // loader would compile it (and would run a __setstate__ while loading).
+  torch::serialize::OutputArchive archive;
+  archive.write("x", torch::ones({2}));
+  std::ostringstream clean;
+  archive.save_to(clean);
+  std::istringstream clean_in(clean.str());
+  caffe2::serialize::PyTorchStreamReader reader(&clean_in);
+  std::string payload;
+  caffe2::serialize::PyTorchStreamWriter writer([&payload](const void* data, size_t n) {
+    payload.append(static_cast<const char*>(data), n);
+    return n;
+  });
+  for (const std::string& name : reader.getAllRecords()) {
+    if (name == "version" || name == ".data/version" || name == ".data/serialization_id") {
+      continue;  // the writer adds its own
+    }
+    auto [data, size] = reader.getRecord(name);
+    std::string record(static_cast<const char*>(data.get()), size);
+    if (name == "code/__torch__.py") {
+      record += "  def forward(self) -> int:\n    return 1\n";
+    }
+    writer.writeRecord(name, record.data(), record.size());
+  }
+  writer.writeEndOfFile();
+  std::string file = "TKCKPT\r\n";
+  const auto put = [&file](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) {
+      file.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    }
+  };
+  put(kCheckpointFormatVersion, 4);
+  put(0, 4);
+  put(payload.size(), 8);
+  put(crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(payload.data()), static_cast<uInt>(payload.size())), 4);
+  put(0, 4);
+  file += payload;
+  trainkit::test::TempDir tmp("ckpt-code");
+  const std::string path = tmp.str("code.tkpt");
+  std::ofstream(path, std::ios::binary) << file;
+  torch::serialize::InputArchive in;
+  CHECK_THROWS_MATCHES(load_checkpoint(path, in), CheckpointError,
+                       trainkit::test::WhatContains("refused: the archive carries code (code/__torch__.py line") &&
+                           trainkit::test::WhatContains("def forward(self) -> int:"));
+  CHECK_THROWS_AS(digest_checkpoint(path), CheckpointError);
 }
 
 TEST_CASE("the manager keeps the last K and falls back to the newest good one", "[train][checkpoint]") {

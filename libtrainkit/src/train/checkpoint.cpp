@@ -10,10 +10,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <regex>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 #include <ATen/ATen.h>
+#include <caffe2/serialize/inline_container.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -59,6 +63,57 @@ uint32_t crc32_of(const std::string& data, size_t offset) {
 const std::regex& checkpoint_name() {
   static const std::regex re(R"(ckpt-(\d+)\.tkpt)");
   return re;
+}
+
+/// One line of the TorchScript source that torch::serialize::OutputArchive writes for each module of an
+/// archive: the class line, the __parameters__/__buffers__/__annotations__ lists, and "name : Type" or
+/// __annotations__["name"] = Type declarations, whose types are names, dots, brackets and commas (no call,
+/// no operator). Anything else -- a `def`, a decorator, an expression -- is code the loader would compile
+/// and could run (a class's __setstate__ runs while the archive loads).
+bool is_declaration(const std::string& line) {
+  static const std::regex declaration(
+      R"(class Module\(Module\):)"
+      R"(|  __(parameters|buffers|annotations)__ = \[("[^"\\]*", )*\])"
+      R"(|  __annotations__\["[^"\\]*"\] = [A-Za-z_][A-Za-z0-9_.\[\], ]*)"
+      R"(|  [A-Za-z_][A-Za-z0-9_]* : [A-Za-z_][A-Za-z0-9_.\[\], ]*)");
+  return line.empty() || std::regex_match(line, declaration);
+}
+
+/// Refuses an archive that carries code: every TorchScript source in it (code/**/*.py) must declare
+/// attributes only, as the archives trainkit writes do. Then nothing in the archive runs while it loads:
+/// the unpickler builds only tensors, containers and these attribute-only classes.
+void check_data_only(const std::string& payload, const std::string& path) {
+  std::istringstream in(payload);
+  std::vector<std::string> records;
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  try {
+    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(&in);
+    records = reader->getAllRecords();
+  } catch (const std::exception& e) {
+    throw CheckpointError(fmt::format("{}: unreadable archive: {}", path, e.what()));
+  }
+  for (const std::string& name : records) {
+    if (name.rfind("code/", 0) != 0 || name.size() < 3 || name.compare(name.size() - 3, 3, ".py") != 0) {
+      continue;
+    }
+    at::DataPtr data;
+    size_t size = 0;
+    try {
+      std::tie(data, size) = reader->getRecord(name);
+    } catch (const std::exception& e) {
+      throw CheckpointError(fmt::format("{}: unreadable archive record {}: {}", path, name, e.what()));
+    }
+    std::istringstream source(std::string(static_cast<const char*>(data.get()), size));
+    std::string line;
+    for (int number = 1; std::getline(source, line); ++number) {
+      if (!is_declaration(line)) {
+        throw CheckpointError(fmt::format(
+            "{}: refused: the archive carries code ({} line {}: \"{}\"), which loading would compile and could "
+            "run; trainkit checkpoints hold data only (load a TorchScript model you trust with torch::jit::load)",
+            path, name, number, line.substr(0, 80)));
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -118,7 +173,9 @@ void load_checkpoint(const std::string& path, torch::serialize::InputArchive& ar
   if (crc32_of(bytes, kHeaderSize) != crc) {
     throw CheckpointError(fmt::format("{}: corrupted: payload CRC-32 does not match the header", path));
   }
-  std::istringstream payload(bytes.substr(kHeaderSize));
+  std::string payload_bytes = bytes.substr(kHeaderSize);
+  check_data_only(payload_bytes, path);
+  std::istringstream payload(std::move(payload_bytes));
   try {
     archive.load_from(payload);
   } catch (const std::exception& e) {

@@ -39,7 +39,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes,
 void save_checkpoint(const std::string& path, torch::serialize::OutputArchive& archive,
                      const std::function<void()>& before_rename = {});
 
-/// Reads and verifies the checkpoint at `path` into `archive`; throws CheckpointError naming the file.
+/// Reads and verifies the checkpoint at `path` into `archive` (size, CRC-32, and an archive of data only:
+/// one whose TorchScript sources define anything but attributes is refused before it loads); throws
+/// CheckpointError naming the file.
 void load_checkpoint(const std::string& path, torch::serialize::InputArchive& archive);
 
 /// Writes the parameters and buffers of `module` to `path` as `torch::save(module, path)` does (a LibTorch
