@@ -309,7 +309,7 @@ if [ "$mode" != build-only ]; then
   fi
 fi
 
-# ---- 4. Benchmarks ------------------------------------------------------------------------------------
+# ---- 4. GPU steps: host transfers, the main job, DDP, then the benchmarks ---------------------------
 gpu_step() {  # name program: whether a GPU step can run; records why not
   if [ "$mode" = build-only ]; then return 1; fi
   if ((gpus == 0)); then skip_step "$1" "no CUDA device"; return 1; fi
@@ -365,25 +365,7 @@ if gpu_step host_transfers trainkit_tests; then
   ((step_rc == 0 || step_rc == 125)) || md_log "$logs/host_transfers.log" 40
 fi
 
-if gpu_step bench_optim bench_optim; then
-  # Adam/AdamW/SGD (foreach and ATen-fused), LAMB and LARS (foreach), torch::optim and at::_fused_adam_.
-  run_step bench_optim 150 "${exe[bench_optim]}" --device cuda --rounds 20 --cases 10M/16 1M/256 64M/16
-  md_log "$logs/bench_optim.log" 60
-fi
-
-if gpu_step amp amp; then
-  run_step amp 150 "${exe[amp]}" --device cuda --dtypes bfloat16 float16 --steps 1000 --data-dir "$data"
-  md_log "$logs/amp.log" 30
-fi
-
-if gpu_step data_loading data_loading; then
-  # A short worker sweep (CPU decoding) first; the CUDA tables are pinned vs pageable copies, host vs device
-  # normalization and tensors created on the device.
-  run_step data_loading 120 "${exe[data_loading]}" --data-dir "$data" --limit 512 --decode-repeats 5 \
-    --workers 0 4 16 --rounds 5
-  md_log "$logs/data_loading.log" 40
-fi
-
+# The checks of correctness come before the benchmarks, so that a tight --budget cuts measurements, not them.
 # The main job (configs/fashion_mnist.toml) on the GPU, a few epochs; then with uint8 batches normalized on
 # the device (DeviceSource).
 summarize_run() {  # run_dir: accuracy and epoch times from summary.json
@@ -531,6 +513,25 @@ if [ "$mode" != build-only ]; then
   else
     skip_step ddp_nccl "DDP over NCCL needs 2 or more GPUs; this machine has $gpus"
   fi
+fi
+
+if gpu_step bench_optim bench_optim; then
+  # Adam/AdamW/SGD (foreach and ATen-fused), LAMB and LARS (foreach), torch::optim and at::_fused_adam_.
+  run_step bench_optim 150 "${exe[bench_optim]}" --device cuda --rounds 20 --cases 10M/16 1M/256 64M/16
+  md_log "$logs/bench_optim.log" 60
+fi
+
+if gpu_step amp amp; then
+  run_step amp 150 "${exe[amp]}" --device cuda --dtypes bfloat16 float16 --steps 1000 --data-dir "$data"
+  md_log "$logs/amp.log" 30
+fi
+
+if gpu_step data_loading data_loading; then
+  # A short worker sweep (CPU decoding) first; the CUDA tables are pinned vs pageable copies, host vs device
+  # normalization and tensors created on the device.
+  run_step data_loading 120 "${exe[data_loading]}" --data-dir "$data" --limit 512 --decode-repeats 5 \
+    --workers 0 4 16 --rounds 5
+  md_log "$logs/data_loading.log" 40
 fi
 
 # ---- Summary ------------------------------------------------------------------------------------------
