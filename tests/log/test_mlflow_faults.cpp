@@ -3,8 +3,10 @@
 // credentials come from MLflow's environment variables (as its Python client reads them) and appear nowhere
 // but in the Authorization header (test_mlflow_run.cpp: the same for a whole `trainkit train` run); artifacts
 // are streamed with a timeout that grows with their size, and the final warning names those not sent. The
-// last case runs the real `mlflow server --app-name basic-auth` from the venv.
+// last cases run the real `mlflow server --app-name basic-auth` from the venv, and a TLS server (Python's ssl
+// with a self-signed certificate from openssl) for the TLS variables.
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -12,6 +14,10 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "log/mlflow_test_support.h"
 #include "support.h"
@@ -358,5 +364,80 @@ TEST_CASE("mlflow basic-auth server: credentials from the environment log a run 
     CHECK_THAT(log.text(), Catch::Contains("HTTP 401"));
     CHECK_THAT(log.text(), Catch::Contains("MLFLOW_TRACKING_USERNAME"));
     CHECK(log.text().find("wrong-password") == std::string::npos);
+  }
+}
+
+TEST_CASE("mlflow over TLS: MLFLOW_TRACKING_SERVER_CERT_PATH and MLFLOW_TRACKING_INSECURE_TLS reach the TLS check",
+          "[log][mlflow][may-skip]") {
+  const std::string python = trainkit::test::source_path(".venv/bin/python");
+  if (!fs::exists(python)) TRAINKIT_SKIP("no Python at " << python << " (scripts/setup.sh)");
+  TempDir tmp("mlflow-tls-server");
+  {  // a self-signed certificate for 127.0.0.1
+    trainkit::Subprocess openssl(trainkit::SubprocessOptions()
+                                     .argv({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                                            tmp.str("key.pem"), "-out", tmp.str("cert.pem"), "-days", "1", "-subj",
+                                            "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"})
+                                     .log_file(tmp.str("openssl.log")));
+    if (!openssl.wait().ok()) TRAINKIT_SKIP("openssl cannot make a certificate: " << trainkit::test::read_text(tmp.str("openssl.log")));
+  }
+  const char* const script = R"(
+import http.server, ssl, sys
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"experiment": {"experiment_id": "7"}}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(sys.argv[2], sys.argv[3])
+server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+)";
+  const int port = unused_port();
+  trainkit::Subprocess server(trainkit::SubprocessOptions()
+                                  .argv({python, "-c", script, std::to_string(port), tmp.str("cert.pem"),
+                                         tmp.str("key.pem")})
+                                  .log_file(tmp.str("server.log"))
+                                  .new_session(true));
+  const std::string uri = "https://127.0.0.1:" + std::to_string(port);
+  // Up once it takes connections.
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);;) {
+    REQUIRE(server.running());
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    if (up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  INFO(trainkit::test::read_text(tmp.str("server.log")));
+  {  // the system's CAs do not know the certificate
+    ScopedEnv env({});
+    tl::MlflowClient client(uri, std::chrono::seconds(5));
+    CHECK_THROWS_MATCHES(client.experiment_id("e"), tl::MlflowError, WhatContains("certificate"));
+  }
+  {
+    ScopedEnv env({{"MLFLOW_TRACKING_SERVER_CERT_PATH", tmp.str("cert.pem")}});
+    tl::MlflowClient client(uri, std::chrono::seconds(5));
+    CHECK(client.experiment_id("e") == "7");
+  }
+  {
+    ScopedEnv env({{"MLFLOW_TRACKING_INSECURE_TLS", "true"}});
+    tl::MlflowClient client(uri, std::chrono::seconds(5));
+    CHECK(client.experiment_id("e") == "7");
+  }
+  {  // the C++ option wins over the variable
+    ScopedEnv env({{"MLFLOW_TRACKING_INSECURE_TLS", "true"}});
+    tl::MlflowClientOptions options;
+    options.timeout = std::chrono::seconds(5);
+    options.auth.insecure_tls = false;
+    tl::MlflowClient client(uri, options);
+    CHECK_THROWS_MATCHES(client.experiment_id("e"), tl::MlflowError, WhatContains("certificate"));
   }
 }
