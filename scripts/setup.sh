@@ -15,11 +15,12 @@ torch_version="2.15.0"
 # optuna-dashboard (two pure-Python wheels, with bottle; about 9 MB) serves a `trainkit tune` journal in the
 # ctest optuna_dashboard_serves_journal.
 # mlflow (the tracking server and its Python client) serves and reads back a run in the ctest
-# mlflow_server_receives_run.
+# mlflow_server_receives_run; flask-wtf (mlflow's "auth" extra, with wtforms) lets `mlflow server --app-name
+# basic-auth` start for the credentials test in tests/log/test_mlflow_faults.cpp.
 # Pinned: the golden files record what these versions compute (tests/golden/optuna.toml names Optuna's), so
 # a fresh machine must get the same ones; scripts/check_golden.py's golden_files_fresh fails on a drift.
 python_oracles=(timm==1.0.31 torch-lr-finder==0.2.2 tensorboard==2.21.0 scikit-learn==1.9.1 optuna==5.1.0
-                safetensors==0.8.0 optuna-dashboard==0.21.0 mlflow==3.17.2)
+                safetensors==0.8.0 optuna-dashboard==0.21.0 mlflow==3.17.2 flask-wtf==1.3.0)
 
 apt_packages=(build-essential cmake ninja-build ccache pkg-config
               libfmt-dev libspdlog-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev

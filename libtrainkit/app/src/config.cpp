@@ -11,6 +11,7 @@
 
 #include "trainkit/app/toml_args.h"
 #include "trainkit/io/export.h"
+#include "trainkit/log/mlflow.h"
 #include "trainkit/nn/init.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/train/metric.h"
@@ -490,7 +491,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return parse_config(text.str(), path, overrides, extensions);
 }
 
-std::string to_toml(const Config& config) {
+std::string to_toml(const Config& original) {
+  // The effective config is saved (config.toml), sent (MLflow params) and uploaded (an artifact): never with
+  // the credentials a tracking URI may hold.
+  Config config = original;
+  config.log.mlflow_uri = log::mlflow_redacted_uri(original.log.mlflow_uri);
   ConfigExtensions own;  // the program's own sections, from the values held
   for (const auto& [section, table] : config.extra) {
     own.keys.push_back(ConfigKeys{section, "", {}, {}});

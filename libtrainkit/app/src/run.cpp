@@ -255,7 +255,8 @@ std::shared_ptr<log::MlflowLogger> start_mlflow(const Config& config, const RunO
     tags.emplace_back("mlflow.source.git.commit", commit);
   }
   logger->set_tags(std::move(tags));
-  spdlog::info("MLflow: logging to {} (experiment \"{}\"{})", config.log.mlflow_uri, config.log.mlflow_experiment,
+  spdlog::info("MLflow: logging to {} (experiment \"{}\"{})", log::mlflow_redacted_uri(config.log.mlflow_uri),
+               config.log.mlflow_experiment,
                resume_id.empty() ? "" : ", continuing run " + resume_id);
   return logger;
 }

@@ -1,14 +1,22 @@
 #include "trainkit/log/mlflow.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
-#include <fstream>
+#include <filesystem>
 #include <iterator>
 #include <mutex>
 
+#include <sys/stat.h>
+
 #include <curl/curl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -28,6 +36,14 @@ size_t append_body(char* data, size_t size, size_t count, void* out) {
   return size * count;
 }
 
+size_t read_file(char* data, size_t size, size_t count, void* file) {
+  return std::fread(data, size, count, static_cast<std::FILE*>(file));
+}
+
+// A JSON body. Text that is not UTF-8 (a run directory's name, a tag) becomes U+FFFD instead of an
+// exception: MLflow's server wants UTF-8, and a name is better sent a little changed than not at all.
+std::string to_text(const Json& body) { return body.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
 Json key_values(const Pairs& pairs) {
   Json out = Json::array();
   for (const auto& [key, value] : pairs) {
@@ -44,21 +60,124 @@ Json metric_value(double v) {
   return v;
 }
 
+// What `read` takes from the JSON answer `body` of `what`; an answer that is not JSON, or lacks what
+// `read` wants, is an MlflowError (status 200: retrying would not change it) that names the call.
+template <class Read>
+auto from_reply(const std::string& body, const std::string& what, Read&& read) {
+  Json json;
+  try {
+    json = Json::parse(body);
+  } catch (const Json::exception& e) {
+    throw MlflowError(fmt::format("{}: the server's answer is not JSON ({}): {:.200}", what, e.what(), body), 200);
+  }
+  try {
+    return read(json);
+  } catch (const Json::exception& e) {
+    throw MlflowError(fmt::format("{}: the server's answer lacks what trainkit needs ({}): {:.200}", what, e.what(),
+                                  body),
+                      200);
+  }
+}
+
 MlflowRunInfo run_info(const Json& response) {
   const Json& info = response.at("run").at("info");
   return {info.at("run_id").get<std::string>(), info.at("experiment_id").get<std::string>(),
           info.value("artifact_uri", std::string())};
 }
 
-Json parse_response(const std::string& body, const std::string& what) {
-  try {
-    return Json::parse(body);
-  } catch (const Json::exception& e) {
-    throw MlflowError(fmt::format("{}: the server's answer is not JSON ({}): {:.200}", what, e.what(), body), 200);
+// Where the authority of "scheme://authority/..." starts and ends; npos when there is no "://".
+std::pair<size_t, size_t> authority(const std::string& uri) {
+  const size_t scheme = uri.find("://");
+  if (scheme == std::string::npos) return {std::string::npos, std::string::npos};
+  const size_t begin = scheme + 3;
+  return {begin, std::min(uri.find_first_of("/?#", begin), uri.size())};
+}
+
+std::string percent_decoded(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += text[i];
+    }
   }
+  return out;
+}
+
+std::optional<std::string> env(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::nullopt : std::optional<std::string>(value);
+}
+
+// `auth` with its unset fields taken from the URI's user info and then from MLflow's environment
+// variables; checked as the Python client checks them (MlflowHostCreds).
+MlflowAuth resolved(MlflowAuth auth, const std::string& raw_uri) {
+  const auto [begin, end] = authority(raw_uri);
+  if (begin != std::string::npos) {
+    const size_t at = raw_uri.rfind('@', end == 0 ? 0 : end - 1);
+    if (at != std::string::npos && at >= begin && at < end) {
+      const std::string info = raw_uri.substr(begin, at - begin);
+      const size_t colon = info.find(':');
+      if (!auth.username) auth.username = percent_decoded(info.substr(0, colon));
+      if (!auth.password && colon != std::string::npos) auth.password = percent_decoded(info.substr(colon + 1));
+    }
+  }
+  if (!auth.username) auth.username = env("MLFLOW_TRACKING_USERNAME");
+  if (!auth.password) auth.password = env("MLFLOW_TRACKING_PASSWORD");
+  if (!auth.token) auth.token = env("MLFLOW_TRACKING_TOKEN");
+  if (!auth.server_cert_path) auth.server_cert_path = env("MLFLOW_TRACKING_SERVER_CERT_PATH");
+  if (!auth.client_cert_path) auth.client_cert_path = env("MLFLOW_TRACKING_CLIENT_CERT_PATH");
+  if (!auth.insecure_tls) {
+    if (const auto text = env("MLFLOW_TRACKING_INSECURE_TLS")) {
+      std::string lower = *text;
+      std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (lower != "true" && lower != "false" && lower != "1" && lower != "0") {
+        throw std::invalid_argument(fmt::format(
+            "MLFLOW_TRACKING_INSECURE_TLS=\"{}\": must be one of true, false, 1, 0 (any case)", *text));
+      }
+      auth.insecure_tls = lower == "true" || lower == "1";
+    }
+  }
+  // The Python client ignores empty values (`if username and password`, `elif token`).
+  for (auto* field : {&auth.username, &auth.password, &auth.token, &auth.server_cert_path, &auth.client_cert_path}) {
+    if (*field && (*field)->empty()) field->reset();
+  }
+  if (auth.insecure_tls.value_or(false) && auth.server_cert_path) {
+    throw std::invalid_argument(fmt::format(
+        "MLflow: MLFLOW_TRACKING_INSECURE_TLS (insecure_tls) and MLFLOW_TRACKING_SERVER_CERT_PATH=\"{}\" "
+        "(server_cert_path) are both set: only one of them may be (as in MLflow's Python client)",
+        *auth.server_cert_path));
+  }
+  for (const auto& [name, path] : {std::pair{"MLFLOW_TRACKING_SERVER_CERT_PATH", auth.server_cert_path},
+                                   std::pair{"MLFLOW_TRACKING_CLIENT_CERT_PATH", auth.client_cert_path}}) {
+    std::error_code ec;
+    if (path && !std::filesystem::is_regular_file(*path, ec)) {
+      throw std::invalid_argument(fmt::format("MLflow: {}=\"{}\": no such file", name, *path));
+    }
+  }
+  return auth;
+}
+
+// Which credentials a request carries, for the message of a 401 or 403 (never the secret itself).
+std::string credentials_hint(const MlflowAuth& auth) {
+  const char* sent = auth.username && auth.password ? "HTTP Basic credentials were sent"
+                     : auth.token                   ? "a Bearer token was sent"
+                                                    : "no credentials were sent";
+  return fmt::format("{}; set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN", sent);
 }
 
 }  // namespace
+
+std::string mlflow_redacted_uri(const std::string& uri) {
+  const auto [begin, end] = authority(uri);
+  if (begin == std::string::npos || end == begin) return uri;
+  const size_t at = uri.rfind('@', end - 1);
+  if (at == std::string::npos || at < begin) return uri;
+  return uri.substr(0, begin) + uri.substr(at + 1);
+}
 
 std::vector<MlflowMetric> mlflow_metrics(const MetricRow& row) {
   std::vector<MlflowMetric> out;
@@ -82,13 +201,30 @@ std::vector<MlflowMetric> mlflow_metrics(const MetricRow& row) {
   return out;
 }
 
+struct MlflowClient::Upload {
+  std::FILE* file;
+  curl_off_t size;
+};
+
 MlflowClient::MlflowClient(std::string tracking_uri, std::chrono::milliseconds timeout)
-    : uri_(std::move(tracking_uri)), timeout_(timeout) {
+    : MlflowClient(std::move(tracking_uri), [&] {
+        MlflowClientOptions o;
+        o.timeout = timeout;
+        return o;
+      }()) {}
+
+MlflowClient::MlflowClient(std::string tracking_uri, MlflowClientOptions options)
+    : uri_(mlflow_redacted_uri(tracking_uri)), options_(std::move(options)) {
   while (!uri_.empty() && uri_.back() == '/') uri_.pop_back();
   if (uri_.rfind("http://", 0) != 0 && uri_.rfind("https://", 0) != 0) {
     throw std::invalid_argument(fmt::format(
         "MLflow tracking URI \"{}\": trainkit talks to a tracking server, give http://host:port", uri_));
   }
+  if (options_.artifact_min_rate < 1) {
+    throw std::invalid_argument(
+        fmt::format("MLflow: artifact_min_rate must be >= 1 byte per second, got {}", options_.artifact_min_rate));
+  }
+  options_.auth = resolved(std::move(options_.auth), tracking_uri);
   static std::once_flag global;
   std::call_once(global, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   curl_ = curl_easy_init();
@@ -98,22 +234,52 @@ MlflowClient::MlflowClient(std::string tracking_uri, std::chrono::milliseconds t
 MlflowClient::~MlflowClient() { curl_easy_cleanup(static_cast<CURL*>(curl_)); }
 
 std::string MlflowClient::request(const std::string& method, const std::string& url, const std::string& body,
-                                  const char* content_type) {
+                                  const char* content_type, Upload* upload) {
   CURL* curl = static_cast<CURL*>(curl_);
   curl_easy_reset(curl);
+  const MlflowAuth& auth = options_.auth;
   std::string response;
   char error[CURL_ERROR_SIZE] = {0};
   curl_slist* headers = nullptr;
   headers = curl_slist_append(headers, fmt::format("Content-Type: {}", content_type).c_str());
+  headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip before a body
+  const bool basic = auth.username && auth.password;
+  if (!basic && auth.token) {
+    headers = curl_slist_append(headers, fmt::format("Authorization: Bearer {}", *auth.token).c_str());
+  }
+  if (basic) {
+    curl_easy_setopt(curl, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+    curl_easy_setopt(curl, CURLOPT_USERNAME, auth.username->c_str());
+    curl_easy_setopt(curl, CURLOPT_PASSWORD, auth.password->c_str());
+  }
+  if (auth.server_cert_path) curl_easy_setopt(curl, CURLOPT_CAINFO, auth.server_cert_path->c_str());
+  if (auth.client_cert_path) {
+    curl_easy_setopt(curl, CURLOPT_SSLCERT, auth.client_cert_path->c_str());
+    curl_easy_setopt(curl, CURLOPT_SSLKEY, auth.client_cert_path->c_str());
+  }
+  if (auth.insecure_tls.value_or(false)) {
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
+  // An upload may take its size at artifact_min_rate on top of the usual limit.
+  const int64_t timeout_ms =
+      options_.timeout.count() + (upload == nullptr ? 0 : upload->size * 1000 / options_.artifact_min_rate);
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_.count()));
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::min<int64_t>(timeout_.count(), 5000)));
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_ms));
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(std::min<int64_t>(options_.timeout.count(), 5000)));
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append_body);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response);
-  if (method != "GET") {
+  if (upload != nullptr) {
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(curl, CURLOPT_READFUNCTION, read_file);
+    curl_easy_setopt(curl, CURLOPT_READDATA, upload->file);
+    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, upload->size);
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
+  } else if (method != "GET") {
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
@@ -125,8 +291,20 @@ std::string MlflowClient::request(const std::string& method, const std::string& 
   }
   long status = 0;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  if (status >= 300 && status < 400) {
+    char* location = nullptr;
+    curl_easy_getinfo(curl, CURLINFO_REDIRECT_URL, &location);
+    throw MlflowError(fmt::format("{} {}: HTTP {}: a redirect to {}; trainkit does not follow redirects (they could "
+                                  "take the credentials elsewhere): give the tracking URI it points to",
+                                  method, url, status,
+                                  location == nullptr ? "(no Location)" : mlflow_redacted_uri(location)),
+                      status);
+  }
   if (status >= 300) {
-    throw MlflowError(fmt::format("{} {}: HTTP {}: {:.300}", method, url, status, response), status);
+    throw MlflowError(fmt::format("{} {}: HTTP {}{}: {:.300}", method, url, status,
+                                  status == 401 || status == 403 ? " (" + credentials_hint(auth) + ")" : "",
+                                  response),
+                      status);
   }
   return response;
 }
@@ -135,21 +313,22 @@ std::string MlflowClient::post(const std::string& endpoint, const std::string& b
   return request("POST", uri_ + "/api/2.0/mlflow/" + endpoint, body, "application/json");
 }
 
+std::string MlflowClient::get(const std::string& url) { return request("GET", url, "", "application/json"); }
+
 std::string MlflowClient::experiment_id(const std::string& name) {
   CURL* curl = static_cast<CURL*>(curl_);
   char* escaped = curl_easy_escape(curl, name.c_str(), static_cast<int>(name.size()));
   const std::string url = uri_ + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=" + escaped;
   curl_free(escaped);
+  const auto id = [](const Json& j) { return j.at("experiment_id").get<std::string>(); };
   for (int attempt = 0;; ++attempt) {
     try {
-      return parse_response(request("GET", url, "", "application/json"), url)
-          .at("experiment").at("experiment_id").get<std::string>();
+      return from_reply(get(url), url, [&](const Json& j) { return id(j.at("experiment")); });
     } catch (const MlflowError& e) {
       if (e.http_status() != 404 || attempt > 0) throw;
     }
     try {
-      const std::string body = post("experiments/create", Json{{"name", name}}.dump());
-      return parse_response(body, "experiments/create").at("experiment_id").get<std::string>();
+      return from_reply(post("experiments/create", to_text(Json{{"name", name}})), "experiments/create", id);
     } catch (const MlflowError& e) {
       if (e.http_status() != 400) throw;  // RESOURCE_ALREADY_EXISTS: another process created it; read it again
     }
@@ -160,12 +339,14 @@ MlflowRunInfo MlflowClient::create_run(const std::string& experiment_id, const s
                                        const Pairs& tags) {
   Json body = {{"experiment_id", experiment_id}, {"start_time", now_ms()}, {"tags", key_values(tags)}};
   if (!run_name.empty()) body["run_name"] = run_name;
-  return run_info(parse_response(post("runs/create", body.dump()), "runs/create"));
+  return from_reply(post("runs/create", to_text(body)), "runs/create", run_info);
 }
 
 MlflowRunInfo MlflowClient::get_run(const std::string& run_id) {
-  const std::string url = uri_ + "/api/2.0/mlflow/runs/get?run_id=" + run_id;
-  return run_info(parse_response(request("GET", url, "", "application/json"), url));
+  char* escaped = curl_easy_escape(static_cast<CURL*>(curl_), run_id.c_str(), static_cast<int>(run_id.size()));
+  const std::string url = uri_ + "/api/2.0/mlflow/runs/get?run_id=" + escaped;
+  curl_free(escaped);
+  return from_reply(get(url), url, run_info);
 }
 
 void MlflowClient::log_batch(const std::string& run_id, const std::vector<MlflowMetric>& metrics,
@@ -175,13 +356,13 @@ void MlflowClient::log_batch(const std::string& run_id, const std::vector<Mlflow
     m.push_back({{"key", p.key}, {"value", metric_value(p.value)}, {"timestamp", p.timestamp_ms}, {"step", p.step}});
   }
   post("runs/log-batch",
-       Json{{"run_id", run_id}, {"metrics", m}, {"params", key_values(params)}, {"tags", key_values(tags)}}.dump());
+       to_text(Json{{"run_id", run_id}, {"metrics", m}, {"params", key_values(params)}, {"tags", key_values(tags)}}));
 }
 
 void MlflowClient::set_status(const std::string& run_id, const std::string& status) {
   Json body = {{"run_id", run_id}, {"status", status}};
   if (status != "RUNNING") body["end_time"] = now_ms();
-  post("runs/update", body.dump());
+  post("runs/update", to_text(body));
 }
 
 void MlflowClient::log_artifact(const MlflowRunInfo& run, const std::string& local_path,
@@ -200,13 +381,17 @@ void MlflowClient::log_artifact(const MlflowRunInfo& run, const std::string& loc
     path = slash == std::string::npos ? "" : path.substr(slash);
   }
   while (!path.empty() && path.front() == '/') path.erase(path.begin());
-  std::ifstream in(local_path, std::ios::binary);
-  if (!in) {
-    throw MlflowError(fmt::format("{}: cannot read the artifact", local_path), 400);
+  // Streamed from disk: a model of several GB never sits in memory.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(local_path.c_str(), "rb"), &std::fclose);
+  struct stat info {};
+  if (file == nullptr || ::fstat(::fileno(file.get()), &info) != 0 || !S_ISREG(info.st_mode)) {
+    throw MlflowError(fmt::format("{}: cannot read the artifact ({})", local_path,
+                                  file == nullptr ? std::strerror(errno) : "not a regular file"),
+                      400);
   }
-  const std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  request("PUT", fmt::format("{}/api/2.0/mlflow-artifacts/artifacts/{}/{}", uri_, path, artifact_path), content,
-          "application/octet-stream");
+  Upload upload{file.get(), static_cast<curl_off_t>(info.st_size)};
+  request("PUT", fmt::format("{}/api/2.0/mlflow-artifacts/artifacts/{}/{}", uri_, path, artifact_path), "",
+          "application/octet-stream", &upload);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -220,12 +405,52 @@ struct MlflowLogger::Item {
   std::string artifact_path;
 };
 
+namespace {
+
+MlflowClientOptions client_options(const MlflowLoggerOptions& o) {
+  MlflowClientOptions out;
+  out.timeout = o.request_timeout;
+  out.artifact_min_rate = o.artifact_min_rate;
+  out.auth = o.auth;
+  return out;
+}
+
+}  // namespace
+
 MlflowLogger::MlflowLogger(MlflowLoggerOptions options)
-    : options_(std::move(options)), client_(options_.tracking_uri, options_.request_timeout) {
+    : options_(std::move(options)), client_(options_.tracking_uri, client_options(options_)) {
   if (options_.max_queued < 1) {
     throw std::invalid_argument(fmt::format("MlflowLogger: max_queued must be >= 1, got {}", options_.max_queued));
   }
-  worker_ = std::thread([this] { loop(); });
+  options_.tracking_uri = client_.tracking_uri();  // the credentials stay with the client only
+  options_.auth = {};
+  worker_ = std::thread([this] {
+    try {
+      loop();
+    } catch (const std::exception& e) {  // a last resort: loop() and retry() catch what the calls throw
+      stop_on_error(e.what());
+    } catch (...) {
+      stop_on_error("an unknown exception");
+    }
+  });
+}
+
+void MlflowLogger::stop_on_error(const std::string& what) {
+  std::vector<std::string> artifacts;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopped_ = true;
+    for (const auto& item : queue_) {
+      stats_.metrics_unsent += static_cast<int64_t>(item->metrics.size());
+      if (item->kind == Item::Kind::kArtifact) stats_.artifacts_failed.push_back(item->artifact_path);
+    }
+    queue_.clear();
+    queued_metrics_ = 0;
+    artifacts = stats_.artifacts_failed;
+  }
+  spdlog::error("MLflow: logging to {} stopped on an error ({}); nothing more of this run is sent{}",
+                client_.tracking_uri(), what,
+                artifacts.empty() ? "" : fmt::format("; artifacts not sent: {}", fmt::join(artifacts, ", ")));
 }
 
 MlflowLogger::~MlflowLogger() {
@@ -234,6 +459,10 @@ MlflowLogger::~MlflowLogger() {
 
 void MlflowLogger::enqueue(std::shared_ptr<Item> item) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (stopped_) {
+    if (item->kind == Item::Kind::kArtifact) stats_.artifacts_failed.push_back(item->artifact_path);
+    return;
+  }
   queue_.push_back(std::move(item));
   wake_.notify_all();
 }
@@ -253,6 +482,10 @@ void MlflowLogger::log_metrics(std::vector<MlflowMetric> metrics) {
     if (m.timestamp_ms == 0) m.timestamp_ms = now;
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  if (stopped_) {
+    stats_.metrics_dropped += static_cast<int64_t>(metrics.size());
+    return;
+  }
   queued_metrics_ += static_cast<int64_t>(metrics.size());
   queue_.push_back(std::make_shared<Item>(Item{Item::Kind::kMetrics, {}, {}, std::move(metrics), {}, {}}));
   // Over the bound: drop the oldest queued points (those in flight are the worker's already).
@@ -332,27 +565,37 @@ bool MlflowLogger::retry(const std::string& what, Call&& call) {
       }
       return true;
     } catch (const MlflowError& e) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      ++stats_.failed_requests;
-      if (!e.transient()) {
-        lock.unlock();
-        spdlog::error("MLflow: {} refused ({}); dropped", what, e.what());
-        return false;
-      }
-      if (!down_) {
-        down_ = true;
-        if (!warned_down_) {
-          warned_down_ = true;
-          spdlog::warn("MLflow: {} does not answer ({}); training goes on, up to {} points are kept and sent when "
-                       "it answers",
-                       options_.tracking_uri, e.what(), options_.max_queued);
-        }
-      }
+      if (!failed(what, e.what(), e.transient())) return false;
+    } catch (const std::exception& e) {  // anything else a call throws (bad_alloc, a filesystem error ...)
+      if (!failed(what, e.what(), false)) return false;
+    } catch (...) {
+      if (!failed(what, "an unknown exception", false)) return false;
     }
     if (gave_up()) return false;
     wait_retry(attempt);
     if (gave_up()) return false;
   }
+}
+
+// Counts and reports a failed call; true when it is worth retrying.
+bool MlflowLogger::failed(const std::string& what, const std::string& error, bool transient) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ++stats_.failed_requests;
+  if (!transient) {
+    lock.unlock();
+    spdlog::error("MLflow: {} failed ({}); dropped", what, error);
+    return false;
+  }
+  if (!down_) {
+    down_ = true;
+    if (!warned_down_) {
+      warned_down_ = true;
+      spdlog::warn("MLflow: {} does not answer ({}); training goes on, up to {} points are kept and sent when it "
+                   "answers",
+                   options_.tracking_uri, error, options_.max_queued);
+    }
+  }
+  return true;
 }
 
 bool MlflowLogger::ensure_run() {
@@ -371,7 +614,13 @@ bool MlflowLogger::ensure_run() {
     std::lock_guard<std::mutex> lock(mutex_);
     run_ = info;
   }
-  if (options_.on_run) options_.on_run(info);
+  if (options_.on_run) {
+    try {
+      options_.on_run(info);
+    } catch (const std::exception& e) {  // e.g. the file noting the run's id: the run itself goes on
+      spdlog::warn("MLflow: run {}: on_run failed ({})", info.run_id, e.what());
+    }
+  }
   return true;
 }
 
@@ -411,7 +660,7 @@ void MlflowLogger::loop() {
       have_run = ensure_run();
       dead = !have_run;
       if (dead && !gave_up()) {
-        spdlog::error("MLflow: no run on {} (refused, see above); nothing of this run is sent", options_.tracking_uri);
+        spdlog::error("MLflow: no run on {} (see above); nothing of this run is sent", options_.tracking_uri);
       }
     }
     int64_t points = 0;
@@ -441,16 +690,25 @@ void MlflowLogger::loop() {
       }
     }
     std::lock_guard<std::mutex> lock(mutex_);
+    if (batch.front()->kind == Item::Kind::kArtifact) {
+      if (sent) {
+        ++stats_.artifacts_sent;
+      } else {
+        stats_.artifacts_failed.push_back(batch.front()->artifact_path);
+      }
+    }
     if (sent) {
       stats_.metrics_sent += points;
-      if (batch.front()->kind == Item::Kind::kArtifact) ++stats_.artifacts_sent;
     } else if (dead || (finishing_ && std::chrono::steady_clock::now() >= deadline_)) {
       stats_.metrics_unsent += points;
     } else {
       stats_.metrics_dropped += points;  // refused by the server (reported above)
     }
     if (finishing_ && std::chrono::steady_clock::now() >= deadline_) {
-      for (const auto& item : queue_) stats_.metrics_unsent += static_cast<int64_t>(item->metrics.size());
+      for (const auto& item : queue_) {
+        stats_.metrics_unsent += static_cast<int64_t>(item->metrics.size());
+        if (item->kind == Item::Kind::kArtifact) stats_.artifacts_failed.push_back(item->artifact_path);
+      }
       queue_.clear();
       queued_metrics_ = 0;
     }
@@ -463,6 +721,10 @@ void MlflowLogger::loop() {
   if (s.metrics_dropped > 0 || s.metrics_unsent > 0) {
     spdlog::warn("MLflow: {} metric points sent, {} dropped (queue bound {} or refused), {} unsent when the run ended",
                  s.metrics_sent, s.metrics_dropped, options_.max_queued, s.metrics_unsent);
+  }
+  if (!s.artifacts_failed.empty()) {
+    spdlog::warn("MLflow: {} artifact{} not sent: {}", s.artifacts_failed.size(),
+                 s.artifacts_failed.size() == 1 ? "" : "s", fmt::join(s.artifacts_failed, ", "));
   }
 }
 

@@ -235,7 +235,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config parse_config(const std::string& toml_text, const std::string& source,
                     const std::vector<std::string>& overrides = {}, const ConfigExtensions& extensions = {});
 
-/// The configuration as TOML text that parse_config reads back to the same values.
+/// The configuration as TOML text that parse_config reads back to the same values, but for log.mlflow_uri,
+/// which is written without the credentials it may hold (log::mlflow_redacted_uri).
 std::string to_toml(const Config& config);
 
 /// A Markdown table of every key, the built-in ones and those of `extensions`: `key | type | default | meaning`.
