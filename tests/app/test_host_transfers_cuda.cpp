@@ -201,7 +201,11 @@ TEST_CASE("On CUDA a training step copies nothing to the host unless it logs, an
       "train.batch_size=50", "model.name=\"mlp\"", "model.hidden=16", "train.epochs=2", "train.device=\"cuda\"",
       "grad.clip_norm=1.0", "grad.accumulation_steps=2", "log.every_steps=3", "log.progress=\"lines\"",
       "scheduler.type=\"OneCycleLR\"", "scheduler.max_lr=0.01", "scheduler.total_steps=12",
-      "scheduler.interval=\"step\"", "amp.enabled=true", "amp.dtype=\"float16\"", "amp.grad_scaler=true"};
+      "scheduler.interval=\"step\"", "amp.enabled=true", "amp.dtype=\"float16\"", "amp.grad_scaler=true",
+      // ATen's fused Adam takes the GradScaler's found_inf and skips on the device; trainkit's own kernels
+      // (like PyTorch's non-fused optimizers) need the skip decision on the host, one copy per step
+      // (tests/app/test_host_reads.cpp counts both on the test device).
+      "optimizer.aten_fused=true"};
   app::Run run = app::build_run(app::parse_config("", "transfers.toml", overrides), "transfers.toml",
                                 app::RunOptions().dir(tmp.str("run")));
   auto per_step = std::make_shared<TransfersPerStep>();
