@@ -26,7 +26,7 @@ namespace {
 /// The copies to the host between consecutive optimizer steps, by step (added last: it sees the other
 /// hooks' copies of the same step); what an epoch's end copies (validation, the epoch's summary) is not
 /// charged to a step.
-class TransfersPerStep : public train::Callback {
+class CopiesToHostPerStep : public train::Callback {
  public:
   std::map<int64_t, int64_t> reads;
   bool on_step_end(train::Trainer&, const train::StepEvent& event) override {
@@ -62,7 +62,7 @@ std::map<int64_t, int64_t> reads_per_step(const std::vector<std::string>& extra)
   app::Run run = app::build_run(app::parse_config("", "reads.toml", overrides), "reads.toml",
                                 app::RunOptions().dir(tmp.str("run")));
   REQUIRE(run.device == test::test_device(0));
-  auto per_step = std::make_shared<TransfersPerStep>();
+  auto per_step = std::make_shared<CopiesToHostPerStep>();
   run.trainer->add_callback(per_step);
   const test::TransferCounter counter;
   run.trainer->fit(*run.train, run.val.get());
