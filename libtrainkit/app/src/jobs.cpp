@@ -142,8 +142,8 @@ bool is_run_directory(const fs::path& dir) {
 }
 
 /// Refuses an --out that would overwrite someone else's files: an existing directory that holds more than
-/// logs (a caller may redirect a log there first, as `trainkit tune` does with train.log) and is not a
-/// trainkit run.
+/// logs (a caller may redirect a log there first, as `trainkit tune` does with train.log) and the files of
+/// `trainkit lr-find` (whose suggestion a run in the same directory often follows), and is not a trainkit run.
 void check_out_directory(const fs::path& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) {
@@ -155,7 +155,7 @@ void check_out_directory(const fs::path& dir) {
   std::vector<std::string> others;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (entry.path().extension() != ".log") {
+    if (entry.path().extension() != ".log" && name != "lr_find.csv" && name != "lr_find.svg") {
       others.push_back(name);
     }
   }

@@ -71,8 +71,9 @@ int listen_on(const std::string& addr, int64_t port) {
     ::close(fd);
   }
   ::freeaddrinfo(found);
-  throw DistError("rank 0 cannot host the TCPStore on " + addr + ":" + service + " (" + last_error +
-                  "; port in use? choose another MASTER_PORT; MASTER_ADDR must be an address of this machine)");
+  throw DistError("rank 0 cannot host the TCPStore on port " + service + " of MASTER_ADDR " + addr + " (" +
+                  last_error + "; port in use? choose another MASTER_PORT; MASTER_ADDR must be an address of this "
+                  "machine)");
 }
 
 std::string error_text(const std::exception& e) {
