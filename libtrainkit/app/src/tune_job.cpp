@@ -129,7 +129,7 @@ struct RunningTrial {
   bool pruned = false;
 };
 
-/// Runs trials as child processes `trainkit train --config BASE --set ... --out OUT/trials/trial-NNNN`
+/// Runs trials as child processes `trainkit train --config BASE --set ... --out OUT/trials/<study>/trial-NNNN`
 /// (output to train.log there) and watches them; a killed study takes its trials along.
 class TrialRunner {
  public:
@@ -140,10 +140,11 @@ class TrialRunner {
 
   size_t size() const { return running_.size(); }
 
-  /// Starts trial `t` in `dir` (unique in the study: the journal numbers trials for all workers) with
+  /// Starts trial `t` in `dir` (the study's own, created for it by StudyJournal::ask) with
   /// `overrides` (the study's --set, then the trial's parameters: what the journal records for it).
   void start(const Trial& t, const std::string& dir, const std::vector<std::string>& overrides) {
-    fs::remove_all(out_ / dir);  // an unfinished directory is what an interrupted run left behind
+    // `dir` was created for this trial alone when the journal numbered it (StudyJournal::ask): nothing of
+    // another study or trial is in it to remove.
     fs::create_directories(out_ / dir);
     std::vector<std::string> args = {exe_, "train", "--config", o_.config_path, "--out", (out_ / dir).string()};
     for (const auto& s : overrides) args.insert(args.end(), {"--set", s});
