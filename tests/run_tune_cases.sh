@@ -17,7 +17,8 @@
 #   two_studies  two studies in one --out at once (--study-name a and b, 2 trials each, so that both number
 #                trials 0 and 1): every trial keeps a run directory of its own, complete, whose effective config
 #                holds the values the journal records for that trial (none removed or overwritten by the other
-#                study's trial of the same number)
+#                study's trial of the same number); each study's trials.csv (trials/<study>/trials.csv: neither
+#                is named after --out) lists its own 2 trials
 # Usage: run_tune_cases.sh CASE CLI CONFIG SPACE DIVERGE_SPACE OUT [--set ... (a tiny config)]
 set -euo pipefail
 case_name=$1 cli=$2 config=$3 space=$4 diverge_space=$5 out=$6
@@ -120,7 +121,11 @@ case $case_name in
     done < <(grep '"op_code":4,' "$journal")
     for s in a b; do
       grep -q "\"trainkit_dir\":\"trials/$s/trial-0001\"" "$journal" || fail "study $s's trial 1 is not in trials/$s/"
+      [ "$(grep -c ",trials/$s/trial-000[01]\$" "$out/trials/$s/trials.csv")" -eq 2 ] &&
+        [ "$(wc -l < "$out/trials/$s/trials.csv")" -eq 3 ] || fail "trials/$s/trials.csv does not list study $s's 2 trials"
+      [ -f "$out/trials/$s/best.toml" ] || fail "no trials/$s/best.toml"
     done
+    [ ! -e "$out/trials.csv" ] || fail "trials.csv written in --out by a study not named after it"
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

@@ -410,9 +410,9 @@ TEST_CASE("a sampler slower than the lock's grace period never holds the lock", 
   const std::string path = tmp.str("study.journal");
   const SearchSpace space = SearchSpace().add_float("x", 0.0, 1.0);
   app::StudyJournalSetup setup = setup_of("slow");
-  setup.grace_period_s = 0.25;
+  setup.grace_period_s = 0.5;
   const auto slow_study = [space] {
-    return trainkit::tune::Study(space, std::make_shared<SlowSampler>(1.0));
+    return trainkit::tune::Study(space, std::make_shared<SlowSampler>(2.0));
   };
   app::StudyJournal first(path, space, setup, slow_study);
   app::StudyJournal second(path, space, setup, slow_study);

@@ -164,9 +164,8 @@ std::optional<std::string> gone_because(const WorkerId& w) {
   return std::nullopt;
 }
 
-/// A study's name as one directory name: itself when it is a plain name, else its letters, digits, '.', '_'
-/// and '-' (others as '_') with 8 hex digits of a hash of the whole name, so that names differing only in
-/// other characters stay apart.
+}  // namespace
+
 std::string study_dir_name(const std::string& name) {
   const auto plain = [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
@@ -184,6 +183,8 @@ std::string study_dir_name(const std::string& name) {
   if (!kept.empty() && kept.front() == '.') kept.front() = '_';
   return fmt::format("{}{}{:08x}", kept, kept.empty() ? "" : "-", hash);
 }
+
+namespace {
 
 // A JSON text attribute that is a string, unquoted.
 std::optional<std::string> string_attr(const std::map<std::string, std::string>& attrs, const char* key) {

@@ -28,6 +28,12 @@
 
 namespace trainkit::app {
 
+/// A study's name as one directory name (its trials' parent, `trials/<this>/`): itself when it is a plain name
+/// (letters, digits, '.', '_', '-'; not starting with '.'; at most 100 characters), else those characters of it
+/// (others as '_', at most 64) and 8 hex digits of a hash (FNV-1a) of the whole name, so that names differing
+/// only in other characters stay apart.
+std::string study_dir_name(const std::string& name);
+
 /// What a StudyJournal is opened with.
 struct StudyJournalSetup {
   std::string study_name;   ///< the study's name in the journal

@@ -8,7 +8,8 @@
 /// directory: `study.journal` (the study as an Optuna JournalStorage file, which Python Optuna,
 /// optuna-dashboard and other `trainkit tune` processes read and extend at once: a re-run with the same --out
 /// continues the study; see trainkit/app/optuna_journal.h), `trials.csv`, `best.toml` (the best trial's
-/// effective config), `best_so_far.svg` and `trials/`.
+/// effective config), `best_so_far.svg` and `trials/`. A study not named after OUT (--study-name) that shares
+/// it writes its `trials.csv`, `best.toml` and `best_so_far.svg` in `trials/<study>/` instead.
 ///
 /// The search-space file and its checks against the base config: trainkit/app/search_space_file.h.
 
