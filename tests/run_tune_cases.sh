@@ -2,7 +2,7 @@
 # `trainkit tune` cases on a tiny config, one per call, each checked in the study's journal and outputs:
 #   gp_maximize  4 trials with --startup-trials 1 on --metric val_accuracy: the study maximizes, best.toml is
 #                the trial with the highest value, and each trial's effective config
-#                (trials/trial-NNNN/config.toml) holds the values the journal records for it. Trials 0 and 1 are
+#                (trials/<study>/trial-NNNN/config.toml) holds the values the journal records for it. Trials 0 and 1 are
 #                design points (the GP models nothing before two finite values), trials 2 and 3 the Gaussian
 #                process's: the same study with --startup-trials 4 (design points only) must give trials 0
 #                and 1 the same values and trials 2 and 3 others

@@ -403,6 +403,34 @@ TEST_CASE("a killed study's running trial on this host ends failed and uncounted
   CHECK(next->trial.number == 1);
 }
 
+TEST_CASE("trial directories are the study's own, and one left by something else is kept", "[tune][journal]") {
+  trainkit::test::TempDir tmp("journal-trial-dirs");
+  const std::string path = tmp.str("study.journal");
+  const SearchSpace space = SearchSpace().add_float("x", 0.0, 1.0);
+  const auto none = [](const trainkit::tune::Trial&) { return std::vector<std::string>{}; };
+  fs::create_directories(tmp.path() / "trials/s/trial-0000");
+  std::ofstream(tmp.path() / "trials/s/trial-0000/keep.txt") << "not this study's";
+  fs::create_directories(tmp.path() / "trials/s/trial-0001");  // empty: a worker killed before it appended
+  app::StudyJournal study(path, space, setup_of("s"), random_study(space));
+  const auto first = study.ask(10, none), second = study.ask(10, none);
+  REQUIRE(first);
+  REQUIRE(second);
+  CHECK(first->dir == "trials/s/trial-0000-1");
+  CHECK(trainkit::test::read_text(tmp.str("trials/s/trial-0000/keep.txt")) == "not this study's");
+  CHECK(second->dir == "trials/s/trial-0001");
+  // A name that is not a plain directory name: one directory under trials/, apart from a name that differs
+  // only in the replaced characters.
+  app::StudyJournal odd(path, space, setup_of("../a/b c"), random_study(space));
+  app::StudyJournal near(path, space, setup_of("../a_b_c"), random_study(space));
+  const auto o = odd.ask(10, none), n = near.ask(10, none);
+  REQUIRE(o);
+  REQUIRE(n);
+  CHECK_THAT(o->dir, Catch::Matches(R"(trials/_\._a_b_c-[0-9a-f]{8}/trial-0000)"));
+  CHECK_THAT(n->dir, Catch::Matches(R"(trials/_\._a_b_c-[0-9a-f]{8}/trial-0000)"));
+  CHECK(o->dir != n->dir);
+  CHECK(fs::is_directory(tmp.path() / o->dir));
+}
+
 TEST_CASE("a sampler slower than the lock's grace period never holds the lock", "[tune][journal]") {
   // Two workers whose sampler takes 4x the grace period: sampling under the lock would let the waiting worker
   // break it (a warning), both would then append at once, and one would number its trial as the other's.

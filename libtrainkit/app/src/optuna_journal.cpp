@@ -654,14 +654,18 @@ void OptunaJournal::apply(const std::string& line, int64_t line_number, std::vec
       if (!updatable(id)) return;
       JournalTrial& t = trials_[static_cast<size_t>(id)];
       if (state == OptunaTrialState::Running && t.state == OptunaTrialState::Running) return;
-      if (state == OptunaTrialState::Running) t.datetime_start = text_field(op, "datetime_start");
-      if (is_finished(state)) t.datetime_complete = text_field(op, "datetime_complete");
-      t.state = state;
+      // Everything read before anything changes: a damaged line is skipped whole.
+      const std::string start = state == OptunaTrialState::Running ? text_field(op, "datetime_start") : "";
+      const std::string complete = is_finished(state) ? text_field(op, "datetime_complete") : "";
       const json& values = field(op, "values");
+      std::vector<double> read_values;
       if (values.is_array()) {
-        t.values.clear();
-        for (const auto& v : values) t.values.push_back(number(v, "values"));
+        for (const auto& v : values) read_values.push_back(number(v, "values"));
       }
+      if (state == OptunaTrialState::Running) t.datetime_start = start;
+      if (is_finished(state)) t.datetime_complete = complete;
+      t.state = state;
+      if (values.is_array()) t.values = std::move(read_values);
       return;
     }
     case kSetTrialIntermediateValue: {

@@ -362,11 +362,12 @@ void StudyJournal::refresh() {
 std::string StudyJournal::claim_dir(int64_t number) const {
   const std::string dir = fmt::format("trials/{}/trial-{:04d}", study_dir_name(setup_.study_name), number);
   std::filesystem::create_directories((root_ / dir).parent_path());
-  // Numbers are unique in the study, so the directory exists only when something else left it (a journal
-  // removed, a study deleted and created again): that is kept, and the trial runs beside it.
+  // Directories are claimed under the lock and the number is taken in the same hold, so an empty one is what a
+  // worker killed between the two left, and is taken. One with content was left by something else (a journal
+  // removed, a study deleted and created again): it is kept, and the trial runs beside it.
   for (int k = 0;; ++k) {
     const std::string candidate = k == 0 ? dir : fmt::format("{}-{}", dir, k);
-    if (std::filesystem::create_directory(root_ / candidate)) {
+    if (std::filesystem::create_directory(root_ / candidate) || std::filesystem::is_empty(root_ / candidate)) {
       if (k > 0) {
         spdlog::warn("{}: exists and is not a trial of this study in {}; trial {} runs in {}", (root_ / dir).string(),
                      journal_.path(), number, candidate);
