@@ -2,7 +2,7 @@
 # `trainkit tune` cases on a tiny config, one per call, each checked in the study's journal and outputs:
 #   gp_maximize  4 trials with --startup-trials 1 on --metric val_accuracy: the study maximizes, best.toml is
 #                the trial with the highest value, and each trial's effective config
-#                (trials/trial-NNNN/config.toml) holds the values the journal records for it. Trials 0 and 1 are
+#                (trials/<study>/trial-NNNN/config.toml) holds the values the journal records for it. Trials 0 and 1 are
 #                design points (the GP models nothing before two finite values), trials 2 and 3 the Gaussian
 #                process's: the same study with --startup-trials 4 (design points only) must give trials 0
 #                and 1 the same values and trials 2 and 3 others
@@ -14,6 +14,11 @@
 #                directories), one more runs, study.jsonl is left as it was, and a re-run reads nothing again
 #   prune        a study continued from 5 complete trials (written as Optuna template trials) whose epoch-0
 #                value is 0.01: --prune stops the new trial after its first epoch (PRUNED)
+#   two_studies  two studies in one --out at once (--study-name a and b, 2 trials each, so that both number
+#                trials 0 and 1): every trial keeps a run directory of its own, complete, whose effective config
+#                holds the values the journal records for that trial (none removed or overwritten by the other
+#                study's trial of the same number); each study's trials.csv (trials/<study>/trials.csv: neither
+#                is named after --out) lists its own 2 trials
 # Usage: run_tune_cases.sh CASE CLI CONFIG SPACE DIVERGE_SPACE OUT [--set ... (a tiny config)]
 set -euo pipefail
 case_name=$1 cli=$2 config=$3 space=$4 diverge_space=$5 out=$6
@@ -21,7 +26,7 @@ shift 6
 rm -rf "$out"
 mkdir -p "$out"
 journal=$out/study.journal
-fail() { echo "app_tune_case_$case_name: $*"; cat "$out/tune.log"; exit 1; }
+fail() { echo "app_tune_case_$case_name: $*"; for log in "$out"/*.log; do echo "--- $log"; cat "$log"; done; exit 1; }
 tune() { "$cli" tune --config "$config" --out "$out" --jobs 1 "$@" > "$out/tune.log" 2>&1 || fail "tune exited $?"; }
 ends() { grep '"op_code":6,' "$journal" | grep -c "\"state\":$1," || true; }
 
@@ -95,6 +100,32 @@ case $case_name in
     tune --space "$space" --trials 6 --prune "$@" --set train.epochs=2
     grep '"op_code":6,' "$journal" | grep -q '"trial_id":5,"state":2,' || fail "trial 5 was not pruned"
     grep -q "trial 5 pruned at epoch 0" "$out/tune.log" || fail "the pruning is not reported"
+    ;;
+  two_studies)
+    study() {
+      "$cli" tune --config "$config" --out "$out" --jobs 1 --space "$space" --trials 2 --study-name "$1" "${@:2}" \
+        > "$out/$1.log" 2>&1
+    }
+    study a "$@" & first=$!
+    study b "$@" & second=$!
+    wait "$first" || fail "study a exited with an error"
+    wait "$second" || fail "study b exited with an error"
+    [ "$(grep -c '"op_code":4,' "$journal")" -eq 4 ] || fail "the journal does not hold 2 + 2 trials"
+    dirs=$(grep -o '"trainkit_dir":"[^"]*"' "$journal" | sort -u | wc -l)
+    [ "$dirs" -eq 4 ] || fail "$dirs distinct run directories for 4 trials of 2 studies"
+    while IFS= read -r line; do
+      dir=$(grep -o '"trainkit_dir":"[^"]*"' <<< "$line" | cut -d'"' -f4)
+      lr=$(grep -o '"optimizer.lr=[^"]*"' <<< "$line" | tr -d '"' | cut -d= -f2)
+      [ -f "$out/$dir/summary.json" ] || fail "$dir has no summary.json (removed by the other study?)"
+      grep -qx "lr = $lr" "$out/$dir/config.toml" || fail "$dir/config.toml is not the trial with optimizer.lr = $lr"
+    done < <(grep '"op_code":4,' "$journal")
+    for s in a b; do
+      grep -q "\"trainkit_dir\":\"trials/$s/trial-0001\"" "$journal" || fail "study $s's trial 1 is not in trials/$s/"
+      [ "$(grep -c ",trials/$s/trial-000[01]\$" "$out/trials/$s/trials.csv")" -eq 2 ] &&
+        [ "$(wc -l < "$out/trials/$s/trials.csv")" -eq 3 ] || fail "trials/$s/trials.csv does not list study $s's 2 trials"
+      [ -f "$out/trials/$s/best.toml" ] || fail "no trials/$s/best.toml"
+    done
+    [ ! -e "$out/trials.csv" ] || fail "trials.csv written in --out by a study not named after it"
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

@@ -38,7 +38,8 @@ wait "$first" || fail "worker 1 failed"
 wait "$second" || fail "worker 2 failed"
 created=$(created)
 [ "$created" -eq 4 ] || fail "$created trials created, expected 4"
-dirs=$(grep -o '"trainkit_dir":"trials/trial-[0-9]*"' "$journal" | sort -u | wc -l)
+study=$(basename "$out")  # the study's name, and its directory under trials/
+dirs=$(grep -o "\"trainkit_dir\":\"trials/$study/trial-[0-9]*\"" "$journal" | sort -u | wc -l)
 [ "$dirs" -eq 4 ] || fail "$dirs distinct run directories, expected 4"
 finished=$(grep '"op_code":6,' "$journal" | grep -o '"trial_id":[0-9]*' | sort | uniq -c | awk '$1 == 1' | wc -l)
 ends=$(grep -c '"op_code":6,' "$journal" || true)
@@ -46,7 +47,7 @@ ends=$(grep -c '"op_code":6,' "$journal" || true)
 creators=$(grep '"op_code":4,' "$journal" | grep -o '"worker_id":"[^"]*"' | sort -u | wc -l)
 [ "$creators" -eq 2 ] || fail "trials created by $creators workers, expected 2"
 for n in 0 1 2 3; do
-  [ -f "$out/trials/trial-000$n/summary.json" ] || fail "no $out/trials/trial-000$n/summary.json"
+  [ -f "$out/trials/$study/trial-000$n/summary.json" ] || fail "no $out/trials/$study/trial-000$n/summary.json"
 done
 [ ! -e "$journal.lock" ] && [ ! -L "$journal.lock" ] || fail "the lock $journal.lock was left behind"
 echo "app_tune_two_workers: 4 distinct trials by 2 workers, each finished once"

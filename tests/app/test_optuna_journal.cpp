@@ -2,8 +2,10 @@
 // Python Optuna against what trainkit writes, concurrent writers (trainkit processes and a Python worker) under
 // the lock, and bad input (a damaged line, a torn last line, another search space, a stale lock, a killed
 // study's running trial).
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -14,6 +16,8 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "study_journal.h"
 #include "support.h"
@@ -58,6 +62,73 @@ std::vector<std::string> lines_of(const std::string& path) {
 void write_lines(const std::string& path, const std::vector<std::string>& lines) {
   std::ofstream out(path, std::ios::trunc);
   for (const auto& l : lines) out << l << "\n";
+}
+
+/// Collects what spdlog's default logger writes while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::string text() const {
+    sink_->flush();
+    return text_.str();
+  }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+/// A sampler that takes `seconds` to propose (as a GP fit on many trials may), else RandomSampler.
+class SlowSampler : public trainkit::tune::Sampler {
+ public:
+  explicit SlowSampler(double seconds) : seconds_(seconds) {}
+  std::vector<std::vector<double>> suggest(const SearchSpace& space,
+                                           const std::vector<trainkit::tune::Observation>& observed,
+                                           const std::vector<std::vector<double>>& pending, int64_t q,
+                                           uint64_t seed) override {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds_));
+    return trainkit::tune::RandomSampler().suggest(space, observed, pending, q, seed);
+  }
+
+ private:
+  double seconds_;
+};
+
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// Field 22 of /proc/PID/stat: the start time in clock ticks since boot.
+uint64_t start_ticks(int64_t pid) {
+  const std::string stat = first_line("/proc/" + std::to_string(pid) + "/stat");
+  std::istringstream fields(stat.substr(stat.rfind(')') + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) fields >> field;
+  return std::stoull(field);
+}
+
+uint64_t pid_namespace() {
+  char link[64] = {};
+  REQUIRE(::readlink("/proc/self/ns/pid", link, sizeof link - 1) > 0);
+  const std::string text(link);  // pid:[4026531836]
+  return std::stoull(text.substr(text.find('[') + 1));
+}
+
+std::string host_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
 }
 
 const char* python_or_null() {
@@ -124,7 +195,8 @@ TEST_CASE("trainkit continues a study Python Optuna created", "[tune][journal]")
   const auto asked = study.ask(9, [](const trainkit::tune::Trial&) { return std::vector<std::string>{"a=1"}; });
   REQUIRE(asked);
   CHECK(asked->trial.number == 7);
-  CHECK(asked->dir == "trials/trial-0007");
+  CHECK(asked->dir == "trials/python_study/trial-0007");
+  CHECK(fs::is_directory(tmp.path() / "trials/python_study/trial-0007"));
   CHECK_FALSE(study.report(7, 0, 0.5));
   study.finish(7, app::OptunaTrialState::Complete, 0.25);
   CHECK(study.records().size() == 7);
@@ -138,7 +210,7 @@ TEST_CASE("trainkit continues a study Python Optuna created", "[tune][journal]")
   CHECK(t->state == app::OptunaTrialState::Complete);
   CHECK(t->values == std::vector<double>{0.25});
   CHECK(t->intermediate.at(0) == 0.5);
-  CHECK(t->user_attrs.at("trainkit_dir") == "\"trials/trial-0007\"");
+  CHECK(t->user_attrs.at("trainkit_dir") == "\"trials/python_study/trial-0007\"");
   CHECK(t->user_attrs.at("trainkit_overrides") == "[\"a=1\"]");
 }
 
@@ -167,21 +239,59 @@ TEST_CASE("search-space parameters map to Optuna's distributions and internal va
   CHECK_THROWS_AS(app::optuna_external(p[2], 3.0), std::invalid_argument);
 }
 
-TEST_CASE("a damaged journal line is an error naming the file and line", "[tune][journal]") {
+TEST_CASE("a damaged journal line is skipped with a warning naming the file and line", "[tune][journal]") {
   trainkit::test::TempDir tmp("journal-damaged");
   const std::string path = copy_golden(tmp);
   auto lines = lines_of(path);
-  lines[11] = lines[11].substr(0, 30);  // line 12 cut short, then more lines: not a write in progress
+  lines[12] = lines[12].substr(0, 30);  // line 13 (trial 0's step 0) cut short, then more lines: not a write in progress
+  lines[13] = R"({"op_code":42,"worker_id":"w"})";  // line 14 (trial 0's step 1): an op Optuna 5 does not know
   write_lines(path, lines);
-  try {
+  LogCapture log;
+  app::OptunaJournal journal(path);
+  CHECK_THAT(log.text(), Catch::Contains(path + ":13: skipping a damaged journal line (not JSON"));
+  CHECK_THAT(log.text(), Catch::Contains(path + ":14: skipping a damaged journal line (unknown op_code 42)"));
+  // The rest is read: every trial, and trial 0 without the two intermediate values.
+  const auto trials = journal.trials_of(1);
+  REQUIRE(trials.size() == 7);
+  CHECK(trials[0]->intermediate.empty());
+  CHECK(trials[0]->values == std::vector<double>{1.1355540001978883});
+  CHECK(trials[1]->intermediate.size() == 2);
+  CHECK(journal.lines_read() == static_cast<int64_t>(lines.size()));
+}
+
+TEST_CASE("a malformed attribute is skipped with a warning and the rest still loads", "[tune][journal]") {
+  trainkit::test::TempDir tmp("journal-malformed");
+  const std::string path = copy_golden(tmp);
+  auto lines = lines_of(path);
+  // Trial 1's CREATE_TRIAL (line 16) with an intermediate value at step "x" (std::stoll once threw on it).
+  REQUIRE(lines[15].back() == '}');
+  lines[15].insert(lines[15].size() - 1, R"(,"intermediate_values":{"x":0.5},"user_attrs":{"origin":"kept"})");
+  write_lines(path, lines);
+  {
+    LogCapture log;
     app::OptunaJournal journal(path);
-    FAIL("a damaged line was read");
-  } catch (const std::runtime_error& e) {
-    CHECK_THAT(e.what(), Catch::Contains(path + ":12: damaged journal line"));
+    CHECK_THAT(log.text(), Catch::Contains(path + ":16: ignoring a damaged field of a journal line (trial 1's "
+                                                  "\"intermediate_values\": step \"x\" is not an integer)"));
+    const auto trials = journal.trials_of(1);
+    REQUIRE(trials.size() == 7);  // trial 1 keeps its number, and later trials their ids
+    CHECK(trials[1]->user_attrs.at("origin") == "\"kept\"");
+    CHECK(trials[1]->params.size() == 4);
+    CHECK(trials[6]->trial_id == 7);
   }
-  lines[11] = R"({"op_code":42,"worker_id":"w"})";
-  write_lines(path, lines);
-  CHECK_THROWS_WITH(app::OptunaJournal(path), Catch::Contains(":12: damaged journal line (unknown op_code 42)"));
+  // A trainkit worker attribute that is not "host:pid" (std::stol once ended the whole tune on it).
+  const SearchSpace space = golden_space();
+  app::OptunaJournal(path).transaction([&](app::JournalBatch& batch) {
+    batch.set_trial_system_attr(7, "trainkit_worker", app::json_text(host_name() + ":not-a-pid"));
+  });
+  const int64_t worker_line = static_cast<int64_t>(lines.size()) + 1;
+  LogCapture log;
+  app::StudyJournal study(path, space, setup_of("python_study"), random_study(space));
+  CHECK_THAT(log.text(), Catch::Contains(path + ":" + std::to_string(worker_line) +
+                                         ": trial 6's trainkit_worker \"" + host_name() +
+                                         ":not-a-pid\" is unreadable (not host:pid)"));
+  CHECK(study.records().size() == 6);
+  CHECK(app::OptunaJournal(path).trial(7).state == app::OptunaTrialState::Running);  // left as it was
+  REQUIRE(study.ask(9, [](const trainkit::tune::Trial&) { return std::vector<std::string>{}; }));
 }
 
 TEST_CASE("a torn last line is not read, and is cut before the next append", "[tune][journal]") {
@@ -291,6 +401,150 @@ TEST_CASE("a killed study's running trial on this host ends failed and uncounted
   const auto next = study.ask(5, [](const trainkit::tune::Trial&) { return std::vector<std::string>{}; });
   REQUIRE(next);
   CHECK(next->trial.number == 1);
+}
+
+TEST_CASE("trial directories are the study's own, and one left by something else is kept", "[tune][journal]") {
+  trainkit::test::TempDir tmp("journal-trial-dirs");
+  const std::string path = tmp.str("study.journal");
+  const SearchSpace space = SearchSpace().add_float("x", 0.0, 1.0);
+  const auto none = [](const trainkit::tune::Trial&) { return std::vector<std::string>{}; };
+  fs::create_directories(tmp.path() / "trials/s/trial-0000");
+  std::ofstream(tmp.path() / "trials/s/trial-0000/keep.txt") << "not this study's";
+  fs::create_directories(tmp.path() / "trials/s/trial-0001");  // empty: a worker killed before it appended
+  app::StudyJournal study(path, space, setup_of("s"), random_study(space));
+  const auto first = study.ask(10, none), second = study.ask(10, none);
+  REQUIRE(first);
+  REQUIRE(second);
+  CHECK(first->dir == "trials/s/trial-0000-1");
+  CHECK(trainkit::test::read_text(tmp.str("trials/s/trial-0000/keep.txt")) == "not this study's");
+  CHECK(second->dir == "trials/s/trial-0001");
+  // A name that is not a plain directory name: one directory under trials/, apart from a name that differs
+  // only in the replaced characters.
+  app::StudyJournal odd(path, space, setup_of("../a/b c"), random_study(space));
+  app::StudyJournal near(path, space, setup_of("../a_b_c"), random_study(space));
+  const auto o = odd.ask(10, none), n = near.ask(10, none);
+  REQUIRE(o);
+  REQUIRE(n);
+  CHECK_THAT(o->dir, Catch::Matches(R"(trials/_\._a_b_c-[0-9a-f]{8}/trial-0000)"));
+  CHECK_THAT(n->dir, Catch::Matches(R"(trials/_\._a_b_c-[0-9a-f]{8}/trial-0000)"));
+  CHECK(o->dir != n->dir);
+  CHECK(fs::is_directory(tmp.path() / o->dir));
+}
+
+TEST_CASE("a sampler slower than the lock's grace period never holds the lock", "[tune][journal]") {
+  // Two workers whose sampler takes 4x the grace period: sampling under the lock would let the waiting worker
+  // break it (a warning), both would then append at once, and one would number its trial as the other's.
+  trainkit::test::TempDir tmp("journal-slow-sampler");
+  const std::string path = tmp.str("study.journal");
+  const SearchSpace space = SearchSpace().add_float("x", 0.0, 1.0);
+  app::StudyJournalSetup setup = setup_of("slow");
+  setup.grace_period_s = 0.5;
+  const auto slow_study = [space] {
+    return trainkit::tune::Study(space, std::make_shared<SlowSampler>(2.0));
+  };
+  app::StudyJournal first(path, space, setup, slow_study);
+  app::StudyJournal second(path, space, setup, slow_study);
+  LogCapture log;
+  std::vector<std::optional<app::TrialRecord>> asked(2);
+  std::vector<std::string> errors(2);
+  const auto work = [&](app::StudyJournal& study, size_t w) {
+    try {
+      asked[w] = study.ask(10, [](const trainkit::tune::Trial&) { return std::vector<std::string>{}; });
+      if (asked[w]) study.finish(asked[w]->trial.number, app::OptunaTrialState::Complete, 0.5);
+    } catch (const std::exception& e) {
+      errors[w] = e.what();
+    }
+  };
+  std::thread a(work, std::ref(first), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread b(work, std::ref(second), 1);
+  a.join();
+  b.join();
+  CHECK(errors[0] == "");
+  CHECK(errors[1] == "");
+  INFO(log.text());
+  CHECK(log.text().find("breaking it") == std::string::npos);
+  CHECK(log.text().find("was gone when released") == std::string::npos);
+  CHECK(log.text().find("cutting") == std::string::npos);
+  CHECK(log.text().find("damaged") == std::string::npos);
+  REQUIRE(asked[0]);
+  REQUIRE(asked[1]);
+  CHECK(asked[0]->trial.number != asked[1]->trial.number);
+  CHECK(asked[0]->dir != asked[1]->dir);
+  // Every line whole; both trials recorded, each created, owned and finished by its own worker.
+  for (const auto& line : lines_of(path)) CHECK_NOTHROW(nlohmann::json::parse(line));
+  app::OptunaJournal journal(path);
+  const auto trials = journal.trials_of(*journal.find_study("slow"));
+  REQUIRE(trials.size() == 2);
+  CHECK(trials[0]->worker_id != trials[1]->worker_id);
+  for (const auto* t : trials) {
+    CHECK(t->state == app::OptunaTrialState::Complete);
+    CHECK(t->system_attrs.count("trainkit_worker") == 1);
+  }
+  CHECK_FALSE(fs::exists(fs::symlink_status(path + ".lock")));
+}
+
+TEST_CASE("a gone worker is told by boot id, PID namespace and start time, not by hostname:pid",
+          "[tune][journal]") {
+  trainkit::test::TempDir tmp("journal-worker-identity");
+  const std::string path = tmp.str("study.journal");
+  const SearchSpace space = SearchSpace().add_float("x", 0.0, 1.0);
+  const std::string boot = first_line("/proc/sys/kernel/random/boot_id");
+  REQUIRE(boot.size() == 36);
+  const uint64_t pidns = pid_namespace();
+  trainkit::Subprocess gone(trainkit::SubprocessOptions().argv({"/bin/true"}));
+  const int64_t dead_pid = gone.pid();
+  gone.wait();
+  trainkit::Subprocess live(trainkit::SubprocessOptions().argv({"/bin/sleep", "60"}));
+  const uint64_t live_start = start_ticks(live.pid());
+  const std::string host = host_name(), other_boot = "00000000-0000-4000-8000-000000000000";
+  const auto id = [](const std::string& h, int64_t pid, const std::string& b, uint64_t ns, uint64_t start) {
+    return h + ":" + std::to_string(pid) + " boot=" + b + " pidns=" + std::to_string(ns) + " start=" +
+           std::to_string(start);
+  };
+  struct Case {
+    std::string worker;
+    bool gone;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {id(host, live.pid(), boot, pidns, live_start + 1), true, "a live pid that another process took since"},
+      {id(host, dead_pid, boot, pidns + 1, 1), false, "another container (PID namespace) of this kernel"},
+      {id(host, live.pid(), boot, pidns, live_start), false, "the live process itself"},
+      {id(host, dead_pid, other_boot, pidns, 1), true, "this host before it booted again"},
+      {id("another-" + host, dead_pid, other_boot, pidns, 1), false, "another machine"},
+      {id("another-" + host, dead_pid, boot, pidns, 1), true, "this kernel and namespace under another hostname"},
+      {host + ":" + std::to_string(dead_pid), true, "the old form on this host, its pid gone"},
+      {"another-" + host + ":" + std::to_string(dead_pid), false, "the old form of another host"},
+  };
+  {
+    app::StudyJournal study(path, space, setup_of("s"), random_study(space));
+    for (size_t i = 0; i < cases.size(); ++i) {
+      REQUIRE(study.ask(100, [](const trainkit::tune::Trial&) { return std::vector<std::string>{}; }));
+    }
+  }
+  app::OptunaJournal(path).transaction([&](app::JournalBatch& batch) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      batch.set_trial_system_attr(static_cast<int64_t>(i), "trainkit_worker", app::json_text(cases[i].worker));
+    }
+  });
+  app::StudyJournal study(path, space, setup_of("s"), random_study(space));
+  app::OptunaJournal journal(path);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    INFO(cases[i].what << ": " << cases[i].worker);
+    CHECK(journal.trial(static_cast<int64_t>(i)).state ==
+          (cases[i].gone ? app::OptunaTrialState::Fail : app::OptunaTrialState::Running));
+  }
+  CHECK(journal.trial(0).system_attrs.count("trainkit_uncounted") == 1);
+  // What this process writes names it in full.
+  const auto next = study.ask(100, [](const trainkit::tune::Trial&) { return std::vector<std::string>{}; });
+  REQUIRE(next);
+  const auto written = nlohmann::json::parse(app::OptunaJournal(path).trial(static_cast<int64_t>(cases.size()))
+                                                 .system_attrs.at("trainkit_worker"))
+                           .get<std::string>();
+  CHECK(written == id(host, ::getpid(), boot, pidns, start_ticks(::getpid())));
+  live.kill(SIGKILL);
+  live.wait();
 }
 
 // A writer process of the concurrency test below: TRAINKIT_JOURNAL_WRITER="PATH N" runs N trials of x in

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -454,13 +455,21 @@ void OptunaJournal::sync() {
   size_t start = 0;
   for (size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', start)) {
     const int64_t line_number = lines_read_ + 1;
+    // One bad record (edited by hand, a disk error, a writer of another version) must not end every worker of
+    // the study: it is skipped with a warning naming it, and the rest of the journal is read.
+    std::vector<std::string> ignored;
     try {
-      apply(text.substr(start, nl - start), line_number);
+      apply(text.substr(start, nl - start), line_number, ignored);
     } catch (const std::exception& e) {
-      throw std::runtime_error(fmt::format("{}:{}: damaged journal line ({}); Optuna cannot read this study either. "
-                                           "Remove or repair that line to go on",
-                                           path_, line_number, e.what()));
+      spdlog::warn("{}:{}: skipping a damaged journal line ({}); Python Optuna refuses this journal until that line "
+                   "is repaired or removed",
+                   path_, line_number, e.what());
+      skipped_lines_.push_back(line_number);
     }
+    for (const auto& what : ignored) {
+      spdlog::warn("{}:{}: ignoring a damaged field of a journal line ({})", path_, line_number, what);
+    }
+    if (!ignored.empty()) skipped_lines_.push_back(line_number);
     ++lines_read_;
     offset_ += static_cast<int64_t>(nl + 1 - start);
     start = nl + 1;
@@ -493,9 +502,11 @@ std::vector<const JournalTrial*> OptunaJournal::trials_of(int64_t study_id) cons
 }
 
 // The replay of optuna/storages/journal/_storage.py (JournalStorageReplayResult.apply_logs), without the
-// errors Optuna raises only to the worker that wrote an op.
-void OptunaJournal::apply(const std::string& line, int64_t line_number) {
-  if (!line.empty() && line.back() == '\r') return apply(line.substr(0, line.size() - 1), line_number);
+// errors Optuna raises only to the worker that wrote an op. Throws (nothing applied) for a line that is not an
+// op; a CREATE_TRIAL on a live study always creates its trial, so that the ids of later trials stay those Optuna
+// gives them, and a damaged optional field of it is left out and named in `ignored`.
+void OptunaJournal::apply(const std::string& line, int64_t line_number, std::vector<std::string>& ignored) {
+  if (!line.empty() && line.back() == '\r') return apply(line.substr(0, line.size() - 1), line_number, ignored);
   json op;
   try {
     op = json::parse(quote_non_finite(line));
@@ -513,11 +524,18 @@ void OptunaJournal::apply(const std::string& line, int64_t line_number) {
       const std::string name = text_field(op, "study_name");
       const json& dirs = field(op, "directions");
       if (!dirs.is_array()) throw std::runtime_error("\"directions\": expected an array");
+      std::vector<int> directions;
+      for (const auto& d : dirs) {
+        if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > 2) {
+          throw std::runtime_error(fmt::format("\"directions\": {} is not a StudyDirection (0, 1 or 2)", d.dump()));
+        }
+        directions.push_back(d.get<int>());
+      }
       if (find_study(name)) return;
       JournalStudy s;
       s.study_id = next_study_id_++;
       s.name = name;
-      for (const auto& d : dirs) s.directions.push_back(d.get<int>());
+      s.directions = std::move(directions);
       studies_[s.study_id] = std::move(s);
       return;
     }
@@ -539,35 +557,73 @@ void OptunaJournal::apply(const std::string& line, int64_t line_number) {
       t.study_id = it->first;
       t.worker_id = worker;
       t.line = line_number;
-      const json& start = field(op, "datetime_start");
-      if (!start.is_null()) t.datetime_start = start.get<std::string>();
-      if (op.contains("datetime_complete") && op["datetime_complete"].is_string()) {
-        t.datetime_complete = op["datetime_complete"].get<std::string>();
-      }
-      if (op.contains("state")) t.state = trial_state(op["state"].get<int64_t>());
-      if (op.contains("distributions")) {
-        for (const auto& [k, v] : op["distributions"].items()) {
-          t.distributions[k] = v.get<std::string>();
-          parse_distribution(t.distributions[k]);
+      // Each optional field on its own: a damaged one is left out (the trial marked damaged), the rest kept.
+      const auto optional_field = [&](const char* key, const std::function<void(const json&)>& read) {
+        const auto f = op.find(key);
+        if (f == op.end()) return;
+        try {
+          read(*f);
+        } catch (const std::exception& e) {
+          ignored.push_back(fmt::format("trial {}'s \"{}\": {}", t.number, key, e.what()));
+          t.damaged = true;
         }
-      }
-      if (op.contains("params")) {
-        for (const auto& [k, v] : op["params"].items()) {
+      };
+      optional_field("datetime_start", [&](const json& v) {
+        if (!v.is_null()) t.datetime_start = v.get<std::string>();
+      });
+      optional_field("datetime_complete", [&](const json& v) {
+        if (v.is_string()) t.datetime_complete = v.get<std::string>();
+      });
+      optional_field("state", [&](const json& v) {
+        if (!v.is_number_integer()) throw std::runtime_error(fmt::format("expected an integer, got {}", v.dump()));
+        t.state = trial_state(v.get<int64_t>());
+      });
+      optional_field("distributions", [&](const json& v) {
+        if (!v.is_object()) throw std::runtime_error("expected an object");
+        std::map<std::string, std::string> dists;
+        for (const auto& [k, d] : v.items()) {
+          if (!d.is_string()) throw std::runtime_error(fmt::format("{}: expected a string, got {}", k, d.dump()));
+          parse_distribution(d.get<std::string>());
+          dists[k] = d.get<std::string>();
+        }
+        t.distributions = std::move(dists);
+      });
+      optional_field("params", [&](const json& v) {
+        if (!v.is_object()) throw std::runtime_error("expected an object");
+        std::map<std::string, double> params;
+        for (const auto& [k, p] : v.items()) {
           if (!t.distributions.count(k)) throw std::runtime_error(fmt::format("param {} has no distribution", k));
-          t.params[k] = number(v, k.c_str());
-          t.param_lines[k] = line_number;
+          params[k] = number(p, k.c_str());
         }
-      }
-      if (op.contains("user_attrs")) merge_attrs(t.user_attrs, op, "user_attrs");
-      if (op.contains("system_attrs")) merge_attrs(t.system_attrs, op, "system_attrs");
-      if (op.contains("intermediate_values")) {
-        for (const auto& [k, v] : op["intermediate_values"].items()) t.intermediate[std::stoll(k)] = number(v, "value");
-      }
-      if (op.contains("values") && op["values"].is_array()) {
-        for (const auto& v : op["values"]) t.values.push_back(number(v, "values"));
-      } else if (op.contains("value") && !op["value"].is_null()) {
-        t.values.push_back(number(op["value"], "value"));
-      }
+        t.params = std::move(params);
+        for (const auto& [k, p] : t.params) t.param_lines[k] = line_number;
+      });
+      optional_field("user_attrs", [&](const json&) { merge_attrs(t.user_attrs, op, "user_attrs"); });
+      optional_field("system_attrs", [&](const json& v) {
+        merge_attrs(t.system_attrs, op, "system_attrs");
+        for (const auto& [k, a] : v.items()) t.system_attr_lines[k] = line_number;
+      });
+      optional_field("intermediate_values", [&](const json& v) {
+        if (!v.is_object()) throw std::runtime_error("expected an object");
+        std::map<int64_t, double> steps;
+        for (const auto& [k, x] : v.items()) {
+          int64_t step = 0;
+          const auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), step);
+          if (ec != std::errc() || end != k.data() + k.size()) {
+            throw std::runtime_error(fmt::format("step \"{}\" is not an integer", k));
+          }
+          steps[step] = number(x, "value");
+        }
+        t.intermediate = std::move(steps);
+      });
+      const bool has_values = op.contains("values") && op["values"].is_array();
+      optional_field(has_values ? "values" : "value", [&](const json& v) {
+        if (v.is_array()) {
+          for (const auto& x : v) t.values.push_back(number(x, "values"));
+        } else if (!v.is_null()) {
+          t.values.push_back(number(v, "value"));
+        }
+      });
       it->second.trial_ids.push_back(t.trial_id);
       trials_.push_back(std::move(t));
       return;
@@ -598,14 +654,18 @@ void OptunaJournal::apply(const std::string& line, int64_t line_number) {
       if (!updatable(id)) return;
       JournalTrial& t = trials_[static_cast<size_t>(id)];
       if (state == OptunaTrialState::Running && t.state == OptunaTrialState::Running) return;
-      if (state == OptunaTrialState::Running) t.datetime_start = text_field(op, "datetime_start");
-      if (is_finished(state)) t.datetime_complete = text_field(op, "datetime_complete");
-      t.state = state;
+      // Everything read before anything changes: a damaged line is skipped whole.
+      const std::string start = state == OptunaTrialState::Running ? text_field(op, "datetime_start") : "";
+      const std::string complete = is_finished(state) ? text_field(op, "datetime_complete") : "";
       const json& values = field(op, "values");
+      std::vector<double> read_values;
       if (values.is_array()) {
-        t.values.clear();
-        for (const auto& v : values) t.values.push_back(number(v, "values"));
+        for (const auto& v : values) read_values.push_back(number(v, "values"));
       }
+      if (state == OptunaTrialState::Running) t.datetime_start = start;
+      if (is_finished(state)) t.datetime_complete = complete;
+      t.state = state;
+      if (values.is_array()) t.values = std::move(read_values);
       return;
     }
     case kSetTrialIntermediateValue: {
@@ -620,8 +680,12 @@ void OptunaJournal::apply(const std::string& line, int64_t line_number) {
       const int64_t id = integer(op, "trial_id");
       if (!updatable(id)) return;
       JournalTrial& t = trials_[static_cast<size_t>(id)];
-      if (code == kSetTrialUserAttr) merge_attrs(t.user_attrs, op, "user_attr");
-      else merge_attrs(t.system_attrs, op, "system_attr");
+      if (code == kSetTrialUserAttr) {
+        merge_attrs(t.user_attrs, op, "user_attr");
+      } else {
+        merge_attrs(t.system_attrs, op, "system_attr");
+        for (const auto& [k, a] : op["system_attr"].items()) t.system_attr_lines[k] = line_number;
+      }
       return;
     }
     case kDiscardTrials: return;  // Optuna 5 skips it too (written only by Rustuna)

@@ -4,8 +4,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cinttypes>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -31,7 +36,155 @@ std::string host_name() {
   return name;
 }
 
-std::string this_worker() { return fmt::format("{}:{}", host_name(), ::getpid()); }
+std::string first_line_of(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The kernel's boot id (a UUID, new at every boot, shared by every container of that kernel); empty when unknown.
+std::string boot_id() {
+  static const std::string id = first_line_of("/proc/sys/kernel/random/boot_id");
+  return id;
+}
+
+// The inode of this process's PID namespace: pids mean the same process only within one namespace.
+std::optional<uint64_t> pid_namespace() {
+  char link[64] = {};
+  if (::readlink("/proc/self/ns/pid", link, sizeof link - 1) < 0) return std::nullopt;
+  uint64_t inode = 0;
+  if (std::sscanf(link, "pid:[%" SCNu64 "]", &inode) != 1) return std::nullopt;
+  return inode;
+}
+
+// Field 22 of /proc/PID/stat: when the process started, in clock ticks since boot; empty when there is none.
+std::optional<uint64_t> process_start(pid_t pid) {
+  const std::string stat = first_line_of(fmt::format("/proc/{}/stat", pid));
+  const size_t paren = stat.rfind(')');  // the command name before it may hold spaces and parentheses
+  if (paren == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat.substr(paren + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && (fields >> field); ++i) {
+    if (i < 22) continue;
+    uint64_t ticks = 0;
+    const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), ticks);
+    if (ec == std::errc() && end == field.data() + field.size()) return ticks;
+  }
+  return std::nullopt;
+}
+
+/// A trainkit worker as its `trainkit_worker` attribute names it: "host:pid", and since trainkit knows shared
+/// hostnames, " boot=<boot id> pidns=<PID namespace inode> start=<start time in ticks since boot>" after it (an
+/// older trainkit reads the pid and stops at the space). The four together name one process on any machine.
+struct WorkerId {
+  std::string host;
+  pid_t pid = 0;
+  std::string boot;  // empty in the old form
+  uint64_t pidns = 0;
+  uint64_t start = 0;
+};
+
+template <typename T>
+bool parse_number(const std::string& text, T& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+std::optional<WorkerId> parse_worker(const std::string& text, std::string* why) {
+  std::istringstream words(text);
+  std::string head;
+  words >> head;
+  const size_t colon = head.rfind(':');
+  WorkerId w;
+  int64_t pid = 0;
+  if (colon == std::string::npos || colon == 0 || !parse_number(head.substr(colon + 1), pid) || pid <= 0) {
+    *why = "not host:pid";
+    return std::nullopt;
+  }
+  w.host = head.substr(0, colon);
+  w.pid = static_cast<pid_t>(pid);
+  bool has_ns = false, has_start = false;
+  for (std::string word; words >> word;) {
+    const size_t eq = word.find('=');
+    const std::string key = word.substr(0, eq), value = eq == std::string::npos ? "" : word.substr(eq + 1);
+    bool ok = true;
+    if (key == "boot") {
+      w.boot = value;
+      ok = !value.empty();
+    } else if (key == "pidns") {
+      ok = has_ns = parse_number(value, w.pidns);
+    } else if (key == "start") {
+      ok = has_start = parse_number(value, w.start);
+    }  // other keys: a later trainkit's, ignored
+    if (!ok) {
+      *why = fmt::format("unreadable \"{}\"", word);
+      return std::nullopt;
+    }
+  }
+  if (!w.boot.empty() && !(has_ns && has_start)) {
+    *why = "boot= without pidns= and start=";
+    return std::nullopt;
+  }
+  return w;
+}
+
+std::string this_worker() {
+  const std::string head = fmt::format("{}:{}", host_name(), ::getpid());
+  const auto ns = pid_namespace();
+  const auto start = process_start(::getpid());
+  if (boot_id().empty() || !ns || !start) return head;  // no /proc: the old form, judged by hostname and pid
+  return fmt::format("{} boot={} pidns={} start={}", head, boot_id(), *ns, *start);
+}
+
+/// Why worker `w` is certainly gone, or nothing when it may be alive (or cannot be checked from here).
+std::optional<std::string> gone_because(const WorkerId& w) {
+  if (w.boot.empty()) {
+    // The old form: only hostname and pid, which processes in containers that share a hostname also match.
+    if (w.host != host_name()) return std::nullopt;
+    if (::kill(w.pid, 0) == 0 || errno != ESRCH) return std::nullopt;
+    return fmt::format("no process {} on host {}", w.pid, w.host);
+  }
+  const auto ns = pid_namespace();
+  if (boot_id().empty() || !ns) return std::nullopt;
+  if (w.boot == boot_id()) {
+    // This kernel: the pid says something only in the worker's own PID namespace (another container's pids
+    // cannot be seen from here), and there the start time tells the worker from a later process of its pid.
+    if (w.pidns != *ns) return std::nullopt;
+    const auto start = process_start(w.pid);
+    if (!start) return fmt::format("no process {} since this machine booted", w.pid);
+    if (*start != w.start) {
+      return fmt::format("process {} started at tick {}, not {}: another process took its pid", w.pid, *start,
+                         w.start);
+    }
+    return std::nullopt;
+  }
+  // Another boot: of this machine (its hostname), whose processes all ended, or of another machine.
+  if (w.host == host_name()) return fmt::format("host {} was booted again since (boot id {})", w.host, boot_id());
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string study_dir_name(const std::string& name) {
+  const auto plain = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+  };
+  bool is_plain = !name.empty() && name.size() <= 100 && name.front() != '.';
+  for (char c : name) is_plain = is_plain && plain(c);
+  if (is_plain) return name;
+  uint32_t hash = 2166136261u;  // FNV-1a
+  std::string kept;
+  for (char c : name) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 16777619u;
+    if (kept.size() < 64) kept += plain(c) ? c : '_';
+  }
+  if (!kept.empty() && kept.front() == '.') kept.front() = '_';
+  return fmt::format("{}{}{:08x}", kept, kept.empty() ? "" : "-", hash);
+}
+
+namespace {
 
 // A JSON text attribute that is a string, unquoted.
 std::optional<std::string> string_attr(const std::map<std::string, std::string>& attrs, const char* key) {
@@ -71,6 +224,7 @@ TrialState trainkit_state(OptunaTrialState s) {
 StudyJournal::StudyJournal(const std::filesystem::path& path, const tune::SearchSpace& space, StudyJournalSetup setup,
                            std::function<tune::Study()> make_study)
     : journal_(path.string(), OptunaJournalOptions().grace_period_s(setup.grace_period_s)),
+      root_(path.has_parent_path() ? path.parent_path() : std::filesystem::path(".")),
       space_(space),
       setup_(std::move(setup)),
       make_study_(std::move(make_study)),
@@ -92,18 +246,27 @@ StudyJournal::StudyJournal(const std::filesystem::path& path, const tune::Search
   });
   rebuild();
 
-  // Running trials of this host's trainkit workers that are gone: a killed study. They end as failed and
-  // uncounted, so that --trials runs them again, as a killed study that was not in a journal did.
-  const std::string host = host_name();
+  // Running trials of trainkit workers that are gone (a killed study) end as failed and uncounted, so that
+  // --trials runs them again, as a killed study that was not in a journal did.
   journal_.transaction([&](JournalBatch& batch) {
     for (const JournalTrial* t : journal_.trials_of(study_id_)) {
       if (t->state != OptunaTrialState::Running) continue;
+      const auto attr = t->system_attrs.find(kWorkerAttr);
+      if (attr == t->system_attrs.end()) continue;  // not a trainkit worker's
+      const auto at = t->system_attr_lines.find(kWorkerAttr);
+      const int64_t line = at == t->system_attr_lines.end() ? t->line : at->second;
       const auto worker = string_attr(t->system_attrs, kWorkerAttr);
-      if (!worker || worker->rfind(host + ":", 0) != 0) continue;
-      const pid_t pid = static_cast<pid_t>(std::stol(worker->substr(host.size() + 1)));
-      if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
-      spdlog::warn("{}: trial {} was left running by a trainkit tune process that is gone ({}); marking it failed",
-                   journal_.path(), t->number, *worker);
+      std::string why = "not a string";
+      const auto id = worker ? parse_worker(*worker, &why) : std::nullopt;
+      if (!id) {
+        spdlog::warn("{}:{}: trial {}'s {} {} is unreadable ({}); whether its worker is gone is not checked",
+                     journal_.path(), line, t->number, kWorkerAttr, attr->second, why);
+        continue;
+      }
+      const auto gone = gone_because(*id);
+      if (!gone) continue;
+      spdlog::warn("{}: trial {} was left running by a trainkit tune process that is gone ({}: {}); marking it failed",
+                   journal_.path(), t->number, *worker, *gone);
       batch.set_trial_system_attr(t->trial_id, kUncountedAttr, json_text("its worker " + *worker + " was gone"));
       batch.set_trial_state_values(t->trial_id, OptunaTrialState::Fail, {});
     }
@@ -171,6 +334,7 @@ void StudyJournal::rebuild() {
     } catch (const std::invalid_argument& e) {
       throw UsageError(fmt::format("{}:{}: trial {}: {}", file, t->line, t->number, e.what()));
     }
+    if (!trial && t->damaged) continue;  // its unreadable fields were named when it was read
     if (!trial) {
       // A trial that Python Optuna created and has not given every parameter yet (or that failed before): not
       // a point of this space. A finished, non-failed one is from another space.
@@ -195,15 +359,38 @@ void StudyJournal::refresh() {
   rebuild();
 }
 
+std::string StudyJournal::claim_dir(int64_t number) const {
+  const std::string dir = fmt::format("trials/{}/trial-{:04d}", study_dir_name(setup_.study_name), number);
+  std::filesystem::create_directories((root_ / dir).parent_path());
+  // Directories are claimed under the lock and the number is taken in the same hold, so an empty one is what a
+  // worker killed between the two left, and is taken. One with content was left by something else (a journal
+  // removed, a study deleted and created again): it is kept, and the trial runs beside it.
+  for (int k = 0;; ++k) {
+    const std::string candidate = k == 0 ? dir : fmt::format("{}-{}", dir, k);
+    if (std::filesystem::create_directory(root_ / candidate) || std::filesystem::is_empty(root_ / candidate)) {
+      if (k > 0) {
+        spdlog::warn("{}: exists and is not a trial of this study in {}; trial {} runs in {}", (root_ / dir).string(),
+                     journal_.path(), number, candidate);
+      }
+      return candidate;
+    }
+  }
+}
+
 std::optional<TrialRecord> StudyJournal::ask(
     int64_t max_trials, const std::function<std::vector<std::string>(const tune::Trial&)>& overrides) {
+  // As Optuna: read every worker's trials, sample without the lock (a GP fit may take longer than the lock's
+  // grace period, after which other workers would break the lock), then append under the lock. The number is
+  // the one the replay gives the appended CREATE_TRIAL, whatever other workers appended meanwhile.
+  refresh();
+  if (counted() >= max_trials) return std::nullopt;
+  tune::Trial t = study_.ask();
+  built_at_ = -1;  // study_ now holds t as its own pending trial; rebuilt from the journal below
   std::optional<TrialRecord> asked;
   journal_.transaction([&](JournalBatch& batch) {
-    rebuild();
-    if (counted() >= max_trials) return;
-    tune::Trial t = study_.ask();
+    if (counted() >= max_trials) return;  // other workers filled the study while this one sampled
     t.number = static_cast<int64_t>(journal_.study(study_id_).trial_ids.size());
-    const std::string dir = fmt::format("trials/trial-{:04d}", t.number);
+    const std::string dir = claim_dir(t.number);
     std::map<std::string, double> params;
     std::map<std::string, std::string> dists;
     for (const auto& p : space_.params()) {

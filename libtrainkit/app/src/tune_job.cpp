@@ -78,8 +78,16 @@ std::string read_text(const fs::path& path) {
 
 // ---- Outputs: trials.csv, best.toml, best_so_far.svg.
 
-void write_outputs(const fs::path& out, const SearchSpace& space, const std::vector<TrialRecord>& records,
+/// Where a study's outputs go: the study directory `out` for the study named after it, and `reports` (the
+/// study's own directory under trials/) for another study sharing it.
+struct OutputDirs {
+  fs::path out;
+  fs::path reports;
+};
+
+void write_outputs(const OutputDirs& dirs, const SearchSpace& space, const std::vector<TrialRecord>& records,
                    bool minimize, const std::string& metric) {
+  const fs::path& out = dirs.out;
   std::string csv = "number,state," + metric;
   for (const auto& p : space.params()) csv += fmt::format(",{}", p.name);
   csv += ",seconds,dir\n";
@@ -102,20 +110,22 @@ void write_outputs(const fs::path& out, const SearchSpace& space, const std::vec
       best_so_far.push_back(best);
     }
   }
-  train::write_file_atomic((out / "trials.csv").string(), csv);
+  fs::create_directories(dirs.reports);
+  train::write_file_atomic((dirs.reports / "trials.csv").string(), csv);
   if (best_record) {
     // A trial that Python Optuna ran has no run directory here.
     const fs::path cfg = best_record->dir.empty() ? fs::path() : out / best_record->dir / "config.toml";
     std::string text = fmt::format("# The best trial of the study in {}: trial {}, {} = {}\n# Tuned:",
-                                   out.string(), best_record->trial.number, metric, best_record->trial.value);
+                                   (dirs.reports == out ? out : dirs.reports).string(), best_record->trial.number,
+                                   metric, best_record->trial.value);
     text += shown_overrides(best_record->trial.params, " --set ") + "\n";
     if (!cfg.empty() && fs::exists(cfg)) text += read_text(cfg);
-    train::write_file_atomic((out / "best.toml").string(), text);
+    train::write_file_atomic((dirs.reports / "best.toml").string(), text);
   }
   log::SvgPlot plot(log::PlotOptions().title("trainkit tune: best " + metric + " so far").x_label("finished trials")
                         .y_label(metric));
   plot.add_series({"best so far", xs, best_so_far, true});
-  plot.save((out / "best_so_far.svg").string());
+  plot.save((dirs.reports / "best_so_far.svg").string());
 }
 
 // ---- Trials as child processes.
@@ -129,7 +139,7 @@ struct RunningTrial {
   bool pruned = false;
 };
 
-/// Runs trials as child processes `trainkit train --config BASE --set ... --out OUT/trials/trial-NNNN`
+/// Runs trials as child processes `trainkit train --config BASE --set ... --out OUT/trials/<study>/trial-NNNN`
 /// (output to train.log there) and watches them; a killed study takes its trials along.
 class TrialRunner {
  public:
@@ -140,10 +150,11 @@ class TrialRunner {
 
   size_t size() const { return running_.size(); }
 
-  /// Starts trial `t` in `dir` (unique in the study: the journal numbers trials for all workers) with
+  /// Starts trial `t` in `dir` (the study's own, created for it by StudyJournal::ask) with
   /// `overrides` (the study's --set, then the trial's parameters: what the journal records for it).
   void start(const Trial& t, const std::string& dir, const std::vector<std::string>& overrides) {
-    fs::remove_all(out_ / dir);  // an unfinished directory is what an interrupted run left behind
+    // `dir` was created for this trial alone when the journal numbered it (StudyJournal::ask): nothing of
+    // another study or trial is in it to remove.
     fs::create_directories(out_ / dir);
     std::vector<std::string> args = {exe_, "train", "--config", o_.config_path, "--out", (out_ / dir).string()};
     for (const auto& s : overrides) args.insert(args.end(), {"--set", s});
@@ -216,11 +227,15 @@ void finish_trial(StudyJournal& study, const RunningTrial& r, const TuneJobOptio
   }
 }
 
-/// The study's name in the journal: --study-name, else the study directory's name.
-std::string study_name_of(const TuneJobOptions& o) {
-  if (!o.study_name.empty()) return o.study_name;
+/// The name of the study directory's own study: the directory's name.
+std::string default_study_name(const TuneJobOptions& o) {
   const fs::path dir = fs::weakly_canonical(fs::absolute(o.out_dir));
   return dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+}
+
+/// The study's name in the journal: --study-name, else the study directory's name.
+std::string study_name_of(const TuneJobOptions& o) {
+  return o.study_name.empty() ? default_study_name(o) : o.study_name;
 }
 
 }  // namespace
@@ -260,6 +275,10 @@ TuneJobResult run_tune_job(const TuneJobOptions& o) {
     for (const auto& s : param_overrides(t.params)) all.push_back(s);
     return all;
   };
+  // The study named after --out writes its outputs there; another study sharing --out writes them beside its
+  // trials, so that studies do not overwrite each other's trials.csv, best.toml and best_so_far.svg.
+  const std::string name = study_name_of(o);
+  const OutputDirs outputs{out, name == default_study_name(o) ? out : out / "trials" / study_dir_name(name)};
   TrialRunner runner(o, out);
   std::string config_failure;  // a trial's configuration was rejected: start no more, then stop
   bool full = false;           // the study holds --trials trials (all workers')
@@ -290,7 +309,7 @@ TuneJobResult run_tune_job(const TuneJobOptions& o) {
         spdlog::info("tune: trial {} {}: {} = {} ({:.1f} s); {} of {} finished", rec.trial.number,
                      tune::to_string(rec.trial.state), o.metric, rec.trial.value, rec.seconds, records.size(), o.trials);
       }
-      write_outputs(out, space, records, options.direction() == "minimize", o.metric);
+      write_outputs(outputs, space, records, options.direction() == "minimize", o.metric);
     }
   }
   if (!config_failure.empty()) throw UsageError(config_failure);
@@ -298,7 +317,7 @@ TuneJobResult run_tune_job(const TuneJobOptions& o) {
   study.refresh();
   const auto records = study.records();
   const bool minimize = direction == "minimize";
-  if (!records.empty()) write_outputs(out, space, records, minimize, o.metric);
+  if (!records.empty()) write_outputs(outputs, space, records, minimize, o.metric);
   TuneJobResult result;
   for (const auto& r : records) {
     result.trials.push_back(r.trial);

@@ -8,7 +8,10 @@
 /// Reading follows Optuna's replay rules (an op on a missing study or on a finished trial is ignored, a
 /// SET_TRIAL_PARAM whose distribution differs from an earlier trial's is ignored, trial ids count every trial
 /// created on a live study). Only complete lines are applied: a last line without its newline is being written
-/// and is read by a later sync(). A complete line that is not a valid op is an error naming the file and line.
+/// and is read by a later sync(). A complete line that is not a valid op (edited by hand, a disk error) is
+/// skipped with a warning naming the file and line, and the rest is read: one bad record does not stop every
+/// worker of a study. A CREATE_TRIAL on a live study always creates its trial (later trial ids stay Optuna's);
+/// a damaged field of it is left out with a warning and the trial is marked `damaged`.
 ///
 /// Writing takes Optuna's default lock, JournalFileSymlinkLock: `symlink(path, path + ".lock")` succeeds for
 /// one process at a time; the others retry (1 ms doubling to 1 s), and break a lock under which the journal's
@@ -54,10 +57,12 @@ struct JournalTrial {
   std::map<int64_t, double> intermediate;            ///< step -> reported value
   std::map<std::string, std::string> user_attrs;     ///< key -> the value as JSON text
   std::map<std::string, std::string> system_attrs;   ///< key -> the value as JSON text
+  std::map<std::string, int64_t> system_attr_lines;  ///< system attribute -> the journal line that last set it
   std::string datetime_start;                        ///< ISO 8601 as written; empty when none
   std::string datetime_complete;                     ///< ISO 8601 as written; empty when none
   std::string worker_id;                             ///< the worker that created it
   int64_t line = 0;                                  ///< the journal line that created it (1-based)
+  bool damaged = false;                              ///< a field of its CREATE_TRIAL was unreadable and left out
 };
 
 /// A study as the replay leaves it.
@@ -114,7 +119,7 @@ struct OptunaJournalOptions {
 class OptunaJournal {
  public:
   /// Opens (creating an empty file when there is none, as Optuna does) and replays `path`. Throws
-  /// std::runtime_error naming the file (and line) when it cannot be read or holds a damaged line.
+  /// std::runtime_error naming the file when it cannot be read.
   explicit OptunaJournal(std::string path, OptunaJournalOptions options = {});
 
   /// Applies the complete lines written since the last sync.
@@ -134,14 +139,16 @@ class OptunaJournal {
   int64_t next_trial_id() const { return static_cast<int64_t>(trials_.size()); }
   /// The id the next CREATE_STUDY of a new name gets.
   int64_t next_study_id() const { return next_study_id_; }
-  /// Complete lines applied so far.
+  /// Complete lines read so far (applied or skipped).
   int64_t lines_read() const { return lines_read_; }
+  /// The lines (1-based) skipped as damaged, or applied with a damaged field left out, each with a warning.
+  const std::vector<int64_t>& skipped_lines() const { return skipped_lines_; }
 
   const std::string& path() const { return path_; }
   const std::string& worker_id() const { return options_.worker_id(); }
 
  private:
-  void apply(const std::string& line, int64_t line_number);
+  void apply(const std::string& line, int64_t line_number, std::vector<std::string>& ignored);
   std::string path_;
   OptunaJournalOptions options_;
   int64_t offset_ = 0;
@@ -149,6 +156,7 @@ class OptunaJournal {
   int64_t next_study_id_ = 0;
   std::map<int64_t, JournalStudy> studies_;
   std::vector<JournalTrial> trials_;
+  std::vector<int64_t> skipped_lines_;
 };
 
 /// `value` as a JSON string literal ("a \"b\"" for a "b").
