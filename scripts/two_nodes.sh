@@ -115,7 +115,7 @@ ip netns exec "$ns_a" "$cli" launch --nnodes 2 --node-rank 0 --nproc 1 --master-
   --master-port $lo_port -- "$cli" train --config "$config" --out "$work/loopback" > "$work/loopback.log" 2>&1 &
 loopback=$!
 listening=""
-for _ in $(seq 1 100); do
+for _ in $(seq 1 300); do  # up to 30 s: LibTorch loads first
   listening=$(ip netns exec "$ns_a" ss -Hltn "sport = :$lo_port" | awk '{print $4}')
   [ -n "$listening" ] && break
   sleep 0.1
