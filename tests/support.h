@@ -4,7 +4,9 @@
 #define TOML_HEADER_ONLY 1
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -14,6 +16,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 /// Ends the current test case as skipped, with a reason. Catch2 2.13 has no skip of its own: the warning
 /// is printed, and ctest reports the test "Skipped" (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt), so
@@ -28,6 +32,28 @@
   } while (false)
 
 namespace trainkit::test {
+
+/// Collects what spdlog's default logger writes while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::string text() const {
+    sink_->flush();
+    return text_.str();
+  }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
 
 /// A fresh directory under the system temp dir, removed on destruction.
 class TempDir {

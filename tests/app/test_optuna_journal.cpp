@@ -16,7 +16,6 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "study_journal.h"
@@ -28,6 +27,7 @@
 namespace fs = std::filesystem;
 namespace app = trainkit::app;
 using trainkit::tune::SearchSpace;
+using trainkit::test::LogCapture;
 
 namespace {
 
@@ -63,28 +63,6 @@ void write_lines(const std::string& path, const std::vector<std::string>& lines)
   std::ofstream out(path, std::ios::trunc);
   for (const auto& l : lines) out << l << "\n";
 }
-
-/// Collects what spdlog's default logger writes while it lives.
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
-    spdlog::default_logger()->sinks().push_back(sink_);
-  }
-  ~LogCapture() {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  LogCapture(const LogCapture&) = delete;
-  LogCapture& operator=(const LogCapture&) = delete;
-  std::string text() const {
-    sink_->flush();
-    return text_.str();
-  }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
 
 /// A sampler that takes `seconds` to propose (as a GP fit on many trials may), else RandomSampler.
 class SlowSampler : public trainkit::tune::Sampler {

@@ -16,7 +16,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "log/http_test_server.h"
@@ -26,27 +25,9 @@ namespace mlflow_faults {
 
 using trainkit::test::HttpReply;
 using trainkit::test::HttpRequest;
+using trainkit::test::LogCapture;
 namespace tl = trainkit::log;
 
-
-/// Collects what spdlog's default logger writes while it lives.
-class CapturedLog {
- public:
-  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
-    spdlog::default_logger()->sinks().push_back(sink_);
-  }
-  ~CapturedLog() {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  CapturedLog(const CapturedLog&) = delete;
-  CapturedLog& operator=(const CapturedLog&) = delete;
-  std::string text() const { return text_.str(); }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
 
 /// Sets (or, with nullopt, removes) environment variables, and puts them back as they were on destruction.
 /// MLflow's credential and TLS variables not named are removed meanwhile.

@@ -40,7 +40,7 @@ namespace mlflow_faults {
 /// keeps going, and says which call failed and what was lost.
 void check_odd_reply(const std::string& endpoint, const HttpReply& odd, const std::string& expected_message) {
   HttpTestServer server([&](const HttpRequest& r) { return r.is(endpoint) ? odd : mlflow_reply(r); });
-  CapturedLog log;
+  LogCapture log;
   tl::MlflowLoggerStats stats;
   {
     tl::MlflowLogger logger(quick_options(server.uri()));
@@ -195,7 +195,7 @@ TEST_CASE("MlflowClient: TLS settings from the environment are checked and name 
 TEST_CASE("MlflowLogger: credentials in the tracking URI never reach the log", "[log][mlflow]") {
   ScopedEnv env({});
   const std::string port = std::to_string(unused_port());
-  CapturedLog log;
+  LogCapture log;
   {
     tl::MlflowLogger logger(quick_options("http://alice:s3cret-pw@127.0.0.1:" + port));
     logger.log_metrics(some_points(2));
@@ -217,7 +217,7 @@ TEST_CASE("MlflowLogger: the final warning names every artifact that was not sen
     if (r.target.find("refused.bin") != std::string::npos) return HttpReply{403, R"({"error_code": "PERMISSION_DENIED"})"};
     return mlflow_reply(r);
   });
-  CapturedLog log;
+  LogCapture log;
   tl::MlflowLoggerStats stats;
   {
     tl::MlflowLogger logger(quick_options(server.uri()));
@@ -244,7 +244,7 @@ TEST_CASE("MlflowLogger: an artifact is streamed with a timeout that grows with 
   tl::MlflowLoggerOptions options = quick_options(server.uri());
   options.request_timeout = std::chrono::seconds(1);
   options.flush_timeout = std::chrono::seconds(6);
-  CapturedLog log;
+  LogCapture log;
   tl::MlflowLoggerStats stats;
   {
     tl::MlflowLogger logger(options);
@@ -318,7 +318,7 @@ TEST_CASE("mlflow basic-auth server: credentials from the environment log a run 
   std::ofstream(tmp.str("notes.txt")) << "an artifact";
   {  // the right password: the run, its points and its artifact are there
     ScopedEnv env({{"MLFLOW_TRACKING_USERNAME", "admin"}, {"MLFLOW_TRACKING_PASSWORD", password}});
-    CapturedLog log;
+    LogCapture log;
     tl::MlflowLoggerOptions options;
     options.tracking_uri = uri;
     options.experiment = "basic-auth";
@@ -349,7 +349,7 @@ TEST_CASE("mlflow basic-auth server: credentials from the environment log a run 
   }
   {  // a wrong password: refused with 401, named, nothing sent, no crash
     ScopedEnv env({{"MLFLOW_TRACKING_USERNAME", "admin"}, {"MLFLOW_TRACKING_PASSWORD", "wrong-password"}});
-    CapturedLog log;
+    LogCapture log;
     tl::MlflowLoggerOptions options;
     options.tracking_uri = uri;
     tl::MlflowLoggerStats stats;

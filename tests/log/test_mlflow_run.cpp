@@ -28,7 +28,7 @@ TEST_CASE("trainkit train: credentials in log.mlflow_uri reach the server only a
   trainkit::app::TrainJobOptions options;
   options.config_path = tmp.str("run.toml");
   options.out_dir = tmp.str("run");
-  CapturedLog log;
+  LogCapture log;
   const trainkit::app::TrainJobResult result = trainkit::app::run_train_job(options);
   REQUIRE(result.finished);
   INFO(log.text());

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <sstream>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -19,6 +18,7 @@
 #include "trainkit/train/trainer.h"
 
 using namespace trainkit;
+using trainkit::test::LogCapture;
 
 namespace {
 
@@ -89,25 +89,6 @@ TEST_CASE("Trainer resume is bitwise identical to an uninterrupted run", "[train
 }
 
 namespace {
-
-/// Collects what spdlog's default logger writes while it lives.
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
-    spdlog::default_logger()->sinks().push_back(sink_);
-  }
-  ~LogCapture() {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  LogCapture(const LogCapture&) = delete;
-  LogCapture& operator=(const LogCapture&) = delete;
-  std::string text() const { return text_.str(); }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
 
 /// `trainer`'s checkpoint with its CUDA generator entries replaced by `states` (as a GPU machine writes).
 std::string checkpoint_with_cuda_states(train::Trainer& trainer, const std::vector<at::Tensor>& states) {
