@@ -85,12 +85,17 @@ MlflowRunInfo run_info(const Json& response) {
           info.value("artifact_uri", std::string())};
 }
 
-// Where the authority of "scheme://authority/..." starts and ends; npos when there is no "://".
-std::pair<size_t, size_t> authority(const std::string& uri) {
+// Where the user info of "scheme://user:password@host/..." starts, and where its '@' is; npos for both when
+// the URI has none.
+std::pair<size_t, size_t> user_info(const std::string& uri) {
+  constexpr auto none = std::pair{std::string::npos, std::string::npos};
   const size_t scheme = uri.find("://");
-  if (scheme == std::string::npos) return {std::string::npos, std::string::npos};
+  if (scheme == std::string::npos) return none;
   const size_t begin = scheme + 3;
-  return {begin, std::min(uri.find_first_of("/?#", begin), uri.size())};
+  const size_t end = std::min(uri.find_first_of("/?#", begin), uri.size());
+  if (end == begin) return none;
+  const size_t at = uri.rfind('@', end - 1);
+  return at == std::string::npos || at < begin ? none : std::pair{begin, at};
 }
 
 std::string percent_decoded(const std::string& text) {
@@ -115,15 +120,12 @@ std::optional<std::string> env(const char* name) {
 // `auth` with its unset fields taken from the URI's user info and then from MLflow's environment
 // variables; checked as the Python client checks them (MlflowHostCreds).
 MlflowAuth resolved(MlflowAuth auth, const std::string& raw_uri) {
-  const auto [begin, end] = authority(raw_uri);
+  const auto [begin, at] = user_info(raw_uri);
   if (begin != std::string::npos) {
-    const size_t at = raw_uri.rfind('@', end == 0 ? 0 : end - 1);
-    if (at != std::string::npos && at >= begin && at < end) {
-      const std::string info = raw_uri.substr(begin, at - begin);
-      const size_t colon = info.find(':');
-      if (!auth.username) auth.username = percent_decoded(info.substr(0, colon));
-      if (!auth.password && colon != std::string::npos) auth.password = percent_decoded(info.substr(colon + 1));
-    }
+    const std::string info = raw_uri.substr(begin, at - begin);
+    const size_t colon = info.find(':');
+    if (!auth.username) auth.username = percent_decoded(info.substr(0, colon));
+    if (!auth.password && colon != std::string::npos) auth.password = percent_decoded(info.substr(colon + 1));
   }
   if (!auth.username) auth.username = env("MLFLOW_TRACKING_USERNAME");
   if (!auth.password) auth.password = env("MLFLOW_TRACKING_PASSWORD");
@@ -172,11 +174,8 @@ std::string credentials_hint(const MlflowAuth& auth) {
 }  // namespace
 
 std::string mlflow_redacted_uri(const std::string& uri) {
-  const auto [begin, end] = authority(uri);
-  if (begin == std::string::npos || end == begin) return uri;
-  const size_t at = uri.rfind('@', end - 1);
-  if (at == std::string::npos || at < begin) return uri;
-  return uri.substr(0, begin) + uri.substr(at + 1);
+  const auto [begin, at] = user_info(uri);
+  return begin == std::string::npos ? uri : uri.substr(0, begin) + uri.substr(at + 1);
 }
 
 std::vector<MlflowMetric> mlflow_metrics(const MetricRow& row) {
