@@ -58,6 +58,13 @@ std::optional<uint64_t> pid_namespace() {
   return inode;
 }
 
+// Whether all of `text` is a number, which goes to `out`.
+template <typename T>
+bool parse_number(const std::string& text, T& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
 // Field 22 of /proc/PID/stat: when the process started, in clock ticks since boot; empty when there is none.
 std::optional<uint64_t> process_start(pid_t pid) {
   const std::string stat = first_line_of(fmt::format("/proc/{}/stat", pid));
@@ -66,10 +73,8 @@ std::optional<uint64_t> process_start(pid_t pid) {
   std::istringstream fields(stat.substr(paren + 1));
   std::string field;
   for (int i = 3; i <= 22 && (fields >> field); ++i) {
-    if (i < 22) continue;
     uint64_t ticks = 0;
-    const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), ticks);
-    if (ec == std::errc() && end == field.data() + field.size()) return ticks;
+    if (i == 22 && parse_number(field, ticks)) return ticks;
   }
   return std::nullopt;
 }
@@ -84,12 +89,6 @@ struct WorkerId {
   uint64_t pidns = 0;
   uint64_t start = 0;
 };
-
-template <typename T>
-bool parse_number(const std::string& text, T& out) {
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
 
 std::optional<WorkerId> parse_worker(const std::string& text, std::string* why) {
   std::istringstream words(text);
