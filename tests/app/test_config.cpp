@@ -65,7 +65,7 @@ TEST_CASE("config errors name the source, the key and what was expected", "[trai
   }
   SECTION("out of range") {
     CHECK_THROWS_WITH(parse_config("[optimizer]\nlr = -0.1\n", "d.toml"),
-                      Contains("d.toml: optimizer.lr") && Contains("> 0") && Contains("-0.1"));
+                      Contains("d.toml: optimizer.lr") && Contains(">= 0") && Contains("-0.1"));
     CHECK_THROWS_WITH(parse_config("[optimizer]\nbetas = [0.9, 1.0]\n", "d.toml"),
                       Contains("optimizer.betas") && Contains("[0, 1)"));
     CHECK_THROWS_WITH(parse_config("[model]\ndropout = 1.0\n", "d.toml"), Contains("model.dropout"));

@@ -20,23 +20,9 @@ namespace {
 
 constexpr int64_t kStateVersion = 1;
 
-void check_option(bool ok, const char* name, double value, const char* expected) {
-  if (!ok) {
-    throw std::invalid_argument(fmt::format("GradScaler: invalid {}: {} ({})", name, value, expected));
-  }
-}
-
-void check_init_scale(double v) {
-  check_option(std::isfinite(v) && v > 0.0, "init_scale", v, "must be finite and > 0");
-}
-void check_growth_factor(double v) {
-  check_option(std::isfinite(v) && v > 1.0, "growth_factor", v, "must be finite and > 1");
-}
-void check_backoff_factor(double v) { check_option(v > 0.0 && v < 1.0, "backoff_factor", v, "must be in (0, 1)"); }
-void check_growth_interval(int64_t v) {
-  if (v < 1) {
-    throw std::invalid_argument(fmt::format("GradScaler: invalid growth_interval: {} (must be >= 1)", v));
-  }
+/// Checks `options` against their binding: "<where>: <key>: expected <what>, got <value>".
+void check(const GradScalerOptions& options, const std::string& where = "GradScaler") {
+  check_options(GradScalerOptions::binding(), options, where);
 }
 
 /// A copy of `t` on `device` (Python's _MultiDeviceReplicator serves one per device).
@@ -102,10 +88,7 @@ GradScaler::GradScaler(c10::Device device, GradScalerOptions options)
       growth_factor_(options.growth_factor()),
       backoff_factor_(options.backoff_factor()),
       growth_interval_(options.growth_interval()) {
-  check_init_scale(init_scale_);
-  check_growth_factor(growth_factor_);
-  check_backoff_factor(backoff_factor_);
-  check_growth_interval(growth_interval_);
+  check(options);
   if (enabled_ && device_.is_cuda() && !torch::cuda::is_available()) {
     TORCH_WARN("GradScaler is enabled on ", device_, ", but CUDA is not available. Disabling.");
     enabled_ = false;
@@ -318,17 +301,17 @@ OptState GradScaler::stage(const torch::optim::Optimizer& opt) const {
 }
 
 void GradScaler::set_growth_factor(double factor) {
-  check_growth_factor(factor);
+  check(GradScalerOptions().growth_factor(factor));
   growth_factor_ = factor;
 }
 
 void GradScaler::set_backoff_factor(double factor) {
-  check_backoff_factor(factor);
+  check(GradScalerOptions().backoff_factor(factor));
   backoff_factor_ = factor;
 }
 
 void GradScaler::set_growth_interval(int64_t interval) {
-  check_growth_interval(interval);
+  check(GradScalerOptions().growth_interval(interval));
   growth_interval_ = interval;
 }
 
@@ -369,10 +352,13 @@ void GradScaler::load(torch::serialize::InputArchive& archive) {
   const double backoff_factor = read("backoff_factor").item<double>();
   const int64_t growth_interval = read("growth_interval").item<int64_t>();
   const int64_t growth_tracker = read("_growth_tracker").item<int64_t>();
-  check_option(std::isfinite(scale) && scale > 0.0, "scale", scale, "must be finite and > 0");
-  check_growth_factor(growth_factor);
-  check_backoff_factor(backoff_factor);
-  check_growth_interval(growth_interval);
+  // The saved scale is checked as the initial scale it becomes.
+  check(GradScalerOptions()
+            .init_scale(scale)
+            .growth_factor(growth_factor)
+            .backoff_factor(backoff_factor)
+            .growth_interval(growth_interval),
+        "GradScaler: the saved state");
 
   init_scale_ = scale;
   growth_factor_ = growth_factor;

@@ -132,7 +132,7 @@ struct ZeroRedundancyOptimizer::Partition {
                        local->param_groups().size());
     if (world > 1) {
       if (const auto* lamb = dynamic_cast<const optim::LambOptions*>(&local->defaults())) {
-        TRAINKIT_CHECK_ARG(!lamb->max_grad_norm().has_value(),
+        TRAINKIT_CHECK_ARG(lamb->max_grad_norm().value_or(0.0) == 0,
                            "ZeroRedundancyOptimizer: Lamb's max_grad_norm = {} would clip by the norm of this rank's "
                            "shard only; set it to none and clip with ZeroRedundancyOptimizer::clip_grad_norm_ (the "
                            "norm over all ranks)",

@@ -10,34 +10,6 @@
 
 namespace trainkit::optim {
 
-void LambOptions::serialize(torch::serialize::OutputArchive& archive) const {
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(lr);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(bias_correction);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(betas);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(eps);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(weight_decay);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(grad_averaging);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(max_grad_norm);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(trust_clip);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(always_adapt);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(fused);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(foreach);
-}
-
-void LambOptions::serialize(torch::serialize::InputArchive& archive) {
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, lr);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, bias_correction);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(betas_t, betas);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, eps);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, weight_decay);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, grad_averaging);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(double, max_grad_norm);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, trust_clip);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, always_adapt);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, fused);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, foreach);
-}
-
 void LambParamState::serialize(torch::serialize::OutputArchive& archive) const {
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg_sq);
@@ -51,19 +23,6 @@ void LambParamState::serialize(torch::serialize::InputArchive& archive) {
 namespace {
 
 constexpr const char* kGroupStepsKey = "trainkit_lamb_group_steps";
-
-void validate_lamb(const LambOptions& o, const char* name) {
-  detail::check_option(o.lr() >= 0, name, "learning rate (lr)", o.lr());
-  detail::check_option(o.eps() >= 0, name, "epsilon (eps)", o.eps());
-  const double b1 = std::get<0>(o.betas());
-  const double b2 = std::get<1>(o.betas());
-  detail::check_option(b1 >= 0 && b1 < 1, name, "beta parameter at index 0 (betas[0], must be in [0, 1))", b1);
-  detail::check_option(b2 >= 0 && b2 < 1, name, "beta parameter at index 1 (betas[1], must be in [0, 1))", b2);
-  detail::check_option(o.weight_decay() >= 0, name, "weight_decay", o.weight_decay());
-  if (o.max_grad_norm().has_value()) {
-    detail::check_option(*o.max_grad_norm() > 0, name, "max_grad_norm (must be > 0, or unset)", *o.max_grad_norm());
-  }
-}
 
 struct LambGroup {
   std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
@@ -185,24 +144,9 @@ void foreach_group(const LambGroup& g, const LambOptions& o, const detail::LambC
 }  // namespace
 
 bool register_lamb_optimizer() {
-  register_optimizer(
-      OptimizerBinding<Lamb>("lamb")
-          .bind(TRAINKIT_OPTION(lr), positive(), "Learning rate")
-          .bind(TRAINKIT_OPTION(betas), unit_interval(), "(beta1, beta2): running-average coefficients of g and g^2")
-          .bind(TRAINKIT_OPTION(eps), non_negative(), "Term added to the denominator")
-          .bind(TRAINKIT_OPTION(weight_decay), non_negative(), "Weight decay, inside the adapted update")
-          .bind(TRAINKIT_OPTION(bias_correction), "Adam's bias correction of the moments")
-          .bind(TRAINKIT_OPTION(grad_averaging), "m = b1 m + (1-b1) g (false: m = b1 m + g)")
-          .bind(TRAINKIT_OPTION(max_grad_norm), non_negative(), "Global gradient-norm clip before the step (0 = none)")
-          .bind(TRAINKIT_OPTION(trust_clip), "Clip the trust ratio at 1 (LAMBC)")
-          .bind(TRAINKIT_OPTION(always_adapt), "Adapt every parameter, also those with weight_decay 0")
-          .bind(TRAINKIT_OPTION(fused), detail::kFusedDoc)
-          .bind(TRAINKIT_OPTION(foreach), detail::kForeachDoc)
-          .entry());
+  register_optimizer(OptimizerBinding<Lamb>("lamb").entry());
   return true;
 }
-
-void Lamb::validate(const LambOptions& options) { validate_lamb(options, kName); }
 
 void Lamb::update(const at::Tensor& inv_scale) {
   const auto& defaults = static_cast<const LambOptions&>(*defaults_);
@@ -222,12 +166,13 @@ void Lamb::update(const at::Tensor& inv_scale) {
   }
   const double inv = detail::cpu_scalar(inv_scale, 1.0);
   at::Tensor clip;  // 0-dim; undefined = no clipping
-  if (defaults.max_grad_norm().has_value() && !grads.empty()) {
+  const double max_grad_norm = defaults.max_grad_norm().value_or(0.0);
+  if (max_grad_norm > 0 && !grads.empty()) {
     at::Tensor norm = detail::total_norm(grads, 2.0);
     if (inv_scale.defined()) {
       norm = norm * inv_scale.abs().to(norm.device());
     }
-    clip = at::clamp_min(norm / *defaults.max_grad_norm(), 1.0);
+    clip = at::clamp_min(norm / max_grad_norm, 1.0);
   }
 
   for (size_t gi = 0; gi < param_groups_.size(); ++gi) {

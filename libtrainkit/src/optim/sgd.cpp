@@ -6,30 +6,6 @@
 
 namespace trainkit::optim {
 
-void SgdOptions::serialize(torch::serialize::OutputArchive& archive) const {
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(lr);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(momentum);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(dampening);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(weight_decay);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(nesterov);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(maximize);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(fused);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(foreach);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(aten_fused);
-}
-
-void SgdOptions::serialize(torch::serialize::InputArchive& archive) {
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, lr);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, momentum);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, dampening);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, weight_decay);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, nesterov);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, maximize);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, fused);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, foreach);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(bool, aten_fused);
-}
-
 void SgdParamState::serialize(torch::serialize::OutputArchive& archive) const {
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(momentum_buffer);
 }
@@ -57,16 +33,9 @@ detail::MomentumHyper hyper_of(const SgdOptions& o) {
 }  // namespace
 
 bool register_sgd_optimizer() {
-  register_optimizer(detail::momentum_binding<Sgd>("sgd", "L2 penalty added to the gradient")
-                         .bind(TRAINKIT_OPTION(maximize), "Maximize the objective instead of minimizing it")
-                         .bind(TRAINKIT_OPTION(fused), detail::kFusedDoc)
-                         .bind(TRAINKIT_OPTION(foreach), detail::kForeachDoc)
-                         .bind(TRAINKIT_OPTION(aten_fused), detail::kAtenFusedDoc)
-                         .entry());
+  register_optimizer(OptimizerBinding<Sgd>("sgd").entry());
   return true;
 }
-
-void Sgd::validate(const SgdOptions& options) { detail::validate_momentum(hyper_of(options), kName); }
 
 void Sgd::update(const at::Tensor& inv_scale) {
   detail::momentum_update(*this, [](const SgdOptions& o) { return hyper_of(o); }, {inv_scale, {}, {}});

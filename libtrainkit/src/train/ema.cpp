@@ -63,12 +63,7 @@ void load_tensors(torch::serialize::InputArchive& archive, std::vector<at::Tenso
 }
 
 ModelEma::ModelEma(const torch::nn::Module& model, ModelEmaOptions options) : options_(options) {
-  TRAINKIT_CHECK_ARG(options_.decay() >= 0 && options_.decay() <= 1, "ModelEma: invalid decay: {}", options_.decay());
-  TRAINKIT_CHECK_ARG(options_.min_decay() >= 0 && options_.min_decay() <= 1, "ModelEma: invalid min_decay: {}",
-                     options_.min_decay());
-  TRAINKIT_CHECK_ARG(options_.update_after_step() >= 0, "ModelEma: invalid update_after_step: {}",
-                     options_.update_after_step());
-  TRAINKIT_CHECK_ARG(options_.warmup_gamma() > 0, "ModelEma: invalid warmup_gamma: {}", options_.warmup_gamma());
+  check_options(ModelEmaOptions::binding(), options_, "ModelEma");
   num_params_ = model.parameters().size();
   for (const auto& t : weight_tensors(model)) {
     values_.push_back(t.clone());

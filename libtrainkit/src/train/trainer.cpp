@@ -92,13 +92,7 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
       metrics_{accuracy()} {
   TRAINKIT_CHECK_ARG(module_ != nullptr, "Trainer: module must not be null");
   TRAINKIT_CHECK_ARG(static_cast<bool>(forward_), "Trainer: the forward function must not be empty");
-  TRAINKIT_CHECK_ARG(options_.epochs() >= 1, "Trainer: invalid epochs: {}", options_.epochs());
-  TRAINKIT_CHECK_ARG(options_.max_steps() >= 0, "Trainer: invalid max_steps: {}", options_.max_steps());
-  TRAINKIT_CHECK_ARG(options_.accumulation_steps() >= 1, "Trainer: invalid accumulation_steps: {}",
-                     options_.accumulation_steps());
-  TRAINKIT_CHECK_ARG(options_.clip_grad_norm() >= 0, "Trainer: invalid clip_grad_norm: {}", options_.clip_grad_norm());
-  TRAINKIT_CHECK_ARG(options_.clip_grad_value() >= 0, "Trainer: invalid clip_grad_value: {}",
-                     options_.clip_grad_value());
+  check_options(TrainerOptions::binding(), options_, "Trainer");
   state_.epoch_loss_sum = torch::zeros({}, torch::kFloat64);
 }
 

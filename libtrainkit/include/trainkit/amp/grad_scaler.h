@@ -56,6 +56,11 @@ struct GradScalerOptions {
   static const OptionBinding<GradScalerOptions>& binding() {
     static const auto b = OptionBinding<GradScalerOptions>()
                               .bind(TRAINKIT_OPTION(init_scale), rule::number(positive()), "GradScaler's initial scale")
+                              .bind(TRAINKIT_OPTION(growth_factor), rule::number({"number > 1", 1.0, true}),
+                                    "GradScaler: multiplies the scale after growth_interval clean steps")
+                              .bind(TRAINKIT_OPTION(backoff_factor),
+                                    rule::number({"number in (0, 1)", 0.0, true, 1.0, true}),
+                                    "GradScaler: multiplies the scale after a step with inf/NaN gradients")
                               .bind(TRAINKIT_OPTION(growth_interval), rule::integer(1),
                                     "GradScaler: clean steps before the scale grows");
     return b;

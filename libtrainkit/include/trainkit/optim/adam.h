@@ -8,93 +8,92 @@
 #include <tuple>
 #include <vector>
 
-#include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 
 #include "trainkit/optim/cyclable_momentum.h"
 #include "trainkit/optim/optimizer_base.h"
+#include "trainkit/optim/optimizer_options.h"
 
 namespace trainkit::optim {
 
-/// Options of Adam (PyTorch's names and defaults). Also the options of one param group.
-struct AdamOptions : public torch::optim::OptimizerCloneableOptions<AdamOptions>, public CyclableMomentum {
+/// The fields of Adam's options and their binding, shared by AdamOptions and AdamWOptions (`Self`), which
+/// differ only in what weight decay means (`Self::kDecoupled`) and its default (`Self::kWeightDecay`).
+template <class Self>
+struct AdamFields : public OptimizerOptions<Self>, public CyclableMomentum {
   using betas_t = std::tuple<double, double>;
-  AdamOptions() = default;
-  /// Options with learning rate `lr`.
-  AdamOptions(double lr) : lr_(lr) {}  // NOLINT(google-explicit-constructor): AdamOptions(1e-3) reads like Python
   /// Learning rate (>= 0).
-  TORCH_ARG(double, lr) = 1e-3;
+  TRAINKIT_SHARED_ARG(double, lr) = 1e-3;
   /// Coefficients (β1, β2) of the running averages of the gradient and its square, each in [0, 1).
-  TORCH_ARG(betas_t, betas) = std::make_tuple(0.9, 0.999);
+  TRAINKIT_SHARED_ARG(betas_t, betas) = std::make_tuple(0.9, 0.999);
   /// Added to the denominator for numerical stability (>= 0).
-  TORCH_ARG(double, eps) = 1e-8;
-  /// L2 penalty added to the gradient: g ← g + weight_decay·p (>= 0).
-  TORCH_ARG(double, weight_decay) = 0;
+  TRAINKIT_SHARED_ARG(double, eps) = 1e-8;
+  /// Weight decay (>= 0): Adam adds the L2 penalty weight_decay·p to the gradient; AdamW decays the
+  /// parameters, p ← p·(1 - lr·weight_decay).
+  TRAINKIT_SHARED_ARG(double, weight_decay) = Self::kWeightDecay;
   /// Use the maximum of past squared-gradient averages (Reddi et al. 2018, "On the Convergence of Adam").
-  TORCH_ARG(bool, amsgrad) = false;
+  TRAINKIT_SHARED_ARG(bool, amsgrad) = false;
   /// Maximize the objective instead of minimizing it.
-  TORCH_ARG(bool, maximize) = false;
+  TRAINKIT_SHARED_ARG(bool, maximize) = false;
   /// Kernel choice: unset = the fused CPU kernel where every tensor of the group allows it (contiguous
   /// CPU tensors: float32/float64 of one dtype, or bfloat16/float16 parameters and gradients with float32
   /// state or state of their own dtype), else the ATen reference path; true = fused, or throw;
   /// false = always the reference path.
-  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
+  TRAINKIT_SHARED_ARG(std::optional<bool>, fused) = std::nullopt;
   /// Multi-tensor ATen path (`_foreach_*` ops, as PyTorch's `foreach=True`): unset = on for tensors that
   /// are not on the CPU (CUDA), where the fused CPU kernel does not run; true = always (no fused kernel).
-  TORCH_ARG(std::optional<bool>, foreach) = std::nullopt;
+  TRAINKIT_SHARED_ARG(std::optional<bool>, foreach) = std::nullopt;
   /// ATen's fused kernel (`at::_fused_adam_`/`at::_fused_adamw_`, PyTorch's `fused=True`): unset = when
   /// `fused` is true and the group's tensors are off the CPU (CUDA); true = on any device (not with
   /// foreach = true or fused = false; an error where the kernel cannot take the group's tensors);
   /// false = never. It takes GradScaler's scale and found-inf flag on the device (no host read).
-  TORCH_ARG(std::optional<bool>, aten_fused) = std::nullopt;
+  TRAINKIT_SHARED_ARG(std::optional<bool>, aten_fused) = std::nullopt;
 
  public:
-  void serialize(torch::serialize::InputArchive& archive) override;
-  void serialize(torch::serialize::OutputArchive& archive) const override;
-  double get_lr() const override { return lr_; }
-  void set_lr(const double lr) override { lr_ = lr; }
+  /// The fields' keys, rules and help (the factory's "adam"/"adamw" arguments), checks and serialization.
+  static const OptimizerOptionsBinding<Self>& binding() {
+    static const auto b =
+        OptimizerOptionsBinding<Self>()
+            .bind(TRAINKIT_OPTION(lr), non_negative(), "Learning rate")
+            .bind(TRAINKIT_OPTION(betas), unit_interval(), "(beta1, beta2): running-average coefficients of g and g^2")
+            .bind(TRAINKIT_OPTION(eps), non_negative(), "Term added to the denominator")
+            .bind(TRAINKIT_OPTION(weight_decay), non_negative(),
+                  Self::kDecoupled ? "Decoupled weight decay: p <- p (1 - lr wd)" : "L2 penalty added to the gradient")
+            .bind(TRAINKIT_OPTION(amsgrad), "AMSGrad: the maximum of past squared-gradient averages")
+            .bind(TRAINKIT_OPTION(maximize), "Maximize the objective instead of minimizing it")
+            .bind(TRAINKIT_OPTION(fused), kFusedDoc)
+            .bind(TRAINKIT_OPTION(foreach), kForeachDoc)
+            .bind(TRAINKIT_OPTION(aten_fused), kAtenFusedDoc);
+    return b;
+  }
   /// β1, the momentum that CyclicLR/OneCycleLR cycle.
   double cycled_momentum() const override { return std::get<0>(betas_); }
   void set_cycled_momentum(double momentum) override { std::get<0>(betas_) = momentum; }
+
+ protected:
+  AdamFields() = default;
+  explicit AdamFields(double lr) : lr_(lr) {}
 };
 
-/// Options of AdamW: Adam's, with decoupled weight decay p ← p·(1 - lr·weight_decay) and its default 1e-2.
-struct AdamWOptions : public torch::optim::OptimizerCloneableOptions<AdamWOptions>,
-                      public CyclableMomentum {
-  using betas_t = std::tuple<double, double>;
+/// Options of Adam (PyTorch's names and defaults). Also the options of one param group.
+struct AdamOptions : public AdamFields<AdamOptions> {
+  /// Weight decay is the L2 penalty added to the gradient: g ← g + weight_decay·p.
+  static constexpr bool kDecoupled = false;
+  /// Default weight_decay.
+  static constexpr double kWeightDecay = 0.0;
+  AdamOptions() = default;
+  /// Options with learning rate `lr`.
+  AdamOptions(double lr) : AdamFields(lr) {}  // NOLINT(google-explicit-constructor): AdamOptions(1e-3) reads like Python
+};
+
+/// Options of AdamW: Adam's fields, with decoupled weight decay p ← p·(1 - lr·weight_decay) and its default 1e-2.
+struct AdamWOptions : public AdamFields<AdamWOptions> {
+  /// Weight decay is decoupled from the gradient (Loshchilov & Hutter).
+  static constexpr bool kDecoupled = true;
+  /// Default weight_decay.
+  static constexpr double kWeightDecay = 1e-2;
   AdamWOptions() = default;
   /// Options with learning rate `lr`.
-  AdamWOptions(double lr) : lr_(lr) {}  // NOLINT(google-explicit-constructor)
-  /// Learning rate (>= 0).
-  TORCH_ARG(double, lr) = 1e-3;
-  /// Coefficients (β1, β2), each in [0, 1).
-  TORCH_ARG(betas_t, betas) = std::make_tuple(0.9, 0.999);
-  /// Added to the denominator for numerical stability (>= 0).
-  TORCH_ARG(double, eps) = 1e-8;
-  /// Decoupled weight decay coefficient (>= 0).
-  TORCH_ARG(double, weight_decay) = 1e-2;
-  /// Use the maximum of past squared-gradient averages.
-  TORCH_ARG(bool, amsgrad) = false;
-  /// Maximize the objective instead of minimizing it.
-  TORCH_ARG(bool, maximize) = false;
-  /// Kernel choice, as AdamOptions::fused.
-  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
-  /// Multi-tensor ATen path (`_foreach_*` ops, as PyTorch's `foreach=True`): unset = on for tensors that
-  /// are not on the CPU (CUDA), where the fused CPU kernel does not run; true = always (no fused kernel).
-  TORCH_ARG(std::optional<bool>, foreach) = std::nullopt;
-  /// ATen's fused kernel (`at::_fused_adam_`/`at::_fused_adamw_`, PyTorch's `fused=True`): unset = when
-  /// `fused` is true and the group's tensors are off the CPU (CUDA); true = on any device (not with
-  /// foreach = true or fused = false; an error where the kernel cannot take the group's tensors);
-  /// false = never. It takes GradScaler's scale and found-inf flag on the device (no host read).
-  TORCH_ARG(std::optional<bool>, aten_fused) = std::nullopt;
-
- public:
-  void serialize(torch::serialize::InputArchive& archive) override;
-  void serialize(torch::serialize::OutputArchive& archive) const override;
-  double get_lr() const override { return lr_; }
-  void set_lr(const double lr) override { lr_ = lr; }
-  double cycled_momentum() const override { return std::get<0>(betas_); }
-  void set_cycled_momentum(double momentum) override { std::get<0>(betas_) = momentum; }
+  AdamWOptions(double lr) : AdamFields(lr) {}  // NOLINT(google-explicit-constructor)
 };
 
 /// Per-parameter state of Adam and AdamW (PyTorch's state_dict names). Created in float32 for bfloat16/float16
@@ -128,9 +127,6 @@ class Adam : public OptimizerBase<Adam, AdamOptions, AdamParamState> {
   static constexpr const char* kName = "Adam";
   /// From params or param groups (which may carry their own AdamOptions: layer-wise LR, no decay ...).
   using OptimizerBase::OptimizerBase;
-  /// Throws std::invalid_argument naming the option and value unless lr >= 0, eps >= 0, betas in [0, 1),
-  /// weight_decay >= 0.
-  static void validate(const AdamOptions& options);
   /// True when every param group takes ATen's fused kernel (AdamOptions::aten_fused).
   bool takes_found_inf() const override;
 
@@ -147,8 +143,6 @@ class AdamW : public OptimizerBase<AdamW, AdamWOptions, AdamWParamState> {
   static constexpr const char* kName = "AdamW";
   /// From params or param groups.
   using OptimizerBase::OptimizerBase;
-  /// As Adam::validate.
-  static void validate(const AdamWOptions& options);
   /// True when every param group takes ATen's fused kernel (AdamWOptions::aten_fused).
   bool takes_found_inf() const override;
 

@@ -25,6 +25,7 @@
 
 #include "trainkit/args.h"
 #include "trainkit/options.h"
+#include "trainkit/optim/optimizer_options.h"
 #include "trainkit/optim/param_groups.h"
 
 namespace trainkit::optim {
@@ -128,21 +129,20 @@ using trainkit::positive;
 using trainkit::unit_interval;
 
 /// Writes the OptimizerEntry of optimizer class `Opt` (which has `Opt::options_type`, a constructor from
-/// (param groups, options) and a static `validate(const Options&)`, as every OptimizerBase subclass does),
-/// binding its Options fields like any OptionBinding (trainkit/options.h); a std::optional<double> field is
-/// bound with a number rule where 0 means unset:
+/// (param groups, options) and a static `validate(const Options&)`, as every OptimizerBase subclass does).
+/// Its arguments are the fields of `Options::binding()` (an OptimizerOptionsBinding, trainkit/optim/
+/// optimizer_options.h) when the Options type has one; bind() adds fields like any OptionBinding
+/// (trainkit/options.h), for Options without one; a std::optional<double> field is bound with a number rule
+/// where 0 means unset:
 ///
-///     register_optimizer(OptimizerBinding<Sgd>("sgd")
-///                            .bind(TRAINKIT_OPTION(lr), positive(), "Learning rate")
-///                            .bind(TRAINKIT_OPTION(nesterov), "Nesterov momentum")
-///                            .entry());
+///     register_optimizer(OptimizerBinding<Lion>("lion").entry());   // LionOptions::binding()'s keys
 template <class Opt>
 class OptimizerBinding {
  public:
   /// The optimizer's options type.
   using Options = typename Opt::options_type;
 
-  /// An entry named `name` with no arguments yet.
+  /// An entry named `name` with the arguments of `Options::binding()`, or none when it has no binding.
   explicit OptimizerBinding(std::string name) {
     entry_.name = std::move(name);
     entry_.defaults = [] { return std::make_shared<Options>(); };
@@ -157,43 +157,22 @@ class OptimizerBinding {
     entry_.layer_groups = [](const std::vector<LayerDecayGroup>& groups, const torch::optim::OptimizerOptions& o) {
       return to_param_groups(groups, cast(o));
     };
+    if constexpr (has_binding<Options>(0)) {
+      options_ = Options::binding();
+    }
   }
 
-  /// Binds a number (double), a pair of numbers (std::tuple<double, double>, each in `range`) or an optional
-  /// number (std::optional<double>, where 0 means unset) to `key`.
+  /// Binds a number, a pair of numbers or an optional number (see OptimizerOptionsBinding::bind).
   template <class Field>
   OptimizerBinding& bind(std::string key, Field field, NumberRule range, std::string doc) {
-    using T = std::decay_t<decltype(field(std::declval<Options&>()))>;
-    if constexpr (std::is_same_v<T, std::tuple<double, double>>) {
-      options_.bind(std::move(key), field, rule::number_pair(range), std::move(doc));
-    } else if constexpr (std::is_same_v<T, std::optional<double>>) {
-      ValueRule<double> number = rule::number(range);
-      options_.bind(std::move(key), field,
-                    ValueRule<std::optional<double>>{
-                        number.type, number.expected,
-                        [parse = number.parse](const ArgValue& v) -> std::optional<std::optional<double>> {
-                          const auto x = parse(v);
-                          if (!x) {
-                            return std::nullopt;
-                          }
-                          return *x == 0 ? std::optional<double>() : std::optional<double>(*x);
-                        },
-                        [](const std::optional<double>& x) { return ArgValue(x.value_or(0.0)); }},
-                    std::move(doc));
-    } else {
-      static_assert(std::is_same_v<T, double>, "bind(key, field, range, doc) takes a number field");
-      options_.bind(std::move(key), field, rule::number(range), std::move(doc));
-    }
+    options_.bind(std::move(key), field, range, std::move(doc));
     return *this;
   }
 
   /// Binds a boolean (bool) or an optional boolean (std::optional<bool>, left out of optimizer_args when unset).
   template <class Field>
   OptimizerBinding& bind(std::string key, Field field, std::string doc) {
-    using T = std::decay_t<decltype(field(std::declval<Options&>()))>;
-    static_assert(std::is_same_v<T, bool> || std::is_same_v<T, std::optional<bool>>,
-                  "bind(key, field, doc) takes a boolean field");
-    options_.bind(std::move(key), field, rule::boolean(), std::move(doc));
+    options_.bind(std::move(key), field, std::move(doc));
     return *this;
   }
 
@@ -201,17 +180,25 @@ class OptimizerBinding {
   OptimizerEntry entry() const {
     OptimizerEntry out = entry_;
     OptionBinding<torch::optim::OptimizerOptions> upcast;
-    upcast.include(options_, [](auto& o) -> auto& { return cast(o); });
+    upcast.include(options_.fields(), [](auto& o) -> auto& { return cast(o); });
     out.args = upcast.fields();
     return out;
   }
 
  private:
+  template <class O>
+  static constexpr auto has_binding(int) -> decltype(O::binding().fields(), bool()) {
+    return true;
+  }
+  template <class O>
+  static constexpr bool has_binding(...) {
+    return false;
+  }
   static Options& cast(torch::optim::OptimizerOptions& o) { return static_cast<Options&>(o); }
   static const Options& cast(const torch::optim::OptimizerOptions& o) { return static_cast<const Options&>(o); }
 
   OptimizerEntry entry_;
-  OptionBinding<Options> options_;
+  OptimizerOptionsBinding<Options> options_;
 };
 
 }  // namespace trainkit::optim

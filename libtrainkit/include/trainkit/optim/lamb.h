@@ -12,11 +12,12 @@
 
 #include "trainkit/optim/cyclable_momentum.h"
 #include "trainkit/optim/optimizer_base.h"
+#include "trainkit/optim/optimizer_options.h"
 
 namespace trainkit::optim {
 
 /// Options of Lamb (timm's names and defaults).
-struct LambOptions : public torch::optim::OptimizerCloneableOptions<LambOptions>, public CyclableMomentum {
+struct LambOptions : public OptimizerOptions<LambOptions>, public CyclableMomentum {
   using betas_t = std::tuple<double, double>;
   LambOptions() = default;
   /// Options with learning rate `lr`.
@@ -33,8 +34,8 @@ struct LambOptions : public torch::optim::OptimizerCloneableOptions<LambOptions>
   TORCH_ARG(double, weight_decay) = 0.01;
   /// m ← β1·m + (1-β1)·g when true, m ← β1·m + g when false.
   TORCH_ARG(bool, grad_averaging) = true;
-  /// Global gradient-norm clip over all groups before the step (unset = none). As in timm, the value of
-  /// the optimizer's defaults applies; per-group values are ignored.
+  /// Global gradient-norm clip over all groups before the step (> 0; unset or 0 = none). As in timm, the
+  /// value of the optimizer's defaults applies; per-group values are ignored.
   TORCH_ARG(std::optional<double>, max_grad_norm) = 1.0;
   /// Clip the trust ratio at 1 (LAMBC).
   TORCH_ARG(bool, trust_clip) = false;
@@ -47,10 +48,23 @@ struct LambOptions : public torch::optim::OptimizerCloneableOptions<LambOptions>
   TORCH_ARG(std::optional<bool>, foreach) = std::nullopt;
 
  public:
-  void serialize(torch::serialize::InputArchive& archive) override;
-  void serialize(torch::serialize::OutputArchive& archive) const override;
-  double get_lr() const override { return lr_; }
-  void set_lr(const double lr) override { lr_ = lr; }
+  /// The fields' keys, rules and help (the factory's "lamb" arguments), checks and serialization.
+  static const OptimizerOptionsBinding<LambOptions>& binding() {
+    static const auto b =
+        OptimizerOptionsBinding<LambOptions>()
+            .bind(TRAINKIT_OPTION(lr), non_negative(), "Learning rate")
+            .bind(TRAINKIT_OPTION(betas), unit_interval(), "(beta1, beta2): running-average coefficients of g and g^2")
+            .bind(TRAINKIT_OPTION(eps), non_negative(), "Term added to the denominator")
+            .bind(TRAINKIT_OPTION(weight_decay), non_negative(), "Weight decay, inside the adapted update")
+            .bind(TRAINKIT_OPTION(bias_correction), "Adam's bias correction of the moments")
+            .bind(TRAINKIT_OPTION(grad_averaging), "m = b1 m + (1-b1) g (false: m = b1 m + g)")
+            .bind(TRAINKIT_OPTION(max_grad_norm), positive(), "Global gradient-norm clip before the step (unset: none)")
+            .bind(TRAINKIT_OPTION(trust_clip), "Clip the trust ratio at 1 (LAMBC)")
+            .bind(TRAINKIT_OPTION(always_adapt), "Adapt every parameter, also those with weight_decay 0")
+            .bind(TRAINKIT_OPTION(fused), kFusedDoc)
+            .bind(TRAINKIT_OPTION(foreach), kForeachDoc);
+    return b;
+  }
   double cycled_momentum() const override { return std::get<0>(betas_); }
   void set_cycled_momentum(double momentum) override { std::get<0>(betas_) = momentum; }
 };
@@ -76,9 +90,6 @@ class Lamb : public OptimizerBase<Lamb, LambOptions, LambParamState> {
   static constexpr const char* kName = "Lamb";
   /// From params or param groups (which may carry their own LambOptions).
   using OptimizerBase::OptimizerBase;
-  /// Throws std::invalid_argument naming the option and value unless lr, eps, weight_decay >= 0, betas in
-  /// [0, 1) and max_grad_norm (when set) > 0.
-  static void validate(const LambOptions& options);
 
   /// Steps taken by each param group.
   const std::vector<int64_t>& group_steps() const { return group_steps_; }

@@ -16,7 +16,7 @@
 namespace trainkit::optim {
 
 /// Options of Lars (timm's defaults; timm calls trust_coefficient `trust_coeff`).
-struct LarsOptions : public torch::optim::OptimizerCloneableOptions<LarsOptions>, public CyclableMomentum {
+struct LarsOptions : public OptimizerOptions<LarsOptions>, public CyclableMomentum {
   LarsOptions() = default;
   /// Options with learning rate `lr`.
   LarsOptions(double lr) : lr_(lr) {}  // NOLINT(google-explicit-constructor)
@@ -24,15 +24,15 @@ struct LarsOptions : public torch::optim::OptimizerCloneableOptions<LarsOptions>
   TORCH_ARG(double, lr) = 1.0;
   /// Momentum factor (>= 0).
   TORCH_ARG(double, momentum) = 0;
-  /// Dampening of the momentum.
+  /// Dampening of the momentum (>= 0).
   TORCH_ARG(double, dampening) = 0;
   /// Weight decay (>= 0), added to the gradient before the trust ratio scales it.
   TORCH_ARG(double, weight_decay) = 0;
   /// Nesterov momentum (needs momentum > 0 and dampening = 0).
   TORCH_ARG(bool, nesterov) = false;
-  /// Trust coefficient η: ratio = η·‖w‖ / (‖g‖ + wd·‖w‖ + eps).
+  /// Trust coefficient η (> 0): ratio = η·‖w‖ / (‖g‖ + wd·‖w‖ + eps).
   TORCH_ARG(double, trust_coefficient) = 0.001;
-  /// Added to the trust ratio's denominator.
+  /// Added to the trust ratio's denominator (>= 0).
   TORCH_ARG(double, eps) = 1e-8;
   /// LARC: clip the ratio so that the effective LR never exceeds lr (ratio ← min(ratio / lr, 1)).
   TORCH_ARG(bool, trust_clip) = false;
@@ -45,10 +45,18 @@ struct LarsOptions : public torch::optim::OptimizerCloneableOptions<LarsOptions>
   TORCH_ARG(std::optional<bool>, foreach) = std::nullopt;
 
  public:
-  void serialize(torch::serialize::InputArchive& archive) override;
-  void serialize(torch::serialize::OutputArchive& archive) const override;
-  double get_lr() const override { return lr_; }
-  void set_lr(const double lr) override { lr_ = lr; }
+  /// The fields' keys, rules and help (the factory's "lars" arguments), checks and serialization.
+  static const OptimizerOptionsBinding<LarsOptions>& binding() {
+    static const auto b =
+        bind_momentum_fields(OptimizerOptionsBinding<LarsOptions>(), "Weight decay, inside the adapted update")
+            .bind(TRAINKIT_OPTION(trust_coefficient), positive(), "Trust coefficient (timm's trust_coeff)")
+            .bind(TRAINKIT_OPTION(eps), non_negative(), "Term added to the trust ratio's denominator")
+            .bind(TRAINKIT_OPTION(trust_clip), "LARC: clip the ratio so that the effective LR never exceeds lr")
+            .bind(TRAINKIT_OPTION(always_adapt), "Adapt every parameter, also those with weight_decay 0")
+            .bind(TRAINKIT_OPTION(fused), kFusedDoc)
+            .bind(TRAINKIT_OPTION(foreach), kForeachDoc);
+    return b;
+  }
   double cycled_momentum() const override { return momentum_; }
   void set_cycled_momentum(double momentum) override { momentum_ = momentum; }
 };
@@ -66,9 +74,6 @@ class Lars : public OptimizerBase<Lars, LarsOptions, LarsParamState> {
   static constexpr const char* kName = "Lars";
   /// From params or param groups (which may carry their own LarsOptions).
   using OptimizerBase::OptimizerBase;
-  /// Throws std::invalid_argument naming the option and value unless lr, momentum, weight_decay, eps >= 0
-  /// and nesterov has momentum > 0 and dampening = 0.
-  static void validate(const LarsOptions& options);
 
  private:
   friend OptimizerBase;

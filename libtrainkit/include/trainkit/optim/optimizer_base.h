@@ -16,6 +16,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/optim/serialize.h>
 
+#include "trainkit/optim/optimizer_options.h"
 #include "trainkit/optim/scaled_step.h"
 
 namespace trainkit::optim {
@@ -123,10 +124,10 @@ void dispatch_fused(const std::optional<bool>& fused, const std::vector<at::Tens
 
 /// Base of trainkit's optimizers. `Derived` supplies:
 ///   `static constexpr const char* kName`            its name in messages ("Adam");
-///   `static void validate(const Options&)`          throws std::invalid_argument naming optimizer, option, value;
 ///   `void update(const at::Tensor& inv_scale)`      one step of every param group, under NoGradGuard, with the
 ///                                                   gradients multiplied by `inv_scale` (undefined = 1);
-/// and may hide `save_extra`/`load_extra` for state beyond the per-parameter ParamState.
+/// and may hide `save_extra`/`load_extra` for state beyond the per-parameter ParamState, and `validate` for
+/// Options without a binding.
 template <class Derived, class Options, class ParamState>
 class OptimizerBase : public torch::optim::Optimizer, public ScaledStep {
  public:
@@ -153,6 +154,10 @@ class OptimizerBase : public torch::optim::Optimizer, public ScaledStep {
   /// One param group of `params` with `defaults`.
   explicit OptimizerBase(std::vector<at::Tensor> params, Options defaults = {})
       : OptimizerBase({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
+
+  /// Checks `options` against `Options::binding()` (each field's rule, then the requirements across fields);
+  /// throws std::invalid_argument "<kName>: <key>: expected <what>, got <value>".
+  static void validate(const Options& options) { Options::binding().check(options, Derived::kName); }
 
   /// One step; `closure` (re-evaluating the loss, with gradients enabled) runs first when given.
   at::Tensor step(LossClosure closure = nullptr) override {

@@ -4,6 +4,7 @@
 /// torch.optim.SGD. The baseline LARS is measured against.
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <torch/arg.h>
@@ -11,11 +12,31 @@
 
 #include "trainkit/optim/cyclable_momentum.h"
 #include "trainkit/optim/optimizer_base.h"
+#include "trainkit/optim/optimizer_options.h"
 
 namespace trainkit::optim {
 
+/// Binds the fields Sgd and Lars share (lr, momentum, dampening, weight_decay, nesterov) into `b`, with
+/// nesterov's requirement (momentum > 0, dampening 0).
+template <class Options>
+OptimizerOptionsBinding<Options> bind_momentum_fields(OptimizerOptionsBinding<Options> b, const char* weight_decay_doc) {
+  b.bind(TRAINKIT_OPTION(lr), non_negative(), "Learning rate")
+      .bind(TRAINKIT_OPTION(momentum), non_negative(), "Momentum factor")
+      .bind(TRAINKIT_OPTION(dampening), non_negative(), "Dampening for momentum")
+      .bind(TRAINKIT_OPTION(weight_decay), non_negative(), weight_decay_doc)
+      .bind(TRAINKIT_OPTION(nesterov), "Nesterov momentum (needs momentum > 0, dampening 0)")
+      .require([](const Options& o) {
+        return !o.nesterov() || (o.momentum() > 0 && o.dampening() == 0)
+                   ? std::string()
+                   : "nesterov momentum requires a momentum > 0 and zero dampening (momentum = " +
+                         ArgValue(o.momentum()).to_string() + ", dampening = " + ArgValue(o.dampening()).to_string() +
+                         ")";
+      });
+  return b;
+}
+
 /// Options of Sgd (PyTorch's names and defaults).
-struct SgdOptions : public torch::optim::OptimizerCloneableOptions<SgdOptions>, public CyclableMomentum {
+struct SgdOptions : public OptimizerOptions<SgdOptions>, public CyclableMomentum {
   SgdOptions() = default;
   /// Options with learning rate `lr`.
   SgdOptions(double lr) : lr_(lr) {}  // NOLINT(google-explicit-constructor)
@@ -23,7 +44,7 @@ struct SgdOptions : public torch::optim::OptimizerCloneableOptions<SgdOptions>, 
   TORCH_ARG(double, lr) = 1e-3;
   /// Momentum factor (>= 0); 0 = plain SGD.
   TORCH_ARG(double, momentum) = 0;
-  /// Dampening of the momentum: b ← momentum·b + (1 - dampening)·g.
+  /// Dampening of the momentum (>= 0): b ← momentum·b + (1 - dampening)·g.
   TORCH_ARG(double, dampening) = 0;
   /// L2 penalty added to the gradient (>= 0).
   TORCH_ARG(double, weight_decay) = 0;
@@ -45,10 +66,15 @@ struct SgdOptions : public torch::optim::OptimizerCloneableOptions<SgdOptions>, 
   TORCH_ARG(std::optional<bool>, aten_fused) = std::nullopt;
 
  public:
-  void serialize(torch::serialize::InputArchive& archive) override;
-  void serialize(torch::serialize::OutputArchive& archive) const override;
-  double get_lr() const override { return lr_; }
-  void set_lr(const double lr) override { lr_ = lr; }
+  /// The fields' keys, rules and help (the factory's "sgd" arguments), checks and serialization.
+  static const OptimizerOptionsBinding<SgdOptions>& binding() {
+    static const auto b = bind_momentum_fields(OptimizerOptionsBinding<SgdOptions>(), "L2 penalty added to the gradient")
+                              .bind(TRAINKIT_OPTION(maximize), "Maximize the objective instead of minimizing it")
+                              .bind(TRAINKIT_OPTION(fused), kFusedDoc)
+                              .bind(TRAINKIT_OPTION(foreach), kForeachDoc)
+                              .bind(TRAINKIT_OPTION(aten_fused), kAtenFusedDoc);
+    return b;
+  }
   double cycled_momentum() const override { return momentum_; }
   void set_cycled_momentum(double momentum) override { momentum_ = momentum; }
 };
@@ -71,9 +97,6 @@ class Sgd : public OptimizerBase<Sgd, SgdOptions, SgdParamState> {
   static constexpr const char* kName = "Sgd";
   /// From params or param groups (which may carry their own SgdOptions).
   using OptimizerBase::OptimizerBase;
-  /// Throws std::invalid_argument naming the option and value unless lr, momentum, weight_decay >= 0 and
-  /// nesterov has momentum > 0 and dampening = 0.
-  static void validate(const SgdOptions& options);
   /// True when every param group takes ATen's fused kernel (SgdOptions::aten_fused).
   bool takes_found_inf() const override;
 

@@ -1,6 +1,5 @@
 #pragma once
-// What the optimizers' sources share beyond OptimizerBase: the neutral chunking and kernels of src/detail,
-// and the check of one option value.
+// What the optimizers' sources share beyond OptimizerBase: the neutral chunking and kernels of src/detail.
 
 #include <optional>
 #include <stdexcept>
@@ -51,21 +50,6 @@ inline void write_back(at::Tensor& p, const at::Tensor& worked) {
   }
 }
 
-/// The factory's description of every optimizer's `fused` argument.
-constexpr const char* kFusedDoc =
-    "true: the fused kernel, trainkit's on the CPU, ATen's for adam, adamw and sgd on CUDA (or an error); false: "
-    "the ATen reference path; unset: fused where possible";
-
-/// The factory's description of every optimizer's `foreach` argument.
-constexpr const char* kForeachDoc =
-    "true: the multi-tensor ATen path (_foreach_* ops; not with fused = true); unset: on for tensors off the CPU "
-    "(CUDA)";
-
-/// The factory's description of the `aten_fused` argument of Adam, AdamW and Sgd.
-constexpr const char* kAtenFusedDoc =
-    "true: ATen's fused kernel (_fused_adam_/_fused_adamw_/_fused_sgd_) on any device (not with foreach = true "
-    "or fused = false); unset: on when fused = true and the tensors are off the CPU (CUDA)";
-
 /// How a step's gradients are scaled: multiplied by `inv_scale` (GradScaler's step_scaled), or divided by
 /// `grad_scale` with the skip flag `found_inf` left on the device (step_found_inf). Undefined: none.
 struct StepScaling {
@@ -99,11 +83,6 @@ inline void check_host_found_inf(const StepScaling& s, const char* optimizer, st
         "{}: param group {} does not take ATen's fused kernel and cannot skip on a found_inf on the device",
         optimizer, group));
   }
-}
-
-/// Checks a value of an option; throws std::invalid_argument naming the optimizer, option and value.
-inline void check_option(bool ok, const char* optimizer, const char* what, double value) {
-  TRAINKIT_CHECK_ARG(ok, "{}: invalid {}: {}", optimizer, what, value);
 }
 
 }  // namespace trainkit::optim::detail

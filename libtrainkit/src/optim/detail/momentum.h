@@ -270,27 +270,4 @@ void momentum_update(Opt& opt, const HyperOf& hyper_of, const StepScaling& scali
   }
 }
 
-/// The factory arguments Sgd and Lars share (lr, momentum, dampening, weight_decay, nesterov).
-template <class Opt>
-OptimizerBinding<Opt> momentum_binding(const char* name, const char* weight_decay_doc) {
-  OptimizerBinding<Opt> b(name);
-  b.bind(TRAINKIT_OPTION(lr), positive(), "Learning rate")
-      .bind(TRAINKIT_OPTION(momentum), non_negative(), "Momentum factor")
-      .bind(TRAINKIT_OPTION(dampening), non_negative(), "Dampening for momentum")
-      .bind(TRAINKIT_OPTION(weight_decay), non_negative(), weight_decay_doc)
-      .bind(TRAINKIT_OPTION(nesterov), "Nesterov momentum (needs momentum > 0, dampening 0)");
-  return b;
-}
-
-/// Validation shared by Sgd and Lars.
-inline void validate_momentum(const MomentumHyper& h, const char* name) {
-  check_option(h.lr >= 0, name, "learning rate (lr)", h.lr);
-  check_option(h.momentum >= 0, name, "momentum", h.momentum);
-  check_option(h.weight_decay >= 0, name, "weight_decay", h.weight_decay);
-  check_option(h.eps >= 0, name, "epsilon (eps)", h.eps);
-  TRAINKIT_CHECK_ARG(!h.nesterov || (h.momentum > 0 && h.dampening == 0),
-                     "{}: nesterov momentum requires a momentum > 0 and zero dampening (momentum = {}, dampening = {})",
-                     name, h.momentum, h.dampening);
-}
-
 }  // namespace trainkit::optim::detail
