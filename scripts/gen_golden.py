@@ -143,6 +143,26 @@ SCHED_CASES = [
     ("WarmupCosine warmup 0", "sgd", 35, dict(type="WarmupCosine", warmup_steps=0, total_steps=30)),
     ("WarmupCosine start factor", "adam", 25,
      dict(type="WarmupCosine", warmup_steps=5, total_steps=20, warmup_start_factor=0.1)),
+    # trainkit's schedules of LLM recipes, as transformers' get_wsd_schedule / get_inverse_sqrt_schedule
+    # define them (the pinned packages have no transformers: the formulas below are written out by hand).
+    ("WarmupStableDecay cosine min_lr_ratio", "sgd", 45,
+     dict(type="WarmupStableDecay", num_warmup_steps=8, num_decay_steps=12, num_training_steps=40,
+          min_lr_ratio=0.1)),
+    ("WarmupStableDecay linear stable steps", "adam", 40,
+     dict(type="WarmupStableDecay", num_warmup_steps=5, num_stable_steps=10, num_decay_steps=15,
+          decay_type="linear")),
+    ("WarmupStableDecay 1-sqrt decay_ratio cosine warmup", "sgd", 55,
+     dict(type="WarmupStableDecay", num_warmup_steps=6, decay_ratio=0.3, num_training_steps=49,
+          warmup_type="cosine", decay_type="1-sqrt", min_lr_ratio=0.05)),
+    ("WarmupStableDecay 1-sqrt warmup num_cycles 0.75", "adam", 30,
+     dict(type="WarmupStableDecay", num_warmup_steps=7, num_decay_steps=16, num_stable_steps=3,
+          warmup_type="1-sqrt", num_cycles=0.75, min_lr_ratio=0.2)),
+    ("WarmupStableDecay no warmup", "sgd", 25,
+     dict(type="WarmupStableDecay", num_warmup_steps=0, num_decay_steps=10, num_training_steps=20,
+          decay_type="1-sqrt")),
+    ("InverseSqrt", "sgd", 40, dict(type="InverseSqrt", num_warmup_steps=10)),
+    ("InverseSqrt timescale", "adam", 40, dict(type="InverseSqrt", num_warmup_steps=5, timescale=20)),
+    ("InverseSqrt no warmup", "sgd", 30, dict(type="InverseSqrt", num_warmup_steps=0)),
     ("ReduceLROnPlateau min rel", "sgd", 40, dict(type="ReduceLROnPlateau", patience=2, factor=0.5)),
     ("ReduceLROnPlateau max abs cooldown", "adam", 40,
      dict(type="ReduceLROnPlateau", mode="max", threshold_mode="abs", threshold=0.01, patience=1, cooldown=2,
@@ -178,6 +198,43 @@ def warmup_cosine_lambda(base, warmup_steps, total_steps, warmup_start_factor=0.
     return f
 
 
+def wsd_lambda(num_warmup_steps, num_decay_steps=None, decay_ratio=None, num_training_steps=None,
+               num_stable_steps=None, warmup_type="linear", decay_type="cosine", min_lr_ratio=0.0, num_cycles=0.5):
+    """Warmup-stable-decay (Hu et al. 2024, arXiv 2404.06395; 1-sqrt: Hagele et al. 2024, arXiv 2405.18392)
+    with the semantics of transformers' get_wsd_schedule, plus decay_ratio (rounded to the nearest step)."""
+    W = num_warmup_steps
+    D = num_decay_steps if num_decay_steps is not None else int(math.floor(decay_ratio * num_training_steps + 0.5))
+    S = num_stable_steps if num_stable_steps is not None else num_training_steps - W - D
+    m = min_lr_ratio
+
+    def f(t):
+        if t < W:
+            p = t / W
+            w = {"linear": p, "cosine": 0.5 * (1.0 - math.cos(math.pi * p)), "1-sqrt": 1.0 - math.sqrt(1.0 - p)}
+            return m + (1.0 - m) * w[warmup_type]
+        if t < W + S:
+            return 1.0
+        if t < W + S + D:
+            p = (t - W - S) / D
+            d = {"linear": 1.0 - p, "cosine": 0.5 * (1.0 + math.cos(2.0 * math.pi * num_cycles * p)),
+                 "1-sqrt": 1.0 - math.sqrt(p)}
+            return m + (1.0 - m) * d[decay_type]
+        return m
+    return f
+
+
+def inverse_sqrt_lambda(num_warmup_steps, timescale=None):
+    """transformers' get_inverse_sqrt_schedule: linear warmup from 0, then sqrt(timescale / (t + timescale - W))."""
+    W = num_warmup_steps
+    T = timescale if timescale is not None else (W or 10000)
+
+    def f(t):
+        if t < W:
+            return t / W
+        return 1.0 / math.sqrt((t + T - W) / T)
+    return f
+
+
 def build_scheduler(opt, spec):
     args = {k: v for k, v in spec.items() if k != "type"}
     t = spec["type"]
@@ -190,6 +247,10 @@ def build_scheduler(opt, spec):
     if t == "WarmupCosine":
         # trainkit's convenience; its reference is the same closed form through LambdaLR, per group.
         return S.LambdaLR(opt, [warmup_cosine_lambda(g["lr"], **args) for g in opt.param_groups])
+    if t == "WarmupStableDecay":
+        return S.LambdaLR(opt, wsd_lambda(**args))
+    if t == "InverseSqrt":
+        return S.LambdaLR(opt, inverse_sqrt_lambda(**args))
     return getattr(S, t)(opt, **args)
 
 

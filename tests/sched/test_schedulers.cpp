@@ -266,6 +266,55 @@ TEST_CASE("parse_scheduler checks keys, types and values without an optimizer", 
                     Contains("cfg.toml") && Contains("max_lr"));
 }
 
+TEST_CASE("WarmupStableDecay and InverseSqrt: lengths from the run, defaults and bad arguments", "[sched][wsd]") {
+  Setup s("sgd");
+  // Without num_training_steps (or num_stable_steps) the schedule spans the run; decay_ratio is of that length.
+  const auto wsd = parse("type = \"WarmupStableDecay\"\nnum_warmup_steps = 10\ndecay_ratio = 0.2");
+  CHECK(wsd.interval == "step");
+  auto built = trainkit::sched::make_scheduler(wsd, *s.opt, SchedulerContext{4, 25});
+  auto& schedule = dynamic_cast<WarmupStableDecay&>(*built.scheduler);
+  CHECK(schedule.num_decay_steps() == 20);
+  CHECK(schedule.num_stable_steps() == 70);
+  for (int i = 0; i < 80; ++i) {
+    schedule.step();
+  }
+  CHECK(schedule.get_last_lr()[0] == 0.1);  // step 80 starts the decay, at the base LR
+  schedule.step();
+  CHECK(schedule.get_last_lr()[0] < 0.1);
+  CHECK_THROWS_WITH(trainkit::sched::make_scheduler(wsd, *s.opt),
+                    Contains("cfg.toml") && Contains("num_training_steps is required"));
+  // Checks that need no run length fail at parse time.
+  CHECK_THROWS_WITH(parse("type = \"WarmupStableDecay\"\nnum_warmup_steps = 10"),
+                    Contains("cfg.toml") && Contains("num_decay_steps and decay_ratio"));
+  // A decay of the whole run leaves no room for the warmup: found when the run length is known.
+  const auto whole = parse("type = \"WarmupStableDecay\"\nnum_warmup_steps = 1\ndecay_ratio = 1.0");
+  CHECK_THROWS_WITH(trainkit::sched::make_scheduler(whole, *s.opt, SchedulerContext{1, 30}),
+                    Contains("cfg.toml") && Contains("num_training_steps: 30") &&
+                        Contains("num_warmup_steps + decay steps"));
+  CHECK_THROWS_WITH(parse("type = \"WarmupStableDecay\"\nnum_warmup_steps = 1\nnum_decay_steps = 2\n"
+                          "decay_type = \"sqrt\""),
+                    Contains("decay_type") && Contains("1-sqrt"));
+  CHECK_THROWS_WITH(parse("type = \"WarmupStableDecay\"\nnum_warmup_steps = 1\ndecay_ratio = 0.1\n"
+                          "num_stable_steps = 5"),
+                    Contains("decay_ratio needs num_training_steps"));
+  // In C++: the same rules, named with their values.
+  auto& opt = *s.opt;
+  CHECK_THROWS_WITH(WarmupStableDecay(opt, WarmupStableDecayOptions(5).num_decay_steps(10).num_training_steps(12)),
+                    Contains("num_training_steps") && Contains("12"));
+  CHECK_THROWS_WITH(
+      WarmupStableDecay(opt, WarmupStableDecayOptions(5).num_decay_steps(1).num_stable_steps(1).num_training_steps(7)),
+      Contains("num_training_steps and num_stable_steps"));
+  CHECK_THROWS_WITH(WarmupStableDecay(opt, WarmupStableDecayOptions(-1).num_decay_steps(1).num_stable_steps(1)),
+                    Contains("num_warmup_steps") && Contains("-1"));
+  CHECK_THROWS_WITH(
+      WarmupStableDecay(opt, WarmupStableDecayOptions(0).num_decay_steps(1).num_stable_steps(1).min_lr_ratio(1.5)),
+      Contains("min_lr_ratio") && Contains("1.5"));
+  CHECK_THROWS_WITH(InverseSqrt(opt, InverseSqrtOptions(4).timescale(0)), Contains("timescale") && Contains("0"));
+  // timescale defaults to the warmup, or 10000 without one.
+  CHECK(InverseSqrt(opt, InverseSqrtOptions(4)).timescale() == 4);
+  CHECK(InverseSqrt(opt, InverseSqrtOptions(0)).timescale() == 10000);
+}
+
 TEST_CASE("a user's own scheduler type registers with the factory", "[sched][factory]") {
   register_scheduler("HalvingLR", "epoch", [](trainkit::ArgReader& args, const std::string&) -> SchedulerMaker {
     const int64_t every = args.required_integer("every");
@@ -310,7 +359,8 @@ TEST_CASE("one binding per scheduler: the config's rule, the C++ check and the d
       {"StepLR", "step_size = 2"},       {"MultiStepLR", "milestones = [2]"},
       {"ExponentialLR", "gamma = 0.9"},  {"CosineAnnealingLR", "T_max = 3"},
       {"CosineAnnealingWarmRestarts", "T_0 = 3"}, {"WarmupCosine", "warmup_steps = 2"},
-      {"CyclicLR", "base_lr = 0.01\nmax_lr = 0.1"}, {"OneCycleLR", "max_lr = 0.1"}};
+      {"CyclicLR", "base_lr = 0.01\nmax_lr = 0.1"}, {"OneCycleLR", "max_lr = 0.1"},
+      {"WarmupStableDecay", "num_warmup_steps = 2\nnum_decay_steps = 3"}, {"InverseSqrt", "num_warmup_steps = 2"}};
   size_t keys = 0;
   for (const auto& type : scheduler_types()) {
     const auto docs = scheduler_arg_docs(type);
@@ -329,7 +379,7 @@ TEST_CASE("one binding per scheduler: the config's rule, the C++ check and the d
       ++keys;
     }
   }
-  CHECK(keys == 39);
+  CHECK(keys == 43);
   const auto step = scheduler_arg_docs("StepLR");
   REQUIRE(step.size() == 2);
   CHECK(step[0].key == "step_size");

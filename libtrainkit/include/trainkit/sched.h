@@ -8,3 +8,4 @@
 #include "trainkit/sched/factory.h"
 #include "trainkit/sched/plateau.h"
 #include "trainkit/sched/scheduler.h"
+#include "trainkit/sched/warmup_decay.h"

@@ -165,11 +165,7 @@ bool register_cosine_schedulers() {
     return [o, from_run, interval, where](torch::optim::Optimizer& opt, const SchedulerContext& context) {
       WarmupCosineOptions run = o;
       if (from_run) {
-        const int64_t length = run_length(context, interval);
-        if (length == 0) {
-          throw ArgError(where + ": total_steps is required (the run length is unknown here)");
-        }
-        run.total_steps(length);
+        run.total_steps(required_run_length(context, interval, where, "total_steps"));
       }
       return std::make_shared<WarmupCosine>(opt, run);
     };

@@ -103,6 +103,15 @@ int64_t run_length(const SchedulerContext& context, const std::string& interval)
   return interval == "step" ? context.epochs * context.steps_per_epoch : context.epochs;
 }
 
+int64_t required_run_length(const SchedulerContext& context, const std::string& interval, const std::string& where,
+                            const std::string& key) {
+  const int64_t length = run_length(context, interval);
+  if (length == 0) {
+    throw ArgError(where + ": " + key + " is required (the run length is unknown here)");
+  }
+  return length;
+}
+
 BuiltScheduler make_scheduler(const SchedulerSpec& spec, torch::optim::Optimizer& optimizer,
                               const SchedulerContext& context) {
   if (!spec.make) {

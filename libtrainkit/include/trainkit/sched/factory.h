@@ -20,7 +20,8 @@
 
 namespace trainkit::sched {
 
-/// What the caller knows about the run, used for defaults (OneCycleLR's and WarmupCosine's length).
+/// What the caller knows about the run, used for defaults (the length of OneCycleLR, WarmupCosine and
+/// WarmupStableDecay).
 struct SchedulerContext {
   int64_t epochs = 0;           ///< epochs of the run (0 = unknown)
   int64_t steps_per_epoch = 0;  ///< optimizer steps per epoch (0 = unknown)
@@ -34,7 +35,7 @@ using SchedulerMaker = std::function<std::shared_ptr<LRScheduler>(torch::optim::
 struct SchedulerSpec {
   std::string type;      ///< PyTorch's class name, e.g. "CosineAnnealingLR"
   /// "step" (after every optimizer step) or "epoch" (after every epoch); key `interval`, defaulting to
-  /// "step" for CyclicLR, OneCycleLR and WarmupCosine and "epoch" for the others.
+  /// "step" for CyclicLR, OneCycleLR, WarmupCosine, WarmupStableDecay and InverseSqrt and "epoch" for the others.
   std::string interval;
   std::string where;     ///< where the table came from, for errors found when building
   SchedulerMaker make;   ///< builds it (options already read)
@@ -54,8 +55,9 @@ SchedulerSpec parse_scheduler(const ArgTable& table, const std::string& where);
 /// `interval` and may not set its own.
 SchedulerSpec parse_member_scheduler(const ArgTable& table, const std::string& where, const std::string& interval);
 
-/// Builds `spec` for `optimizer`. Without total_steps, OneCycleLR and WarmupCosine run for the whole run
-/// (`context`), counted in the scheduler's interval. Problems that need the optimizer or the run length
+/// Builds `spec` for `optimizer`. OneCycleLR and WarmupCosine without total_steps, and WarmupStableDecay
+/// without num_training_steps or num_stable_steps, run for the whole run (`context`), counted in the
+/// scheduler's interval. Problems that need the optimizer or the run length
 /// (values per param group, a missing momentum, an unknown length) throw ArgError naming spec.where.
 BuiltScheduler make_scheduler(const SchedulerSpec& spec, torch::optim::Optimizer& optimizer,
                               const SchedulerContext& context = {});
@@ -129,5 +131,10 @@ std::vector<SchedulerArgDoc> scheduler_arg_docs(const std::string& type);
 
 /// Optimizer steps (interval "step") or epochs of the whole run, as `context` knows them (0 = unknown).
 int64_t run_length(const SchedulerContext& context, const std::string& interval);
+
+/// run_length() for a scheduler whose `key` defaults to the run; throws ArgError("<where>: <key> is required
+/// (the run length is unknown here)") when `context` does not know it.
+int64_t required_run_length(const SchedulerContext& context, const std::string& interval, const std::string& where,
+                            const std::string& key);
 
 }  // namespace trainkit::sched
