@@ -335,16 +335,29 @@ TEST_CASE("a gone worker is told by boot id, PID namespace and start time, not b
   live.wait();
 }
 
-// A writer process of the concurrency test below: TRAINKIT_JOURNAL_WRITER="PATH N" runs N trials of x in
-// [0, 1] (value x) through app::StudyJournal on study "shared".
+// A writer process of the concurrency test below: TRAINKIT_JOURNAL_WRITER="PATH N KIND" runs N trials of x in
+// [0, 1] (value x) on study "shared", through app::StudyJournal (KIND app) or a tune::Study kept in the journal
+// (KIND study).
 TEST_CASE("journal writer process", "[.journal-writer]") {
   const char* spec = std::getenv("TRAINKIT_JOURNAL_WRITER");
   REQUIRE(spec);
   std::istringstream in(spec);
-  std::string path;
+  std::string path, kind;
   int n = 0;
-  in >> path >> n;
+  in >> path >> n >> kind;
   const SearchSpace space = SearchSpace().add_float("x", 0.0, 1.0);
+  if (kind == "study") {
+    tune::Study study(space, std::make_shared<tune::RandomSampler>(),
+                      tune::StudyOptions().journal(path).study_name("shared").seed(static_cast<uint64_t>(::getpid())));
+    for (int i = 0; i < n; ++i) {
+      const auto t = study.ask();
+      const double x = std::get<double>(t.params.at("x"));
+      study.report(t.number, 0, x);
+      study.tell(t.number, x);
+    }
+    return;
+  }
+  REQUIRE(kind == "app");
   app::StudyJournal study(path, space, setup_of("shared"), random_study(space));
   for (int i = 0; i < n; ++i) {
     const auto t = study.ask(1 << 30, [](const trainkit::tune::Trial&) { return std::vector<std::string>{}; });
@@ -355,19 +368,21 @@ TEST_CASE("journal writer process", "[.journal-writer]") {
   }
 }
 
-// Run by the ctest `journal_concurrent_writers`, which sets TRAINKIT_PYTHON (without it: the two trainkit
+// Run by the ctest `journal_concurrent_writers`, which sets TRAINKIT_PYTHON (without it: the three trainkit
 // writers alone).
-TEST_CASE("two trainkit writers and a Python Optuna worker share one journal: no trial lost or doubled",
+TEST_CASE("two trainkit tune writers, a tune::Study and a Python Optuna worker share one journal: no trial lost "
+          "or doubled",
           "[.journal-concurrent]") {
   trainkit::test::TempDir tmp("journal-concurrent");
   const std::string path = tmp.str("study.journal");
   const int n = 40;
   const char* python = trainkit::test::python_or_null();
   std::vector<trainkit::Subprocess> workers;
-  for (int w = 0; w < 2; ++w) {
+  for (int w = 0; w < 3; ++w) {
+    const std::string kind = w < 2 ? "app" : "study";
     workers.emplace_back(trainkit::SubprocessOptions()
                              .argv({fs::read_symlink("/proc/self/exe").string(), "[.journal-writer]"})
-                             .env({{"TRAINKIT_JOURNAL_WRITER", path + " " + std::to_string(n)}})
+                             .env({{"TRAINKIT_JOURNAL_WRITER", path + " " + std::to_string(n) + " " + kind}})
                              .log_file(tmp.str("writer" + std::to_string(w) + ".log")));
   }
   if (python) {
@@ -376,11 +391,11 @@ TEST_CASE("two trainkit writers and a Python Optuna worker share one journal: no
                                     path, "shared", std::to_string(n)})
                              .log_file(tmp.str("python.log")));
   } else {
-    WARN("TRAINKIT_PYTHON names no Python: two trainkit writers only");
+    WARN("TRAINKIT_PYTHON names no Python: the trainkit writers only");
   }
   for (size_t w = 0; w < workers.size(); ++w) {
     const auto status = workers[w].wait();
-    INFO("worker " << w << ": " << trainkit::test::read_text(tmp.str(w < 2 ? "writer" + std::to_string(w) + ".log"
+    INFO("worker " << w << ": " << trainkit::test::read_text(tmp.str(w < 3 ? "writer" + std::to_string(w) + ".log"
                                                                            : "python.log")));
     REQUIRE(status.ok());
   }
