@@ -1,10 +1,10 @@
-"""Golden Optuna journal for `trainkit tune`'s journal reader (tests/golden/optuna/python_study.journal and
+"""Golden Optuna journal for the library's journal reader (tests/golden/optuna/python_study.journal and
 tests/golden/optuna.toml), written by Python Optuna itself through JournalStorage(JournalFileBackend(...)).
 
 Called by scripts/gen_golden.py (gen_optuna(out_dir, toml_value)), or alone: .venv/bin/python scripts/golden_optuna.py
 The journal holds a study created, given a trial and deleted (so trial ids and study ids of the live study do
 not start at 0), then study "python_study" (minimize) run by a seeded RandomSampler over the space of
-tests/app/test_optuna_journal.cpp: lr (float, log), width (int), act (categorical), momentum (float): 4
+tests/tune/test_optuna_journal.cpp: lr (float, log), width (int), act (categorical), momentum (float): 4
 complete trials with intermediate values (one NaN), one pruned, one failed (its objective NaN) and one left
 running (asked, never told), with user attributes on the study and the trials. Worker ids and times are
 replaced by fixed ones so that the file is the same at each regeneration; Optuna re-reads the rewritten file

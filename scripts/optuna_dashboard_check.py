@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""optuna-dashboard serves a journal trainkit wrote (tests/app/test_optuna_journal.cpp, ctest
+"""optuna-dashboard serves a journal trainkit wrote (tests/app/test_study_journal.cpp, ctest
 optuna_dashboard_serves_journal):
 
     optuna_dashboard_check.py probe

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Python Optuna's side of trainkit's journal tests (tests/app/test_optuna_journal.cpp):
+"""Python Optuna's side of trainkit's journal tests (tests/tune/test_optuna_journal.cpp,
+tests/app/test_study_journal.cpp):
 
     optuna_journal_check.py read JOURNAL STUDY EXPECTED.json
         optuna.load_study(storage=JournalStorage(JournalFileBackend(JOURNAL))) must see the trials that trainkit

@@ -1,6 +1,7 @@
 #include "study_file.h"
 
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -10,7 +11,6 @@
 #include <spdlog/spdlog.h>
 
 #include "trainkit/app/run.h"
-#include "trainkit/train/checkpoint.h"
 
 namespace trainkit::app {
 namespace {
@@ -18,12 +18,6 @@ namespace {
 using nlohmann::ordered_json;
 using tune::Param;
 using tune::TrialState;
-
-constexpr int kStudyVersion = 1;
-
-std::string dump_line(const ordered_json& json) {
-  return json.dump(-1, ' ', false, ordered_json::error_handler_t::replace) + "\n";
-}
 
 ordered_json parse_line(const std::string& line) {
   try {
@@ -41,32 +35,6 @@ std::optional<std::string> string_field(const ordered_json& json, const char* ke
 }
 
 double number_or_nan(const ordered_json& json) { return json.is_number() ? json.get<double>() : NAN; }
-
-std::string header_line(const StudyHeader& h) {
-  return dump_line({{"trainkit_study", kStudyVersion},
-                    {"space", h.space},
-                    {"metric", h.metric},
-                    {"direction", h.direction},
-                    {"seed", h.seed}});
-}
-
-std::string trial_line(const TrialRecord& r) {
-  ordered_json params = ordered_json::object();
-  for (const auto& [name, value] : r.trial.params) {
-    params[name] = tune::to_string(value);
-  }
-  ordered_json intermediate = ordered_json::array();
-  for (const auto& [step, value] : r.trial.intermediate) {
-    intermediate.push_back(ordered_json::array({step, value}));
-  }
-  return dump_line({{"number", r.trial.number},
-                    {"state", tune::to_string(r.trial.state)},
-                    {"value", r.trial.value},
-                    {"seconds", std::round(r.seconds * 1000) / 1000},
-                    {"dir", r.dir},
-                    {"params", params},
-                    {"intermediate", intermediate}});
-}
 
 tune::ParamValue parse_value(const Param& p, const std::string& text) {
   switch (p.kind) {
@@ -111,61 +79,47 @@ TrialRecord parse_trial(const ordered_json& j, const tune::SearchSpace& space) {
 
 }  // namespace
 
-StudyFile::StudyFile(const std::filesystem::path& path, const tune::SearchSpace& space, const StudyHeader& header,
-                     const std::string& space_path)
-    : path_(path), continued_(std::filesystem::exists(path)) {
+std::vector<TrialRecord> read_study_file(const std::filesystem::path& path, const tune::SearchSpace& space,
+                                         const StudyHeader& header, const std::string& space_path) {
   const std::string file = path.string();
-  if (!continued_) {
-    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-    train::write_file_atomic(file, header_line(header));
-  } else {
-    std::ifstream in(path);
-    std::vector<std::string> lines;
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    if (lines.empty()) throw UsageError(fmt::format("{}: empty study file (remove it to start afresh)", file));
-    ordered_json h;
-    try {
-      h = parse_line(lines[0]);
-    } catch (const std::exception& e) {
-      throw UsageError(fmt::format("{}: line 1 is not a study header: {}", file, e.what()));
-    }
-    const auto fingerprint = string_field(h, "space");
-    if (fingerprint != header.space) {
-      throw UsageError(fmt::format("{}: the study was run on another search space\n  study file: {}\n  {}: {}", file,
-                                   fingerprint.value_or("(none)"), space_path, header.space));
-    }
-    for (const auto& [key, want] : {std::pair{"metric", header.metric}, std::pair{"direction", header.direction}}) {
-      const auto v = string_field(h, key);
-      if (v != want) {
-        throw UsageError(
-            fmt::format("{}: the study's {} is \"{}\", this run's is \"{}\"", file, key, v.value_or(""), want));
-      }
-    }
-    for (size_t i = 1; i < lines.size(); ++i) {
-      if (lines[i].empty()) continue;
-      const std::string where = fmt::format("{}:{}", file, i + 1);
-      try {
-        TrialRecord r = parse_trial(parse_line(lines[i]), space);
-        r.trial.number = static_cast<int64_t>(records_.size());
-        records_.push_back(std::move(r));
-      } catch (const std::runtime_error& e) {
-        if (i + 1 == lines.size()) {
-          spdlog::warn("{}: ignoring a damaged last line (an interrupted write): {}", where, e.what());
-          continue;
-        }
-        throw UsageError(fmt::format("{}: {}", where, e.what()));
-      }
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  if (lines.empty()) throw UsageError(fmt::format("{}: empty study file (remove it to start afresh)", file));
+  ordered_json h;
+  try {
+    h = parse_line(lines[0]);
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("{}: line 1 is not a study header: {}", file, e.what()));
+  }
+  const auto fingerprint = string_field(h, "space");
+  if (fingerprint != header.space) {
+    throw UsageError(fmt::format("{}: the study was run on another search space\n  study file: {}\n  {}: {}", file,
+                                 fingerprint.value_or("(none)"), space_path, header.space));
+  }
+  for (const auto& [key, want] : {std::pair{"metric", header.metric}, std::pair{"direction", header.direction}}) {
+    const auto v = string_field(h, key);
+    if (v != want) {
+      throw UsageError(fmt::format("{}: the study's {} is \"{}\", this run's is \"{}\"", file, key, v.value_or(""), want));
     }
   }
-  out_.open(path, std::ios::app);
-  if (!out_) throw std::runtime_error(fmt::format("{}: cannot open for appending", file));
-}
-
-void StudyFile::append(const TrialRecord& record) {
-  out_ << trial_line(record);
-  out_.flush();
-  if (!out_) throw std::runtime_error(fmt::format("{}: cannot write", path_.string()));
-  records_.push_back(record);
+  std::vector<TrialRecord> records;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    if (lines[i].empty()) continue;
+    const std::string where = fmt::format("{}:{}", file, i + 1);
+    try {
+      TrialRecord r = parse_trial(parse_line(lines[i]), space);
+      r.trial.number = static_cast<int64_t>(records.size());
+      records.push_back(std::move(r));
+    } catch (const std::runtime_error& e) {
+      if (i + 1 == lines.size()) {
+        spdlog::warn("{}: ignoring a damaged last line (an interrupted write): {}", where, e.what());
+        continue;
+      }
+      throw UsageError(fmt::format("{}: {}", where, e.what()));
+    }
+  }
+  return records;
 }
 
 }  // namespace trainkit::app

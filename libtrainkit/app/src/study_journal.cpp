@@ -22,6 +22,11 @@
 namespace trainkit::app {
 namespace {
 
+using tune::JournalBatch;
+using tune::JournalStudy;
+using tune::JournalTrial;
+using tune::json_text;
+using tune::OptunaTrialState;
 using tune::TrialState;
 
 constexpr const char* kDirAttr = "trainkit_dir";
@@ -209,20 +214,11 @@ std::optional<double> epoch_seconds(const std::string& iso) {
   return t;
 }
 
-TrialState trainkit_state(OptunaTrialState s) {
-  switch (s) {
-    case OptunaTrialState::Complete: return TrialState::Complete;
-    case OptunaTrialState::Pruned: return TrialState::Pruned;
-    case OptunaTrialState::Fail: return TrialState::Failed;
-    default: return TrialState::Running;
-  }
-}
-
 }  // namespace
 
 StudyJournal::StudyJournal(const std::filesystem::path& path, const tune::SearchSpace& space, StudyJournalSetup setup,
                            std::function<tune::Study()> make_study)
-    : journal_(path.string(), OptunaJournalOptions().grace_period_s(setup.grace_period_s)),
+    : journal_(path.string(), tune::OptunaJournalOptions().grace_period_s(setup.grace_period_s)),
       root_(path.has_parent_path() ? path.parent_path() : std::filesystem::path(".")),
       space_(space),
       setup_(std::move(setup)),
@@ -283,20 +279,6 @@ int64_t StudyJournal::counted() const {
   return n;
 }
 
-std::optional<tune::Trial> StudyJournal::to_trial(const JournalTrial& t) const {
-  tune::Trial out;
-  out.number = t.number;
-  out.state = trainkit_state(t.state);
-  if (out.state == TrialState::Complete) out.value = t.values.empty() ? NAN : t.values.front();
-  out.intermediate = t.intermediate;
-  for (const auto& p : space_.params()) {
-    const auto v = t.params.find(p.name);
-    if (v == t.params.end()) return std::nullopt;
-    out.params[p.name] = optuna_external(p, v->second);
-  }
-  return out;
-}
-
 void StudyJournal::rebuild() {
   if (built_at_ == journal_.lines_read()) return;
   const std::string file = journal_.path();
@@ -310,43 +292,21 @@ void StudyJournal::rebuild() {
     throw UsageError(fmt::format("{}: study \"{}\" tunes {}, this run's metric is {}", file, s.name, *metric,
                                  setup_.metric));
   }
+  std::vector<tune::Trial> trials;
+  try {
+    trials = tune::study_trials(journal_, study_id_, space_);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("{} ({})", e.what(), setup_.space_path));
+  }
   tune::Study study = make_study_();
   std::map<int64_t, int64_t> local_of;
-  for (const JournalTrial* t : journal_.trials_of(study_id_)) {
-    for (const auto& [name, dist] : t->distributions) {
-      const std::string& param = name;  // clang before 16 cannot capture a structured binding
-      const auto* p = [&]() -> const tune::Param* {
-        for (const auto& q : space_.params()) {
-          if (q.name == param) return &q;
-        }
-        return nullptr;
-      }();
-      std::string why;
-      if (!p) why = "a parameter the space does not have";
-      else if (same_distribution(dist, *p, &why)) continue;
-      throw UsageError(fmt::format("{}:{}: the study was run on another search space: trial {}'s {} is {} ({})", file,
-                                   t->param_lines.at(name), t->number, name, why, setup_.space_path));
-    }
-    std::optional<tune::Trial> trial;
-    try {
-      trial = to_trial(*t);
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(fmt::format("{}:{}: trial {}: {}", file, t->line, t->number, e.what()));
-    }
-    if (!trial && t->damaged) continue;  // its unreadable fields were named when it was read
-    if (!trial) {
-      // A trial that Python Optuna created and has not given every parameter yet (or that failed before): not
-      // a point of this space. A finished, non-failed one is from another space.
-      if (t->state == OptunaTrialState::Complete || t->state == OptunaTrialState::Pruned) {
-        throw UsageError(fmt::format("{}:{}: the study was run on another search space: trial {} lacks parameters "
-                                     "of {}",
-                                     file, t->line, t->number, setup_.space_path));
-      }
-      continue;
-    }
-    trial->number = static_cast<int64_t>(study.trials().size());
-    local_of[t->number] = trial->number;
-    study.add_trial(std::move(*trial));
+  for (tune::Trial& trial : trials) {
+    // A trial that Python Optuna created and has not given every parameter yet (or that failed before, or whose
+    // unreadable fields were named when it was read): not a point of this space.
+    if (trial.params.size() != space_.params().size()) continue;
+    local_of[trial.number] = static_cast<int64_t>(study.trials().size());
+    trial.number = local_of[trial.number];
+    study.add_trial(std::move(trial));
   }
   study_ = std::move(study);
   local_of_ = std::move(local_of);
@@ -390,14 +350,7 @@ std::optional<TrialRecord> StudyJournal::ask(
     if (counted() >= max_trials) return;  // other workers filled the study while this one sampled
     t.number = static_cast<int64_t>(journal_.study(study_id_).trial_ids.size());
     const std::string dir = claim_dir(t.number);
-    std::map<std::string, double> params;
-    std::map<std::string, std::string> dists;
-    for (const auto& p : space_.params()) {
-      params[p.name] = optuna_internal(p, t.params.at(p.name));
-      dists[p.name] = optuna_distribution(p);
-    }
-    batch.create_trial(study_id_, params, dists,
-                       {{kDirAttr, json_text(dir)}, {kOverridesAttr, json_text(overrides(t))}});
+    batch.create_trial(study_id_, space_, t.params, {{kDirAttr, json_text(dir)}, {kOverridesAttr, json_text(overrides(t))}});
     batch.set_trial_system_attr(journal_.next_trial_id(), kWorkerAttr, json_text(this_worker()));
     asked = TrialRecord{t, 0, dir};
   });
@@ -444,12 +397,13 @@ void StudyJournal::finish(int64_t number, OptunaTrialState state, double value, 
 
 std::vector<TrialRecord> StudyJournal::records() {
   std::vector<TrialRecord> out;
+  const std::vector<tune::Trial> trials = tune::study_trials(journal_, study_id_, space_);
   for (const JournalTrial* t : journal_.trials_of(study_id_)) {
     if (t->state == OptunaTrialState::Running || t->state == OptunaTrialState::Waiting) continue;
     if (t->system_attrs.count(kUncountedAttr)) continue;
-    auto trial = to_trial(*t);
-    if (!trial) continue;
-    TrialRecord r{*trial, 0, string_attr(t->user_attrs, kDirAttr).value_or("")};
+    const tune::Trial& trial = trials.at(static_cast<size_t>(t->number));
+    if (trial.params.size() != space_.params().size()) continue;
+    TrialRecord r{trial, 0, string_attr(t->user_attrs, kDirAttr).value_or("")};
     const auto start = epoch_seconds(t->datetime_start), end = epoch_seconds(t->datetime_complete);
     if (start && end) r.seconds = *end - *start;
     out.push_back(std::move(r));
@@ -461,13 +415,7 @@ void StudyJournal::import(const std::vector<TrialRecord>& records) {
   journal_.transaction([&](JournalBatch& batch) {
     int64_t id = journal_.next_trial_id();
     for (const auto& r : records) {
-      std::map<std::string, double> params;
-      std::map<std::string, std::string> dists;
-      for (const auto& p : space_.params()) {
-        params[p.name] = optuna_internal(p, r.trial.params.at(p.name));
-        dists[p.name] = optuna_distribution(p);
-      }
-      batch.create_trial(study_id_, params, dists, {{kDirAttr, json_text(r.dir)}});
+      batch.create_trial(study_id_, space_, r.trial.params, {{kDirAttr, json_text(r.dir)}});
       for (const auto& [step, v] : r.trial.intermediate) batch.set_trial_intermediate_value(id, step, v);
       const OptunaTrialState state = r.trial.state == TrialState::Complete ? OptunaTrialState::Complete
                                      : r.trial.state == TrialState::Pruned ? OptunaTrialState::Pruned

@@ -1,6 +1,6 @@
 #pragma once
 // The study of `trainkit tune` kept in an Optuna journal file (internal to the application layer; the file
-// format is trainkit/app/optuna_journal.h). One named study in the journal is the search: every trial of it,
+// format is trainkit/tune/optuna_journal.h). One named study in the journal is the search: every trial of it,
 // whoever wrote it (this process, another `trainkit tune`, Python Optuna), is an observation or a pending
 // point of the sampler. As in Optuna, a worker reads the journal, samples without the lock and appends the new
 // trial under it, its number the one the replay gives it then, so that concurrent workers never create the
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "study_file.h"
-#include "trainkit/app/optuna_journal.h"
+#include "trainkit/tune/optuna_journal.h"
 #include "trainkit/tune/search_space.h"
 #include "trainkit/tune/study.h"
 
@@ -76,7 +76,7 @@ class StudyJournal {
   bool report(int64_t number, int64_t step, double value);
   /// Ends trial `number`: Complete with `value` when finite, else Fail; or `state` Pruned / Fail.
   /// `uncounted` non-empty: Fail, not counted toward --trials (a configuration error), with that reason.
-  void finish(int64_t number, OptunaTrialState state, double value, const std::string& uncounted = {});
+  void finish(int64_t number, tune::OptunaTrialState state, double value, const std::string& uncounted = {});
 
   /// The finished trials that count, by number (all workers', Python's included).
   std::vector<TrialRecord> records();
@@ -89,10 +89,9 @@ class StudyJournal {
  private:
   void rebuild();
   std::string claim_dir(int64_t number) const;
-  const JournalTrial& trial(int64_t number) const;
-  std::optional<tune::Trial> to_trial(const JournalTrial& t) const;
+  const tune::JournalTrial& trial(int64_t number) const;
 
-  OptunaJournal journal_;
+  tune::OptunaJournal journal_;
   std::filesystem::path root_;  // the study directory: the journal's
   tune::SearchSpace space_;
   StudyJournalSetup setup_;

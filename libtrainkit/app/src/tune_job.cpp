@@ -30,6 +30,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using tune::SearchSpace;
 using tune::Trial;
+using tune::OptunaTrialState;
 using tune::TrialState;
 
 void check_options(const TuneJobOptions& o) {
@@ -251,9 +252,9 @@ TuneJobResult run_tune_job(const TuneJobOptions& o) {
   const fs::path journal_path = out / "study.journal", old_path = out / "study.jsonl";
   // An older trainkit's study.jsonl is read once (and checked like the journal) into a new journal; it is left
   // in place, unread from then on.
-  std::optional<StudyFile> old_study;
+  std::optional<std::vector<TrialRecord>> old_study;
   if (!fs::exists(journal_path) && fs::exists(old_path)) {
-    old_study.emplace(old_path, space, StudyHeader{space.fingerprint(), o.metric, direction, o.seed}, o.space_path);
+    old_study = read_study_file(old_path, space, {space.fingerprint(), o.metric, direction, o.seed}, o.space_path);
   }
   std::shared_ptr<tune::Pruner> pruner;
   if (o.prune) pruner = std::make_shared<tune::MedianPruner>();
@@ -262,8 +263,8 @@ TuneJobResult run_tune_job(const TuneJobOptions& o) {
   StudyJournal study(journal_path, space, {study_name_of(o), o.metric, direction, o.space_path},
                      [&] { return tune::Study(space, sampler, options, pruner); });
   if (old_study && !study.continued()) {
-    study.import(old_study->records());
-    spdlog::info("tune: read {} trials of {} into {}", old_study->records().size(), old_path.string(),
+    study.import(*old_study);
+    spdlog::info("tune: read {} trials of {} into {}", old_study->size(), old_path.string(),
                  journal_path.string());
   }
   if (study.continued() || old_study) {

@@ -1,11 +1,14 @@
 #pragma once
 /// @file
 /// Tuning: the LR range test and its suggestions; the batch-size finder; hyperparameter search (search
-/// spaces, Sobol design, Gaussian process, acquisitions, samplers, median pruner, ask/tell study).
+/// spaces, Sobol design, Gaussian process, acquisitions, samplers, median pruner, ask/tell study, kept in
+/// Optuna's journal file).
 #include "trainkit/tune/acquisition.h"
 #include "trainkit/tune/batch_size_finder.h"
 #include "trainkit/tune/gaussian_process.h"
+#include "trainkit/tune/journal_file.h"
 #include "trainkit/tune/lr_finder.h"
+#include "trainkit/tune/optuna_journal.h"
 #include "trainkit/tune/pruner.h"
 #include "trainkit/tune/sampler.h"
 #include "trainkit/tune/search_space.h"

@@ -7,7 +7,7 @@
 /// from the finished run (`val_*`: the last epoch row of metrics.jsonl; `test_*`: summary.json). Output
 /// directory: `study.journal` (the study as an Optuna JournalStorage file, which Python Optuna,
 /// optuna-dashboard and other `trainkit tune` processes read and extend at once: a re-run with the same --out
-/// continues the study; see trainkit/app/optuna_journal.h), `trials.csv`, `best.toml` (the best trial's
+/// continues the study; see trainkit/tune/optuna_journal.h), `trials.csv`, `best.toml` (the best trial's
 /// effective config), `best_so_far.svg` and `trials/`. A study not named after OUT (--study-name) that shares
 /// it writes its `trials.csv`, `best.toml` and `best_so_far.svg` in `trials/<study>/` instead.
 ///

@@ -13,11 +13,8 @@
 /// worker of a study. A CREATE_TRIAL on a live study always creates its trial (later trial ids stay Optuna's);
 /// a damaged field of it is left out with a warning and the trial is marked `damaged`.
 ///
-/// Writing takes Optuna's default lock, JournalFileSymlinkLock: `symlink(path, path + ".lock")` succeeds for
-/// one process at a time; the others retry (1 ms doubling to 1 s), and break a lock under which the journal's
-/// modification time has not changed for `grace_period_s` (Optuna's 30 s), as Optuna does for a lock left by a
-/// killed process. Under the lock, a file that does not end with a newline lost its last write to a killed
-/// writer: that torn tail is cut off (with a warning) before appending. Each append is one write, fsync'ed.
+/// The file, its lock and torn-tail repair are trainkit/tune/journal_file.h; this is what its lines mean. A
+/// tune::Study keeps itself in such a file with `StudyOptions().journal(path)` (trainkit/tune/study.h).
 ///
 /// ```
 /// OptunaJournal journal("study.journal");
@@ -34,9 +31,11 @@
 
 #include <torch/arg.h>
 
+#include "trainkit/tune/journal_file.h"
 #include "trainkit/tune/search_space.h"
+#include "trainkit/tune/trial.h"
 
-namespace trainkit::app {
+namespace trainkit::tune {
 
 /// Optuna's TrialState values as the journal stores them.
 enum class OptunaTrialState { Running = 0, Complete = 1, Pruned = 2, Fail = 3, Waiting = 4 };
@@ -90,6 +89,9 @@ class JournalBatch {
   void create_trial(int64_t study_id, const std::map<std::string, double>& params,
                     const std::map<std::string, std::string>& distributions,
                     const std::map<std::string, std::string>& user_attrs = {});
+  /// CREATE_TRIAL of a running trial at `params` of `space`, each as Optuna's internal value and distribution.
+  void create_trial(int64_t study_id, const SearchSpace& space, const ParamSet& params,
+                    const std::map<std::string, std::string>& user_attrs = {});
   void set_trial_param(int64_t trial_id, const std::string& name, double internal, const std::string& distribution);
   /// SET_TRIAL_STATE_VALUES: `values` empty writes null; a finished state is dated now.
   void set_trial_state_values(int64_t trial_id, OptunaTrialState state, const std::vector<double>& values);
@@ -109,8 +111,8 @@ class JournalBatch {
 
 /// Options of OptunaJournal: `OptunaJournalOptions().grace_period_s(30)`.
 struct OptunaJournalOptions {
-  /// Seconds a lock may stand while the journal does not change before it is broken (Optuna's default).
-  TORCH_ARG(double, grace_period_s) = 30;
+  /// Seconds a lock may stand while the journal does not change before it is broken (JournalFileOptions).
+  TORCH_ARG(double, grace_period_s) = JournalFileOptions().grace_period_s();
   /// Worker id written with every op; empty: a fresh "<uuid4>-<pid>".
   TORCH_ARG(std::string, worker_id) = "";
 };
@@ -144,14 +146,13 @@ class OptunaJournal {
   /// The lines (1-based) skipped as damaged, or applied with a damaged field left out, each with a warning.
   const std::vector<int64_t>& skipped_lines() const { return skipped_lines_; }
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
   const std::string& worker_id() const { return options_.worker_id(); }
 
  private:
   void apply(const std::string& line, int64_t line_number, std::vector<std::string>& ignored);
-  std::string path_;
+  JournalFile file_;
   OptunaJournalOptions options_;
-  int64_t offset_ = 0;
   int64_t lines_read_ = 0;
   int64_t next_study_id_ = 0;
   std::map<int64_t, JournalStudy> studies_;
@@ -166,13 +167,21 @@ std::string json_text(const std::vector<std::string>& values);
 
 /// Optuna's distribution JSON for a search-space parameter: FloatDistribution (step null), IntDistribution
 /// (step 1) or CategoricalDistribution (the choices as strings), attributes in Optuna's order.
-std::string optuna_distribution(const tune::Param& param);
+std::string optuna_distribution(const Param& param);
 /// Whether `distribution` (a journal's distribution JSON) is the distribution of `param`: same class, bounds,
 /// log flag, step and choices. When not, `why` says what differs.
-bool same_distribution(const std::string& distribution, const tune::Param& param, std::string* why);
+bool same_distribution(const std::string& distribution, const Param& param, std::string* why);
 /// The internal value Optuna stores: the float itself, the integer as a float, a choice's index.
-double optuna_internal(const tune::Param& param, const tune::ParamValue& value);
+double optuna_internal(const Param& param, const ParamValue& value);
 /// The value an internal one stands for (std::invalid_argument for a categorical index out of range).
-tune::ParamValue optuna_external(const tune::Param& param, double internal);
+ParamValue optuna_external(const Param& param, double internal);
 
-}  // namespace trainkit::app
+/// The trials of study `study_id` as a Study's trials over `space` (Optuna's states; a Complete trial's first
+/// value), numbered as Optuna numbers them. A trial without every parameter of the space (a Python trial still
+/// suggesting, one that failed first, one whose CREATE_TRIAL was damaged) holds the parameters it has, Running or
+/// Failed. std::invalid_argument "<path>:<line>: the study was run on another search space: ..." naming the line
+/// for a parameter whose distribution is not the space's, one the space does not have, or a Complete or Pruned
+/// trial that lacks one; "<path>:<line>: trial N: ..." for a value the space cannot hold.
+std::vector<Trial> study_trials(const OptunaJournal& journal, int64_t study_id, const SearchSpace& space);
+
+}  // namespace trainkit::tune

@@ -1,30 +1,22 @@
-#include "trainkit/app/optuna_journal.h"
+#include "trainkit/tune/optuna_journal.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ctime>
-#include <fstream>
-#include <random>
 #include <stdexcept>
-#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-namespace trainkit::app {
+namespace trainkit::tune {
 namespace {
 
 using nlohmann::json;
 using nlohmann::ordered_json;
-using tune::Param;
 
 // Optuna's JournalOperation (optuna/storages/journal/_storage.py).
 enum Op : int {
@@ -149,15 +141,6 @@ std::string now_iso() {
   return fmt::format("{}.{:06d}+00:00", buf, us);
 }
 
-std::string new_worker_id() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  const uint64_t hi = (gen() & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;  // version 4
-  const uint64_t lo = (gen() & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;  // variant 10
-  return fmt::format("{:08x}-{:04x}-{:04x}-{:04x}-{:012x}-{}", hi >> 32, (hi >> 16) & 0xffff, hi & 0xffff, lo >> 48,
-                     lo & 0xffffffffffffULL, ::getpid());
-}
-
 /// A distribution JSON in either of Optuna's forms ({"name":..,"attributes":..} or the abbreviated
 /// {"type":"float",..}), reduced to what compatibility and equality look at.
 struct Distribution {
@@ -200,109 +183,6 @@ bool compatible(const std::string& old_text, const std::string& new_text) {
   if (a.kind != b.kind) return false;
   if (a.kind == "categorical") return a.choices == b.choices;
   return a.log == b.log;
-}
-
-/// Optuna's JournalFileSymlinkLock (optuna/storages/journal/_file.py), held for the object's lifetime.
-class SymlinkLock {
- public:
-  SymlinkLock(const std::string& target, double grace_period_s) : target_(target), lock_(target + ".lock") {
-    using Clock = std::chrono::steady_clock;
-    double sleep_s = 0.001;
-    auto last_change = Clock::now();
-    auto last_warning = Clock::now();
-    std::optional<std::pair<int64_t, int64_t>> mtime;
-    while (::symlink(target_.c_str(), lock_.c_str()) != 0) {
-      if (errno != EEXIST) throw std::runtime_error(fmt::format("{}: cannot lock: {}", lock_, std::strerror(errno)));
-      if (Clock::now() - last_warning > std::chrono::seconds(10)) {
-        spdlog::warn("{}: waiting more than 10 s for the lock; retrying", lock_);
-        last_warning = Clock::now();
-      }
-      // As Optuna: stat() follows the link, so this is the journal's own modification time.
-      struct stat st {};
-      if (::stat(lock_.c_str(), &st) != 0) continue;
-      const std::pair<int64_t, int64_t> now_mtime{st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
-      if (mtime != now_mtime) {
-        mtime = now_mtime;
-        last_change = Clock::now();
-      }
-      if (std::chrono::duration<double>(Clock::now() - last_change).count() > grace_period_s) {
-        spdlog::warn("{}: the lock has stood for {} s with no change to the journal (a killed writer's); breaking it",
-                     lock_, grace_period_s);
-        last_warning = Clock::now();
-        if (release()) sleep_s = 0.001;
-        continue;
-      }
-      std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
-      sleep_s = std::min(sleep_s * 2, 1.0);
-    }
-  }
-  ~SymlinkLock() {
-    if (!release()) spdlog::warn("{}: the lock was gone when released (broken by another process)", lock_);
-  }
-  SymlinkLock(const SymlinkLock&) = delete;
-  SymlinkLock& operator=(const SymlinkLock&) = delete;
-
- private:
-  // Rename, then unlink: of several processes breaking one stale lock, only one renames it.
-  bool release() const {
-    const std::string renamed = lock_ + new_worker_id() + ".rename";
-    if (::rename(lock_.c_str(), renamed.c_str()) != 0) return false;
-    ::unlink(renamed.c_str());
-    return true;
-  }
-  std::string target_;
-  std::string lock_;
-};
-
-/// Cuts a last line without its newline (a write a killed process left torn); called under the lock.
-void cut_torn_tail(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  const std::streamoff size = in.tellg();
-  if (size <= 0) return;
-  std::streamoff keep = size;
-  const std::streamoff block = 4096;
-  std::string buf;
-  bool torn = false;
-  for (std::streamoff end = size; end > 0; end -= block) {
-    const std::streamoff start = std::max<std::streamoff>(0, end - block);
-    buf.resize(static_cast<size_t>(end - start));
-    in.seekg(start);
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    if (end == size && buf.back() == '\n') return;
-    torn = true;
-    const size_t nl = buf.rfind('\n');
-    if (nl != std::string::npos) {
-      keep = start + static_cast<std::streamoff>(nl) + 1;
-      break;
-    }
-    keep = 0;
-  }
-  if (!torn) return;
-  spdlog::warn("{}: cutting {} bytes of a last line without its newline (a write interrupted by a killed process)",
-               path, size - keep);
-  if (::truncate(path.c_str(), keep) != 0) {
-    throw std::runtime_error(fmt::format("{}: cannot cut a torn last line: {}", path, std::strerror(errno)));
-  }
-}
-
-void append_text(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot open for appending: {}", path, std::strerror(errno)));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      throw std::runtime_error(fmt::format("{}: cannot write: {}", path, std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!synced) throw std::runtime_error(fmt::format("{}: cannot fsync: {}", path, std::strerror(err)));
 }
 
 }  // namespace
@@ -388,6 +268,17 @@ void JournalBatch::create_trial(int64_t study_id, const std::map<std::string, do
   lines_.push_back(dump_op(op));
 }
 
+void JournalBatch::create_trial(int64_t study_id, const SearchSpace& space, const ParamSet& params,
+                                const std::map<std::string, std::string>& user_attrs) {
+  std::map<std::string, double> internal;
+  std::map<std::string, std::string> distributions;
+  for (const auto& p : space.params()) {
+    internal[p.name] = optuna_internal(p, params.at(p.name));
+    distributions[p.name] = optuna_distribution(p);
+  }
+  create_trial(study_id, internal, distributions, user_attrs);
+}
+
 void JournalBatch::set_trial_param(int64_t trial_id, const std::string& name, double internal,
                                    const std::string& distribution) {
   ordered_json op = op_head(kSetTrialParam, worker_id_);
@@ -438,53 +329,41 @@ std::string JournalBatch::text() const {
 // ---- OptunaJournal
 
 OptunaJournal::OptunaJournal(std::string path, OptunaJournalOptions options)
-    : path_(std::move(path)), options_(std::move(options)) {
+    : file_(std::move(path), JournalFileOptions().grace_period_s(options.grace_period_s())),
+      options_(std::move(options)) {
   if (options_.worker_id().empty()) options_.worker_id(new_worker_id());
-  if (!(options_.grace_period_s() > 0)) {
-    throw std::invalid_argument(fmt::format("OptunaJournal: grace_period_s must be > 0, got {}", options_.grace_period_s()));
-  }
-  append_text(path_, "");  // creates the file when there is none, as JournalFileBackend does
   sync();
 }
 
 void OptunaJournal::sync() {
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) throw std::runtime_error(fmt::format("{}: cannot open", path_));
-  in.seekg(offset_);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t start = 0;
-  for (size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', start)) {
+  for (const std::string& line : file_.read_lines()) {
     const int64_t line_number = lines_read_ + 1;
     // One bad record (edited by hand, a disk error, a writer of another version) must not end every worker of
     // the study: it is skipped with a warning naming it, and the rest of the journal is read.
     std::vector<std::string> ignored;
     try {
-      apply(text.substr(start, nl - start), line_number, ignored);
+      apply(line, line_number, ignored);
     } catch (const std::exception& e) {
       spdlog::warn("{}:{}: skipping a damaged journal line ({}); Python Optuna refuses this journal until that line "
                    "is repaired or removed",
-                   path_, line_number, e.what());
+                   path(), line_number, e.what());
       skipped_lines_.push_back(line_number);
     }
     for (const auto& what : ignored) {
-      spdlog::warn("{}:{}: ignoring a damaged field of a journal line ({})", path_, line_number, what);
+      spdlog::warn("{}:{}: ignoring a damaged field of a journal line ({})", path(), line_number, what);
     }
     if (!ignored.empty()) skipped_lines_.push_back(line_number);
     ++lines_read_;
-    offset_ += static_cast<int64_t>(nl + 1 - start);
-    start = nl + 1;
   }
 }
 
 void OptunaJournal::transaction(const std::function<void(JournalBatch&)>& fill) {
   JournalBatch batch(worker_id());
-  {
-    SymlinkLock lock(path_, options_.grace_period_s());
-    cut_torn_tail(path_);
+  file_.locked([&] {
     sync();
     fill(batch);
-    if (!batch.empty()) append_text(path_, batch.text());
-  }
+    if (!batch.empty()) file_.append(batch.text());
+  });
   sync();
 }
 
@@ -739,7 +618,7 @@ bool same_distribution(const std::string& distribution, const Param& p, std::str
   return differs.empty();
 }
 
-double optuna_internal(const Param& p, const tune::ParamValue& value) {
+double optuna_internal(const Param& p, const ParamValue& value) {
   switch (p.kind) {
     case Param::Kind::Float: return std::get<double>(value);
     case Param::Kind::Int: return static_cast<double>(std::get<int64_t>(value));
@@ -754,7 +633,7 @@ double optuna_internal(const Param& p, const tune::ParamValue& value) {
   return NAN;
 }
 
-tune::ParamValue optuna_external(const Param& p, double internal) {
+ParamValue optuna_external(const Param& p, double internal) {
   switch (p.kind) {
     case Param::Kind::Float: return internal;
     case Param::Kind::Int: return static_cast<int64_t>(std::llround(internal));
@@ -769,4 +648,59 @@ tune::ParamValue optuna_external(const Param& p, double internal) {
   return internal;
 }
 
-}  // namespace trainkit::app
+namespace {
+
+// Where trial `t`'s parameters leave `space`, naming the journal line that set the parameter; empty when they do
+// not.
+std::string space_mismatch(const OptunaJournal& journal, const JournalTrial& t, const SearchSpace& space) {
+  for (const auto& [name, distribution] : t.distributions) {
+    const std::string& key = name;  // clang before 16 cannot capture a structured binding
+    const auto p = std::find_if(space.params().begin(), space.params().end(),
+                                [&](const Param& q) { return q.name == key; });
+    std::string why;
+    if (p == space.params().end()) why = "a parameter the space does not have";
+    else if (same_distribution(distribution, *p, &why)) continue;
+    return fmt::format("{}:{}: the study was run on another search space: trial {}'s {} is {}", journal.path(),
+                       t.param_lines.at(name), t.number, name, why);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<Trial> study_trials(const OptunaJournal& journal, int64_t study_id, const SearchSpace& space) {
+  std::vector<Trial> trials;
+  for (const JournalTrial* t : journal.trials_of(study_id)) {
+    if (const std::string why = space_mismatch(journal, *t, space); !why.empty()) throw std::invalid_argument(why);
+    Trial trial;
+    trial.number = t->number;
+    switch (t->state) {
+      case OptunaTrialState::Complete: trial.state = TrialState::Complete; break;
+      case OptunaTrialState::Pruned: trial.state = TrialState::Pruned; break;
+      case OptunaTrialState::Fail: trial.state = TrialState::Failed; break;
+      default: trial.state = TrialState::Running;
+    }
+    if (trial.state == TrialState::Complete) trial.value = t->values.empty() ? NAN : t->values.front();
+    trial.intermediate = t->intermediate;
+    for (const auto& p : space.params()) {
+      const auto v = t->params.find(p.name);
+      if (v == t->params.end()) continue;
+      try {
+        trial.params[p.name] = optuna_external(p, v->second);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(fmt::format("{}:{}: trial {}: {}", journal.path(), t->line, t->number, e.what()));
+      }
+    }
+    // A Complete or Pruned trial (its fields read whole) that lacks a parameter is from another space.
+    const bool finished = trial.state == TrialState::Complete || trial.state == TrialState::Pruned;
+    if (trial.params.size() != space.params().size() && finished && !t->damaged) {
+      throw std::invalid_argument(fmt::format("{}:{}: the study was run on another search space: trial {} lacks "
+                                              "parameters of the space",
+                                              journal.path(), t->line, t->number));
+    }
+    trials.push_back(std::move(trial));
+  }
+  return trials;
+}
+
+}  // namespace trainkit::tune
