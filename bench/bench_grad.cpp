@@ -13,6 +13,7 @@
 
 #include "trainkit/amp/grad_scaler.h"
 #include "trainkit/app/cli.h"
+#include "trainkit/app/stats.h"
 #include "trainkit/grad/clip.h"
 #include "trainkit/optim/adam.h"
 
@@ -37,10 +38,7 @@ double time_it(const std::function<void()>& f) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using trainkit::app::median;
 
 }  // namespace
 

@@ -298,20 +298,22 @@ bool register_adam_optimizers() {
   return true;
 }
 
-void Adam::update(const at::Tensor& inv_scale) { adam_update(*this, {inv_scale, {}, {}}); }
-
-void Adam::update_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf) {
-  adam_update(*this, {{}, grad_scale, found_inf});
+template <class Self, class Options>
+void AdamFamily<Self, Options>::update(const at::Tensor& inv_scale) {
+  adam_update(static_cast<Self&>(*this), {inv_scale, {}, {}});
 }
 
-bool Adam::takes_found_inf() const { return all_groups_aten_fused(); }
-
-void AdamW::update(const at::Tensor& inv_scale) { adam_update(*this, {inv_scale, {}, {}}); }
-
-void AdamW::update_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf) {
-  adam_update(*this, {{}, grad_scale, found_inf});
+template <class Self, class Options>
+void AdamFamily<Self, Options>::update_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf) {
+  adam_update(static_cast<Self&>(*this), {{}, grad_scale, found_inf});
 }
 
-bool AdamW::takes_found_inf() const { return all_groups_aten_fused(); }
+template <class Self, class Options>
+bool AdamFamily<Self, Options>::takes_found_inf() const {
+  return this->all_groups_aten_fused();
+}
+
+template class AdamFamily<Adam, AdamOptions>;
+template class AdamFamily<AdamW, AdamWOptions>;
 
 }  // namespace trainkit::optim

@@ -9,18 +9,11 @@ namespace trainkit::optim {
 namespace {
 
 detail::MomentumHyper hyper_of(const LarsOptions& o) {
-  detail::MomentumHyper h;
-  h.lr = o.lr();
-  h.momentum = o.momentum();
-  h.dampening = o.dampening();
-  h.weight_decay = o.weight_decay();
-  h.nesterov = o.nesterov();
+  detail::MomentumHyper h = detail::momentum_hyper(o);
   h.adapt = o.weight_decay() != 0 || o.always_adapt();
   h.trust_coefficient = o.trust_coefficient();
   h.eps = o.eps();
   h.trust_clip = o.trust_clip();
-  h.fused = o.fused();
-  h.foreach = o.foreach();
   return h;
 }
 

@@ -17,15 +17,8 @@ void SgdParamState::serialize(torch::serialize::InputArchive& archive) {
 namespace {
 
 detail::MomentumHyper hyper_of(const SgdOptions& o) {
-  detail::MomentumHyper h;
-  h.lr = o.lr();
-  h.momentum = o.momentum();
-  h.dampening = o.dampening();
-  h.weight_decay = o.weight_decay();
-  h.nesterov = o.nesterov();
+  detail::MomentumHyper h = detail::momentum_hyper(o);
   h.maximize = o.maximize();
-  h.fused = o.fused();
-  h.foreach = o.foreach();
   h.aten_fused = o.aten_fused();
   return h;
 }

@@ -120,36 +120,36 @@ struct AdamParamState : public torch::optim::OptimizerCloneableParamState<AdamPa
 /// AdamW keeps the same state as Adam.
 using AdamWParamState = AdamParamState;
 
-/// Adam. Parameters without a gradient are skipped; sparse gradients are rejected.
-class Adam : public OptimizerBase<Adam, AdamOptions, AdamParamState> {
+/// The optimizer class of Adam and AdamW (`Self`, with its `kName`), which differ only in their Options.
+/// Parameters without a gradient are skipped; sparse gradients are rejected.
+template <class Self, class Options>
+class AdamFamily : public OptimizerBase<Self, Options, AdamParamState> {
  public:
-  /// Name in messages.
-  static constexpr const char* kName = "Adam";
-  /// From params or param groups (which may carry their own AdamOptions: layer-wise LR, no decay ...).
-  using OptimizerBase::OptimizerBase;
-  /// True when every param group takes ATen's fused kernel (AdamOptions::aten_fused).
+  /// From params or param groups (which may carry their own Options: layer-wise LR, no decay ...).
+  using OptimizerBase<Self, Options, AdamParamState>::OptimizerBase;
+  /// True when every param group takes ATen's fused kernel (Options::aten_fused).
   bool takes_found_inf() const override;
 
  private:
-  friend OptimizerBase;
+  friend OptimizerBase<Self, Options, AdamParamState>;
   void update(const at::Tensor& inv_scale);
   void update_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf);
 };
 
+/// Adam.
+class Adam : public AdamFamily<Adam, AdamOptions> {
+ public:
+  /// Name in messages.
+  static constexpr const char* kName = "Adam";
+  using AdamFamily::AdamFamily;
+};
+
 /// AdamW (decoupled weight decay).
-class AdamW : public OptimizerBase<AdamW, AdamWOptions, AdamWParamState> {
+class AdamW : public AdamFamily<AdamW, AdamWOptions> {
  public:
   /// Name in messages.
   static constexpr const char* kName = "AdamW";
-  /// From params or param groups.
-  using OptimizerBase::OptimizerBase;
-  /// True when every param group takes ATen's fused kernel (AdamWOptions::aten_fused).
-  bool takes_found_inf() const override;
-
- private:
-  friend OptimizerBase;
-  void update(const at::Tensor& inv_scale);
-  void update_found_inf(const at::Tensor& grad_scale, const at::Tensor& found_inf);
+  using AdamFamily::AdamFamily;
 };
 
 /// Registers "adam" and "adamw" with the optimizer factory (trainkit/optim/factory.h); defined beside the optimizer.

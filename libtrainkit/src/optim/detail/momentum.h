@@ -24,6 +24,20 @@ struct MomentumHyper {
   std::optional<bool> aten_fused = false;  // Sgd's option; LARS has no ATen kernel
 };
 
+/// The fields Sgd's and Lars's Options share (see bind_momentum_fields), the others at their defaults.
+template <class Options>
+MomentumHyper momentum_hyper(const Options& o) {
+  MomentumHyper h;
+  h.lr = o.lr();
+  h.momentum = o.momentum();
+  h.dampening = o.dampening();
+  h.weight_decay = o.weight_decay();
+  h.nesterov = o.nesterov();
+  h.fused = o.fused();
+  h.foreach = o.foreach();
+  return h;
+}
+
 /// LARS's trust ratio from the two norms (timm's _lars_trust_ratio).
 inline double lars_trust_ratio(double w_norm, double g_norm, const MomentumHyper& h) {
   double ratio = h.trust_coefficient * w_norm / (g_norm + w_norm * h.weight_decay + h.eps);
