@@ -51,34 +51,6 @@ ValueRule<std::string> device_name() {
                           });
 }
 
-/// An array of distinct metric names that train::make_metric knows; an unknown or repeated name throws
-/// std::invalid_argument saying which.
-ValueRule<std::vector<std::string>> metric_names() {
-  ValueRule<std::vector<std::string>> r = rule::distinct_of({});
-  r.type = "array of strings";
-  r.expected = "an array of metric names (\"accuracy\", \"top<k>_accuracy\", \"mae\", \"mse\")";
-  r.parse = [](const ArgValue& v) -> std::optional<std::vector<std::string>> {
-    const auto* a = v.get_if<ArgValue::Array>();
-    if (a == nullptr) {
-      return std::nullopt;
-    }
-    std::vector<std::string> out;
-    for (const auto& e : *a) {
-      const auto* name = e.get_if<std::string>();
-      if (name == nullptr) {
-        return std::nullopt;
-      }
-      (void)train::make_metric(*name);  // throws, naming the unknown metric
-      if (std::find(out.begin(), out.end(), *name) != out.end()) {
-        throw std::invalid_argument(fmt::format("metric \"{}\" named twice", *name));
-      }
-      out.push_back(*name);
-    }
-    return out;
-  };
-  return r;
-}
-
 /// What a metric-driven scheduler watches.
 ValueRule<std::string> scheduler_monitor() {
   return rule::text_where("string", "\"train/loss\" or \"val/loss\" or \"val/<metric>\"", [](const std::string& v) {
@@ -234,7 +206,7 @@ const std::vector<Section>& all_sections() {
         .bind(TRAINKIT_KEY(train, device), device_name(),
               "Device to train on. cuda: one GPU per rank, cuda:<LOCAL_RANK> under a launcher (cuda:0 alone); "
               "cuda:<index>: that GPU (single-process runs only); auto: as cuda when a GPU is present, else the CPU")
-        .bind(TRAINKIT_KEY(train, metrics), metric_names(),
+        .bind(TRAINKIT_KEY(train, metrics), train::metric_names_rule(),
               "Metrics evaluated besides the loss: \"accuracy\", \"top<k>_accuracy\", \"mae\", \"mse\"")
         .bind(TRAINKIT_KEY(train, monitor), scheduler_monitor(),
               "What a metric-driven scheduler (reduce_on_plateau) watches: \"val/loss\", \"val/<metric>\" or "

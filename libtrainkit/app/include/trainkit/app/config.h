@@ -203,7 +203,8 @@ struct Config {
   ArgTable scheduler_args;
   /// `[scheduler]` parsed and checked (sched::parse_scheduler); unset = constant LR.
   std::optional<sched::SchedulerSpec> scheduler;
-  /// The values of a program's own keys (ConfigExtensions::keys) by section, every key present.
+  /// The values of the providers' and the program's keys (ConfigExtensions::keys: the built-in image sets' and
+  /// models' too) by section, every key present; read_extra gives them back typed.
   std::map<std::string, ArgTable> extra;
 };
 

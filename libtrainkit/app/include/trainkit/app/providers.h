@@ -158,7 +158,7 @@ class Catalog {
   const DataProvider& data(const std::string& dataset, const std::string& source) const;
   /// The provider of `model`; throws ConfigError naming `source` and the known models.
   const ModelProvider& model(const std::string& name, const std::string& source) const;
-  /// What the config reader must accept beyond the built-in keys: every provider's names and keys.
+  /// What the config reader accepts beyond the keys of Config itself: every provider's names and keys.
   ConfigExtensions extensions() const;
 
  private:
