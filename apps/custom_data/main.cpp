@@ -283,7 +283,8 @@ class CsvData : public tk::app::DataProvider {
   }
 };
 
-/// model.name = "regressor": your MLP (model.hidden wide), trained with the MSE loss.
+/// model.name = "regressor": your MLP (model.hidden wide: the image models' key, app::ImageModelOptions), trained
+/// with the MSE loss.
 class RegressorModel : public tk::app::ModelProvider {
  public:
   std::vector<std::string> models() const override { return {"regressor"}; }
@@ -294,7 +295,8 @@ class RegressorModel : public tk::app::ModelProvider {
                                              "\"{}\" gives other inputs",
                                              source, config.data.dataset));
     }
-    Regressor model(data.sample_shape[0], config.model.hidden);
+    Regressor model(data.sample_shape[0],
+                    tk::app::read_extra(config, "model", tk::app::ImageModelOptions::binding()).cnn().hidden());
     return {model.ptr(), [model](const tk::data::Batch& b) mutable { return model->forward(b.input()); },
             tk::train::mse_loss()};
   }

@@ -15,6 +15,7 @@
 #include "trainkit/app/cli.h"
 #include "trainkit/app/config.h"
 #include "trainkit/app/main.h"
+#include "trainkit/app/providers.h"
 #include "trainkit/app/run.h"
 #include "trainkit/log/svg_plot.h"
 #include "trainkit/train/summary.h"
@@ -152,7 +153,10 @@ int main(int argc, char** argv) {
     auto trace = std::make_shared<LrTrace>();
     trainer.add_callback(trace);
     spdlog::info("{} on {}: {} train / {} validation / {} test images, {} epochs, batch {}, scheduler {}",
-                 config.model.name == "resnet" ? fmt::format("ResNet-{}", config.model.depth) : config.model.name,
+                 config.model.name == "resnet"
+                     ? fmt::format("ResNet-{}",
+                                   app::read_extra(config, "model", app::ImageModelOptions::binding()).resnet().depth())
+                     : config.model.name,
                  config.data.dataset, run.train_split.images.size(0), run.val_split.images.size(0),
                  run.test_split.images.size(0), config.trainer.epochs(), config.train.batch_size,
                  run.scheduler ? run.scheduler->scheduler->name() : std::string("none"));

@@ -12,6 +12,7 @@
 #include "trainkit/app/cli.h"
 #include "trainkit/app/config.h"
 #include "trainkit/app/main.h"
+#include "trainkit/app/providers.h"
 #include "trainkit/app/run.h"
 #include "trainkit/log/metrics.h"
 #include "trainkit/log/summary_writer.h"
@@ -124,12 +125,13 @@ int main(int argc, char** argv) {
     if (!weights->epochs.empty() && weights->epochs.back().val) {
       final_metrics.emplace_back("hparam/val_accuracy", weights->epochs.back().val->metric("accuracy"));
     }
+    const nn::CnnOptions cnn = app::read_extra(config, "model", app::ImageModelOptions::binding()).cnn();
     tb->add_hparams({{"optimizer", config.optimizer.name},
                      {"lr", config.optimizer.options->get_lr()},
                      {"batch_size", config.train.batch_size},
                      {"epochs", config.trainer.epochs()},
-                     {"dropout", config.model.dropout},
-                     {"batch_norm", config.model.batch_norm},
+                     {"dropout", cnn.dropout()},
+                     {"batch_norm", cnn.batch_norm()},
                      {"scheduler", run.scheduler ? run.scheduler->scheduler->name() : std::string("none")}},
                     final_metrics, "hparams", trainer.state().step);
     tb->close();

@@ -125,15 +125,14 @@ class TextData : public app::DataProvider {
                                          "shards); run it without the launcher",
                                          request.source, c.data.dataset));
     }
-    const app::DataConfig image_only;
-    for (const auto& [key, set] : std::initializer_list<std::pair<const char*, bool>>{
-             {"workers", c.data.workers != image_only.workers},
-             {"normalize_on_device", c.data.normalize_on_device != image_only.normalize_on_device},
-             {"crop_padding", c.data.crop_padding != image_only.crop_padding},
-             {"horizontal_flip", c.data.horizontal_flip != image_only.horizontal_flip}}) {
-      if (set) {
+    // The image sets' own keys must keep their defaults: nothing here would honour them.
+    const auto& image_keys = app::ImageDataOptions::binding();
+    const tk::ArgTable set = tk::options_table(image_keys, app::read_extra(c, "data", image_keys));
+    const tk::ArgTable defaults = tk::options_table(image_keys, app::ImageDataOptions());
+    for (size_t i = 0; i < set.size(); ++i) {
+      if (set[i].second.to_string() != defaults[i].second.to_string()) {
         throw app::ConfigError(fmt::format("{}: data.{} applies to the image sets, not to data.dataset = \"{}\"",
-                                           request.source, key, c.data.dataset));
+                                           request.source, set[i].first, c.data.dataset));
       }
     }
     const auto seed = static_cast<uint64_t>(o.split_seed());
@@ -222,7 +221,8 @@ class TextData : public app::DataProvider {
 
 // ---- the model provider ---------------------------------------------------------------------------------
 
-/// The text models' own `[model]` keys (model.hidden is the LSTM's hidden size, model.dropout its dropout).
+/// The text models' own `[model]` keys (model.hidden is the LSTM's hidden size, model.dropout its dropout: the
+/// image models' keys, app::ImageModelOptions).
 struct TextModelOptions {
   TORCH_ARG(int64_t, embedding_dim) = 64;
   TORCH_ARG(int64_t, num_layers) = 1;
@@ -267,12 +267,13 @@ class TextModels : public app::ModelProvider {
               nullptr};
     }
     const auto o = app::read_extra(config, "model", TextModelOptions::binding());
+    const auto shared = app::read_extra(config, "model", app::ImageModelOptions::binding()).cnn();
     const auto options = tk::nn::LstmClassifierOptions(data.vocab_size, data.classes)
                              .embedding_dim(o.embedding_dim())
-                             .hidden_size(m.hidden)
+                             .hidden_size(shared.hidden())
                              .num_layers(o.num_layers())
                              .bidirectional(o.bidirectional())
-                             .dropout(m.dropout)
+                             .dropout(shared.dropout())
                              .padding_idx(data.pad_index);
     try {
       tk::nn::LstmClassifierImpl::validate(options);

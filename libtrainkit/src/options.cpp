@@ -102,8 +102,15 @@ ValueRule<std::string> one_of(std::vector<std::string> choices) {
 }
 
 ValueRule<std::vector<std::string>> distinct_of(std::vector<std::string> choices) {
-  return {"array of " + quoted_list(choices, ", "), "an array of distinct values of " + quoted_list(choices, ", "),
-          [choices](const ArgValue& v) -> std::optional<std::vector<std::string>> {
+  return distinct_where("array of " + quoted_list(choices, ", "),
+                        "an array of distinct values of " + quoted_list(choices, ", "),
+                        [choices](const std::string& s) { return std::find(choices.begin(), choices.end(), s) != choices.end(); });
+}
+
+ValueRule<std::vector<std::string>> distinct_where(std::string type, std::string expected,
+                                                   std::function<bool(const std::string&)> allows) {
+  return {std::move(type), std::move(expected),
+          [allows = std::move(allows)](const ArgValue& v) -> std::optional<std::vector<std::string>> {
             const auto* a = v.get_if<ArgValue::Array>();
             if (a == nullptr) {
               return std::nullopt;
@@ -111,8 +118,7 @@ ValueRule<std::vector<std::string>> distinct_of(std::vector<std::string> choices
             std::vector<std::string> out;
             for (const auto& e : *a) {
               const auto* s = e.get_if<std::string>();
-              if (s == nullptr || std::find(choices.begin(), choices.end(), *s) == choices.end() ||
-                  std::find(out.begin(), out.end(), *s) != out.end()) {
+              if (s == nullptr || !allows(*s) || std::find(out.begin(), out.end(), *s) != out.end()) {
                 return std::nullopt;
               }
               out.push_back(*s);

@@ -5,6 +5,7 @@
 
 #include "support.h"
 #include "trainkit/app/config.h"
+#include "trainkit/app/providers.h"
 
 using trainkit::app::ConfigError;
 using trainkit::app::parse_config;
@@ -99,7 +100,8 @@ TEST_CASE("overrides given with --set are typed and validated like the file", "[
   CHECK(c.optimizer.name == "sgd");
   CHECK(opt_num(c, "lr") == 0.05);
   CHECK(opt_num(c, "momentum") == 0.0);
-  CHECK(c.model.channels == std::vector<int64_t>{8, 16});
+  CHECK(read_extra(c, "model", trainkit::app::ImageModelOptions::binding()).cnn().channels() ==
+        std::vector<int64_t>{8, 16});
   CHECK(c.data.dir == "/tmp/x y");
   // Unset arguments take the optimizer's own defaults (timm's for LARS and LAMB).
   const auto lamb = parse_config("[optimizer]\nname = \"lamb\"\n", "h.toml");
@@ -159,7 +161,7 @@ TEST_CASE("the effective config reads back to the same values", "[train][config]
   CHECK(trainkit::app::to_toml(again) == text);
   CHECK(opt_num(again, "lr") == 3e-4);
   CHECK(beta(again, 0) == 0.8);
-  CHECK(again.model.dropout == 0.0);
+  CHECK(read_extra(again, "model", trainkit::app::ImageModelOptions::binding()).cnn().dropout() == 0.0);
   CHECK(text.find("momentum") == std::string::npos);  // sgd-only keys are left out for adamw
 }
 

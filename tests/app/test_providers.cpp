@@ -124,12 +124,25 @@ TEST_CASE("config: a program's own keys are read, checked, printed and listed", 
                        WhatContains("data.dataset: expected"));
   CHECK_THROWS_MATCHES(app::parse_config("[report]\ntitle = \"x\"\n", "toy.toml"), app::ConfigError,
                        WhatContains("unknown table or key 'report'"));
+  // The built-in image sets and models are providers like the toy ones: a catalog without them knows neither
+  // their names nor their keys, and their keys are the core options' fields with the core's rules.
+  const app::ConfigExtensions toy_only =
+      app::Catalog().add(std::make_shared<ToyData>()).add(std::make_shared<ToyModels>()).extensions();
+  CHECK_THROWS_MATCHES(app::parse_config("[data]\ndataset = \"fashion-mnist\"\n", "toy.toml", {}, toy_only),
+                       app::ConfigError, WhatContains("toy.toml: data.dataset: expected one of \"toy\", got \"fashion-mnist\""));
+  CHECK_THROWS_MATCHES(app::parse_config(kToyToml, "toy.toml", {"data.workers=2"}, toy_only), app::ConfigError,
+                       WhatContains("unknown key 'data.workers'"));
+  CHECK_THROWS_MATCHES(app::parse_config("", "toy.toml", {"model.depth=21"}), app::ConfigError,
+                       WhatContains("--set model.depth=21: expected an integer 6n + 2"));
+  const app::Config workers = app::parse_config("", "toy.toml", {"data.workers=3", "model.hidden=7"});
+  CHECK(app::read_extra(workers, "data", app::ImageDataOptions::binding()).loader().num_workers() == 3);
+  CHECK(app::read_extra(workers, "model", app::ImageModelOptions::binding()).cnn().hidden() == 7);
 
   const std::string keys = app::config_keys_markdown(ext);
   CHECK_THAT(keys, Catch::Contains("| `data.samples` | integer >= 2 | `24` | samples in the data set (when data.dataset = \"toy\") |"));
   CHECK_THAT(keys, Catch::Contains("| `report.title` |"));
-  CHECK_THAT(keys, Catch::Contains("| `data.dataset` | \"fashion-mnist\" or \"cifar10\"; also \"toy\" |"));
-  CHECK_THAT(keys, Catch::Contains("; also \"linear\" |"));
+  CHECK_THAT(keys, Catch::Contains("| `data.dataset` | \"fashion-mnist\" or \"cifar10\" or \"toy\" |"));
+  CHECK_THAT(keys, Catch::Contains(" or \"torchscript\" or \"linear\" |"));
 }
 
 TEST_CASE("build_run and the train job use the providers the config names", "[app][providers][run]") {

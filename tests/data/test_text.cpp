@@ -15,6 +15,7 @@
 #include "support.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/sequence_loader.h"
+#include "trainkit/data/tensor_loader.h"
 #include "trainkit/data/text_datasets.h"
 #include "trainkit/data/tokenizer.h"
 #include "trainkit/data/vocab.h"
@@ -137,6 +138,37 @@ TEST_CASE("SequenceLoader yields every sequence once per epoch, padded per batch
   CHECK(e0 != e1);
   CHECK(read_epoch(0) == e0);
   CHECK_THROWS_AS(data::SequenceLoader(seqs, {0, 1}), std::invalid_argument);
+}
+
+TEST_CASE("SequenceLoader shards an epoch as TensorLoader does with the same sampler options", "[text][padding]") {
+  std::vector<std::vector<int64_t>> seqs;
+  for (int64_t i = 0; i < 11; ++i) {
+    seqs.push_back({i + 2});  // sample i is the token i + 2
+  }
+  const std::vector<int64_t> labels(seqs.size(), 0);
+  const at::Tensor ids = torch::arange(11);
+  // One sampler setting, given to both loaders.
+  const auto order = [](auto options, int64_t rank) { return options.batch_size(2).seed(5).num_replicas(3).rank(rank); };
+  std::set<int64_t> seen;
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    data::SequenceLoader text(seqs, labels, order(data::SequenceLoaderOptions(), rank));
+    data::TensorLoader tensors(ids, ids, order(data::TensorLoaderOptions(), rank));
+    CHECK(text.num_batches() == tensors.num_batches());
+    text.set_epoch(2);
+    tensors.set_epoch(2);
+    while (auto b = text.next()) {
+      const auto t = tensors.next();
+      REQUIRE(t);
+      CHECK(torch::equal(b->input("tokens").select(1, 0) - 2, t->input()));
+      for (int64_t r = 0; r < t->input().size(0); ++r) {
+        seen.insert(t->input()[r].item<int64_t>());
+      }
+    }
+    CHECK_FALSE(tensors.next());
+  }
+  CHECK(seen.size() == 11);  // the shards cover the epoch
+  CHECK_THROWS_AS(data::SequenceLoader(seqs, labels, data::SequenceLoaderOptions().num_replicas(2).rank(2)),
+                  std::invalid_argument);
 }
 
 TEST_CASE("read_fortunes: one class per fortune file, records split at % lines", "[text][fortunes]") {

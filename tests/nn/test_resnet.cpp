@@ -84,9 +84,10 @@ TEST_CASE("ResNet blocks: option-A shortcut pads with zeros, and zero_init_resid
 TEST_CASE("config: model.name = \"resnet\" with model.depth builds the CIFAR ResNet for 1-channel images",
           "[nn][resnet][config]") {
   const auto c = app::parse_config("[model]\nname = \"resnet\"\ndepth = 32\nzero_init_residual = true\n", "c.toml");
-  CHECK(c.model.depth == 32);
-  CHECK(c.model.zero_init_residual);
-  CHECK(app::Config().model.depth == 20);
+  const auto& keys = app::ImageModelOptions::binding();
+  CHECK(app::read_extra(c, "model", keys).resnet().depth() == 32);
+  CHECK(app::read_extra(c, "model", keys).resnet().zero_init_residual());
+  CHECK(app::read_extra(app::Config(), "model", keys).resnet().depth() == 20);
   CHECK_THROWS_MATCHES(app::parse_config("[model]\ndepth = 21\n", "c.toml"), app::ConfigError,
                        trainkit::test::WhatContains("c.toml: model.depth: expected an integer 6n + 2"));
   app::Run run = app::build_run(app::parse_config("", "test.toml",

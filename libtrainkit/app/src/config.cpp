@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -13,7 +14,6 @@
 #include "trainkit/io/export.h"
 #include "trainkit/log/mlflow.h"
 #include "trainkit/nn/init.h"
-#include "trainkit/nn/models.h"
 #include "trainkit/train/metric.h"
 
 namespace trainkit::app {
@@ -27,23 +27,10 @@ using Where = std::string;
   throw ConfigError(fmt::format("{}: expected {}, got {}{}", where, expected, value.to_string(), line));
 }
 
-/// A CIFAR ResNet depth: 6n + 2 with n >= 1.
-ValueRule<int64_t> resnet_depth() {
-  ValueRule<int64_t> r = rule::integer(8);
-  r.type = "integer 6n + 2";
-  r.expected = "an integer 6n + 2 (20, 32, 44, 56, 110)";
-  r.parse = [](const ArgValue& v) -> std::optional<int64_t> {
-    const auto* i = v.get_if<int64_t>();
-    return i != nullptr && *i >= 8 && (*i - 2) % 6 == 0 ? std::optional<int64_t>(*i) : std::nullopt;
-  };
-  return r;
-}
-
 // Upper bounds of sizes, far above any run that fits in memory, so that a typo (an extra zero or three)
 // is refused naming its key instead of ending in bad_alloc or in thread exhaustion.
-constexpr int64_t kMaxWorkers = 1024;         ///< threads: data.workers, train.threads
-constexpr int64_t kMaxPixels = 4096;          ///< data.crop_padding
-constexpr int64_t kMaxWidth = int64_t{1} << 20;  ///< model.hidden, model.channels: 2^20 x 784 float32 weights = 3 GiB
+constexpr int64_t kMaxWorkers = 1024;            ///< threads: train.threads
+constexpr int64_t kMaxWidth = int64_t{1} << 20;  ///< model.checkpoint_segments
 constexpr int64_t kMaxBatch = int64_t{1} << 24;  ///< batch sizes
 
 /// "auto", "cpu", "cuda" or "cuda:<index>" (index a non-negative integer); also "<name>" or "<name>:<index>"
@@ -64,34 +51,6 @@ ValueRule<std::string> device_name() {
                           });
 }
 
-/// An array of distinct metric names that train::make_metric knows; an unknown or repeated name throws
-/// std::invalid_argument saying which.
-ValueRule<std::vector<std::string>> metric_names() {
-  ValueRule<std::vector<std::string>> r = rule::distinct_of({});
-  r.type = "array of strings";
-  r.expected = "an array of metric names (\"accuracy\", \"top<k>_accuracy\", \"mae\", \"mse\")";
-  r.parse = [](const ArgValue& v) -> std::optional<std::vector<std::string>> {
-    const auto* a = v.get_if<ArgValue::Array>();
-    if (a == nullptr) {
-      return std::nullopt;
-    }
-    std::vector<std::string> out;
-    for (const auto& e : *a) {
-      const auto* name = e.get_if<std::string>();
-      if (name == nullptr) {
-        return std::nullopt;
-      }
-      (void)train::make_metric(*name);  // throws, naming the unknown metric
-      if (std::find(out.begin(), out.end(), *name) != out.end()) {
-        throw std::invalid_argument(fmt::format("metric \"{}\" named twice", *name));
-      }
-      out.push_back(*name);
-    }
-    return out;
-  };
-  return r;
-}
-
 /// What a metric-driven scheduler watches.
 ValueRule<std::string> scheduler_monitor() {
   return rule::text_where("string", "\"train/loss\" or \"val/loss\" or \"val/<metric>\"", [](const std::string& v) {
@@ -99,52 +58,134 @@ ValueRule<std::string> scheduler_monitor() {
   });
 }
 
-/// One table of a config file: its keys, each bound to a member of Config (an app setting, or a field of a
-/// core Options struct through that struct's binding).
+/// `table` in the order TOML readers give it back (`type` first, then by key, nested tables too), so that
+/// the effective config prints the same whichever way it was written or overridden.
+ArgTable canonical(ArgTable table) {
+  std::stable_sort(table.begin(), table.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.first != "type", a.first) < std::make_pair(b.first != "type", b.first);
+  });
+  for (auto& [key, value] : table) {
+    if (const auto* nested = value.get_if<ArgTable>()) {
+      value = ArgValue(canonical(*nested), value.line());
+    } else if (const auto* items = value.get_if<ArgValue::Array>()) {
+      ArgValue::Array sorted;
+      for (const auto& item : *items) {
+        const auto* t = item.get_if<ArgTable>();
+        sorted.push_back(t != nullptr ? ArgValue(canonical(*t), item.line()) : item);
+      }
+      value = ArgValue(std::move(sorted), value.line());
+    }
+  }
+  return table;
+}
+
+/// Writes one row of the key table: key, type, default, meaning.
+using Row = std::function<void(const std::string&, const std::string&, const std::string&, const std::string&)>;
+
+/// One table of a config file. A plain section binds its keys, each to a member of Config (an app setting,
+/// or a field of a core Options struct through that struct's binding). A registry's section ([optimizer],
+/// [scheduler]) has keys that depend on the optimizer or scheduler it names: its registry reads the table,
+/// prints it back and lists its keys.
 struct Section {
+  Section(std::string name, OptionBinding<Config> keys = {}) : name(std::move(name)), keys(std::move(keys)) {}
   std::string name;
   OptionBinding<Config> keys;
+  /// A registry's section: reads the table (empty when the file has none); errors start with `where`.
+  std::function<void(const ArgTable& table, const std::string& where, Config& config)> read;
+  /// A registry's section: the table as to_toml prints it.
+  std::function<ArgTable(const Config& config)> print;
+  /// A registry's section: its rows of the key table.
+  std::function<void(const Config& defaults, const Row& row)> list;
+  /// A registry's section: what its errors start with after the source ("" or ": [scheduler]").
+  std::string where;
 };
+
+/// [optimizer]: `name` and the named optimizer's arguments (optim::parse_optimizer).
+Section optimizer_section() {
+  Section s("optimizer");
+  s.read = [](const ArgTable& table, const std::string& where, Config& config) {
+    ArgReader args(table, where);
+    const std::string name = args.string("name").value_or("adam");
+    config.optimizer = optim::parse_optimizer(name, args);
+  };
+  s.print = [](const Config& config) {
+    ArgTable table = {{"name", ArgValue(config.optimizer.name)}};
+    for (auto& kv : optim::optimizer_args(config.optimizer)) {
+      set_arg(table, kv.first, kv.second);
+    }
+    return table;
+  };
+  s.list = [](const Config& defaults, const Row& row) {
+    row("optimizer.name", fmt::format("\"{}\"", fmt::join(optim::optimizer_names(), "\", \"")),
+        fmt::format("`\"{}\"`", defaults.optimizer.name), "Optimizer (trainkit's own, fused CPU kernels; docs/optimizers.md)");
+    for (const auto& arg : optim::optimizer_arg_docs()) {
+      row("optimizer." + arg.name, arg.type,
+          arg.default_value ? fmt::format("`{}`", arg.default_value->to_string()) : "the optimizer's",
+          arg.optimizers.size() == optim::optimizer_names().size()
+              ? arg.doc
+              : fmt::format("{} (only {})", arg.doc, fmt::join(arg.optimizers, ", ")));
+    }
+  };
+  return s;
+}
+
+/// [scheduler]: `type`, `interval` and the named scheduler's arguments (sched::parse_scheduler).
+Section scheduler_section() {
+  Section s("scheduler");
+  s.where = ": [scheduler]";
+  s.read = [](const ArgTable& table, const std::string& where, Config& config) {
+    config.scheduler_args = canonical(table);
+    if (!config.scheduler_args.empty()) {
+      config.scheduler = sched::parse_scheduler(config.scheduler_args, where);
+    }
+  };
+  s.print = [](const Config& config) { return config.scheduler_args; };
+  s.list = [](const Config&, const Row& row) {
+    std::vector<std::string> types;
+    for (const auto& type : sched::scheduler_types()) {
+      if (!sched::scheduler_arg_docs(type).empty()) {
+        types.push_back(type);
+      }
+    }
+    row("scheduler.type", fmt::format("\"{}\"", fmt::join(types, "\", \"")), "none (constant LR)",
+        "An LR scheduler by PyTorch's class name, with its arguments by PyTorch's names below; see "
+        "docs/schedulers.md");
+    row("scheduler.interval", "\"step\" or \"epoch\"", "the type's",
+        "When it steps: after every optimizer step (CyclicLR, OneCycleLR, WarmupCosine) or every epoch (the others)");
+    for (const auto& type : types) {
+      for (const auto& arg : sched::scheduler_arg_docs(type)) {
+        row("scheduler." + arg.key, arg.type, arg.default_value, fmt::format("{}: {}", type, arg.doc));
+      }
+    }
+  };
+  return s;
+}
 
 // `"member", [](auto& c) -> auto& { return c.section.member; }`: an app setting of Config and its key.
 #define TRAINKIT_KEY(section, member) #member, [](auto& c) -> auto& { return c.section.member; }
 
-/// The plain sections (all but [optimizer] and [scheduler], which their registries read), in file order.
-const std::vector<Section>& plain_sections() {
+/// Every built-in section, in the order the effective config prints them ([scheduler] last: a program's own
+/// sections go before it).
+const std::vector<Section>& all_sections() {
   static const std::vector<Section> all = [] {
     const auto trainer = [](auto& c) -> auto& { return c.trainer; };
     const auto& trainer_keys = train::TrainerOptions::binding();
     std::vector<Section> s;
     s.push_back({"data", OptionBinding<Config>()
-        .bind(TRAINKIT_KEY(data, dataset), rule::one_of({"fashion-mnist", "cifar10"}),
-              "Image format in data.dir: MNIST-style (gzip'd) IDX files (1x28x28), or CIFAR-10's binary batches "
-              "data_batch_1..5.bin and test_batch.bin (3x32x32)")
+        .bind(TRAINKIT_KEY(data, dataset), rule::text(),
+              "Data set, by the name a data provider loads it under; the built-in image sets read MNIST-style "
+              "(gzip'd) IDX files (1x28x28) or CIFAR-10's binary batches data_batch_1..5.bin and test_batch.bin "
+              "(3x32x32) from data.dir")
         .bind(TRAINKIT_KEY(data, dir), rule::text(), "Directory with the data set's files (see data.dataset)")
         .bind(TRAINKIT_KEY(data, val_size), rule::integer(0),
               "Training examples held out (from the end of the training file) for validation")
         .bind(TRAINKIT_KEY(data, limit_train), rule::integer(0), "Use only the first N training examples (0 = all)")
-        .bind(TRAINKIT_KEY(data, limit_test), rule::integer(0), "Use only the first N test examples (0 = all)")
-        .bind(TRAINKIT_KEY(data, workers), rule::integer(0, kMaxWorkers),
-              "Loader worker threads preparing training batches (0 = in the training thread)")
-        .bind(TRAINKIT_KEY(data, normalize_on_device), rule::boolean(),
-              "Keep images as uint8 on the host and normalize each batch on the training device (4x fewer bytes "
-              "moved)")
-        .bind(TRAINKIT_KEY(data, crop_padding), rule::integer(0, kMaxPixels),
-              "Training augmentation: random crop after zero-padding each side by N pixels (0 = off)")
-        .bind(TRAINKIT_KEY(data, horizontal_flip), rule::boolean(),
-              "Training augmentation: random horizontal flip (p = 0.5)")});
+        .bind(TRAINKIT_KEY(data, limit_test), rule::integer(0), "Use only the first N test examples (0 = all)")});
     s.push_back({"model", OptionBinding<Config>()
-        .bind(TRAINKIT_KEY(model, name), rule::one_of({"cnn", "mlp", "resnet", "resnet18", "torchscript"}),
-              "Network: conv blocks + MLP head, a plain MLP, He et al.'s CIFAR ResNet of model.depth layers, "
-              "ResNet-18 with a small-image stem, or the TorchScript model in model.torchscript")
-        .bind(TRAINKIT_KEY(model, depth), resnet_depth(), "resnet: layers (20, 32, 44, 56, 110)")
-        .bind(TRAINKIT_KEY(model, zero_init_residual), rule::boolean(),
-              "resnet, resnet18: start each residual branch's last BatchNorm at 0")
-        .bind(TRAINKIT_KEY(model, channels), rule::integers(1, kMaxWidth),
-              "cnn: output channels of each 3x3 conv block (each halves the resolution)")
-        .bind(TRAINKIT_KEY(model, hidden), rule::integer(1, kMaxWidth), "Width of the hidden fully connected layer")
-        .bind(TRAINKIT_KEY(model, dropout), rule::number(unit_interval()), "Dropout before each fully connected layer")
-        .bind(TRAINKIT_KEY(model, batch_norm), rule::boolean(), "cnn: batch normalization after each convolution")
+        .bind(TRAINKIT_KEY(model, name), rule::text(),
+              "Network, by the name a model provider builds it under; built in: conv blocks + MLP head, a plain "
+              "MLP, He et al.'s CIFAR ResNet of model.depth layers, ResNet-18 with a small-image stem, or the "
+              "TorchScript model in model.torchscript")
         .bind(TRAINKIT_KEY(model, checkpoint_segments), rule::integer(0, kMaxWidth),
               "Activation checkpointing: train with nn::checkpoint_sequential in this many segments, recomputing "
               "all but the last in backward (0 = off; at most the number of modules)")
@@ -154,6 +195,7 @@ const std::vector<Section>& plain_sections() {
         .bind(TRAINKIT_KEY(model, init), rule::one_of(nn::init::scheme_names()),
               "Weight initialization (nn::init::scheme): default is LibTorch's; the others set Linear/Conv weights "
               "by their formula, biases 0, BatchNorm weight 1")});
+    s.push_back(optimizer_section());
     s.push_back({"train", OptionBinding<Config>()
         .include(trainer_keys, trainer, {"epochs"})
         .bind(TRAINKIT_KEY(train, batch_size), rule::integer(1, kMaxBatch), "Training batch size (per rank when distributed)")
@@ -164,7 +206,7 @@ const std::vector<Section>& plain_sections() {
         .bind(TRAINKIT_KEY(train, device), device_name(),
               "Device to train on. cuda: one GPU per rank, cuda:<LOCAL_RANK> under a launcher (cuda:0 alone); "
               "cuda:<index>: that GPU (single-process runs only); auto: as cuda when a GPU is present, else the CPU")
-        .bind(TRAINKIT_KEY(train, metrics), metric_names(),
+        .bind(TRAINKIT_KEY(train, metrics), train::metric_names_rule(),
               "Metrics evaluated besides the loss: \"accuracy\", \"top<k>_accuracy\", \"mae\", \"mse\"")
         .bind(TRAINKIT_KEY(train, monitor), scheduler_monitor(),
               "What a metric-driven scheduler (reduce_on_plateau) watches: \"val/loss\", \"val/<metric>\" or "
@@ -228,6 +270,7 @@ const std::vector<Section>& plain_sections() {
         .include(dist::DistributedDataParallelOptions::binding(), [](auto& c) -> auto& { return c.distributed.ddp; })});
     s.push_back({"zero", OptionBinding<Config>()
         .include(dist::ZeroOptions::binding(), [](auto& c) -> auto& { return c.distributed.zero; })});
+    s.push_back(scheduler_section());
     return s;
   }();
   return all;
@@ -235,7 +278,7 @@ const std::vector<Section>& plain_sections() {
 #undef TRAINKIT_KEY
 
 const Section* find_section(const std::string& name) {
-  for (const auto& section : plain_sections()) {
+  for (const auto& section : all_sections()) {
     if (section.name == name) {
       return &section;
     }
@@ -277,34 +320,27 @@ std::vector<std::string> section_keys(const ConfigExtensions& extensions, const 
 }
 
 /// The tables of a config file, in the order the effective config prints them: the built-in ones, a
-/// program's own sections, then [scheduler].
+/// program's own sections before the last, [scheduler].
 std::vector<std::string> sections(const ConfigExtensions& extensions = {}) {
-  std::vector<std::string> names = {"data", "model", "optimizer", "train", "grad", "amp", "checkpoint",
-                                    "early_stopping", "ema", "swa", "log", "profile", "distributed", "zero"};
+  std::vector<std::string> names;
+  for (const auto& section : all_sections()) {
+    names.push_back(section.name);
+  }
   for (const auto& keys : extensions.keys) {
     if (std::find(names.begin(), names.end(), keys.section) == names.end()) {
-      names.push_back(keys.section);
+      names.insert(names.end() - 1, keys.section);
     }
   }
-  names.emplace_back("scheduler");
   return names;
 }
 
-/// The choices a program adds to `section.key`: data.dataset's data sets, model.name's models, else none.
-const std::vector<std::string>& extension_choices(const ConfigExtensions& extensions, const std::string& section,
-                                                  const std::string& key) {
-  static const std::vector<std::string> none;
-  return section == "data" && key == "dataset" ? extensions.datasets
-         : section == "model" && key == "name" ? extensions.models
-                                               : none;
-}
-
-/// Whether `value` is one of the choices a program adds to `section.key` (extension_choices).
-bool is_extension_choice(const ConfigExtensions& extensions, const std::string& section, const std::string& key,
-                         const ArgValue& value) {
-  const auto* text = value.get_if<std::string>();
-  const auto& choices = extension_choices(extensions, section, key);
-  return text != nullptr && std::find(choices.begin(), choices.end(), *text) != choices.end();
+/// The names `section.key` takes when it chooses a provider: data.dataset's data sets, model.name's models;
+/// null for any other key.
+const std::vector<std::string>* provider_names(const ConfigExtensions& extensions, const std::string& section,
+                                               const std::string& key) {
+  return section == "data" && key == "dataset" ? &extensions.datasets
+         : section == "model" && key == "name" ? &extensions.models
+                                               : nullptr;
 }
 
 /// Every extension key with its default, by section; throws std::logic_error for a key defined twice.
@@ -334,27 +370,6 @@ ArgTable& section_table(ArgTable& root, const std::string& section, const Where&
   return *table;
 }
 
-/// `table` in the order TOML readers give it back (`type` first, then by key, nested tables too), so that
-/// the effective config prints the same whichever way it was written or overridden.
-ArgTable canonical(ArgTable table) {
-  std::stable_sort(table.begin(), table.end(), [](const auto& a, const auto& b) {
-    return std::make_pair(a.first != "type", a.first) < std::make_pair(b.first != "type", b.first);
-  });
-  for (auto& [key, value] : table) {
-    if (const auto* nested = value.get_if<ArgTable>()) {
-      value = ArgValue(canonical(*nested), value.line());
-    } else if (const auto* items = value.get_if<ArgValue::Array>()) {
-      ArgValue::Array sorted;
-      for (const auto& item : *items) {
-        const auto* t = item.get_if<ArgTable>();
-        sorted.push_back(t != nullptr ? ArgValue(canonical(*t), item.line()) : item);
-      }
-      value = ArgValue(std::move(sorted), value.line());
-    }
-  }
-  return table;
-}
-
 /// Applies one `--set section.key=value` to the document; remembers where the value came from.
 void apply_override(ArgTable& root, const std::string& text, const ConfigExtensions& extensions,
                     std::map<std::string, Where>& origin) {
@@ -370,7 +385,8 @@ void apply_override(ArgTable& root, const std::string& text, const ConfigExtensi
   }
   const std::string section = path.substr(0, dot);
   const std::string name = path.substr(dot + 1);
-  const bool open_table = section == "optimizer" || section == "scheduler";  // their readers know their keys
+  const Section* s = find_section(section);
+  const bool open_table = s != nullptr && s->read;  // its registry knows its keys
   if (!open_table && find_key(section, name) == nullptr && find_extra_key(extensions, section, name) == nullptr) {
     throw ConfigError(fmt::format("{}: unknown key '{}'", where, path));
   }
@@ -378,7 +394,7 @@ void apply_override(ArgTable& root, const std::string& text, const ConfigExtensi
   origin[path] = where;
 }
 
-/// Reads the plain sections (everything but [optimizer] and [scheduler]) into `config`.
+/// Reads the plain sections (every table but a registry's) into `config`.
 void read_plain_sections(Config& config, const ArgTable& root, const std::string& source,
                          const ConfigExtensions& extensions, const std::map<std::string, Where>& origin) {
   const std::vector<std::string> known = sections(extensions);
@@ -391,7 +407,7 @@ void read_plain_sections(Config& config, const ArgTable& root, const std::string
     if (table == nullptr) {
       throw ConfigError(fmt::format("{}: '{}' must be a table [{}]", source, section, section));
     }
-    if (section == "optimizer" || section == "scheduler") {
+    if (const Section* s = find_section(section); s != nullptr && s->read) {
       continue;
     }
     for (const auto& [name, node] : *table) {
@@ -403,9 +419,11 @@ void read_plain_sections(Config& config, const ArgTable& root, const std::string
       }
       const auto it = origin.find(section + "." + name);
       const Where where = it != origin.end() ? it->second : fmt::format("{}: {}.{}", source, section, name);
-      if (key != nullptr && is_extension_choice(extensions, section, name, node)) {
-        (section == "data" ? config.data.dataset : config.model.name) = *node.get_if<std::string>();
-        continue;
+      if (const auto* names = provider_names(extensions, section, name)) {
+        const auto choice = rule::one_of(*names);
+        if (!choice.parse(node)) {
+          fail(where, choice.expected, node);
+        }
       }
       bool read = false;
       try {
@@ -423,11 +441,6 @@ void read_plain_sections(Config& config, const ArgTable& root, const std::string
 }  // namespace
 
 Config::Config() {
-  const nn::CnnOptions cnn;
-  model.channels = cnn.channels();
-  model.hidden = cnn.hidden();
-  model.dropout = cnn.dropout();
-  model.batch_norm = cnn.batch_norm();
   ArgTable none;
   ArgReader defaults(none, "defaults");
   optimizer = optim::parse_optimizer("adam", defaults);
@@ -457,19 +470,13 @@ Config parse_config(const std::string& toml_text, const std::string& source,
         throw ConfigError(it->second + ": " + what.substr(where.size() + 2), e.key());
       }
     };
-    named("optimizer", source, [&] {
-      const ArgTable empty;
-      const ArgValue* opt = find_arg(root, "optimizer");
-      ArgReader optimizer(opt != nullptr ? *opt->get_if<ArgTable>() : empty, source);
-      const std::string name = optimizer.string("name").value_or("adam");
-      config.optimizer = optim::parse_optimizer(name, optimizer);
-    });
-    if (const ArgValue* sched = find_arg(root, "scheduler")) {
-      config.scheduler_args = canonical(*sched->get_if<ArgTable>());
-      if (!config.scheduler_args.empty()) {
-        const std::string where = source + ": [scheduler]";
-        named("scheduler", where,
-              [&] { config.scheduler = sched::parse_scheduler(config.scheduler_args, where); });
+    for (const auto& section : all_sections()) {
+      if (section.read) {
+        const ArgTable empty;
+        const ArgValue* table = find_arg(root, section.name);
+        const std::string where = source + section.where;
+        named(section.name, where,
+              [&] { section.read(table != nullptr ? *table->get_if<ArgTable>() : empty, where, config); });
       }
     }
     return config;
@@ -503,15 +510,8 @@ std::string to_toml(const Config& original) {
   std::string out;
   for (const auto& section : sections(own)) {
     ArgTable table;
-    if (section == "optimizer") {
-      table = {{"name", ArgValue(config.optimizer.name)}};
-      for (auto& kv : optim::optimizer_args(config.optimizer)) {
-        set_arg(table, kv.first, kv.second);
-      }
-    } else if (section == "scheduler") {
-      table = config.scheduler_args;
-    } else if (const Section* s = find_section(section)) {
-      table = options_table(s->keys, config);
+    if (const Section* s = find_section(section)) {
+      table = s->print ? s->print(config) : options_table(s->keys, config);
     }
     if (const auto extra = config.extra.find(section); extra != config.extra.end()) {
       table.insert(table.end(), extra->second.begin(), extra->second.end());
@@ -530,50 +530,14 @@ std::string config_keys_markdown(const ConfigExtensions& extensions) {
   const auto row = [&out](const std::string& key, const std::string& type, const std::string& def,
                           const std::string& doc) { out += fmt::format("| `{}` | {} | {} | {} |\n", key, type, def, doc); };
   for (const auto& section : sections(extensions)) {
-    if (section == "optimizer") {
-      row("optimizer.name", fmt::format("\"{}\"", fmt::join(optim::optimizer_names(), "\", \"")),
-          fmt::format("`\"{}\"`", defaults.optimizer.name), "Optimizer (trainkit's own, fused CPU kernels; docs/optimizers.md)");
-      for (const auto& arg : optim::optimizer_arg_docs()) {
-        row("optimizer." + arg.name, arg.type,
-            arg.default_value ? fmt::format("`{}`", arg.default_value->to_string()) : "the optimizer's",
-            arg.optimizers.size() == optim::optimizer_names().size()
-                ? arg.doc
-                : fmt::format("{} (only {})", arg.doc, fmt::join(arg.optimizers, ", ")));
-      }
-      continue;
-    }
-    if (section == "scheduler") {
-      std::vector<std::string> types;
-      for (const auto& type : sched::scheduler_types()) {
-        if (!sched::scheduler_arg_docs(type).empty()) {
-          types.push_back(type);
-        }
-      }
-      row("scheduler.type", fmt::format("\"{}\"", fmt::join(types, "\", \"")), "none (constant LR)",
-          "An LR scheduler by PyTorch's class name, with its arguments by PyTorch's names below; see "
-          "docs/schedulers.md");
-      row("scheduler.interval", "\"step\" or \"epoch\"", "the type's",
-          "When it steps: after every optimizer step (CyclicLR, OneCycleLR, WarmupCosine) or every epoch (the others)");
-      for (const auto& type : types) {
-        for (const auto& arg : sched::scheduler_arg_docs(type)) {
-          row("scheduler." + arg.key, arg.type, arg.default_value, fmt::format("{}: {}", type, arg.doc));
-        }
-      }
-      continue;
-    }
-    if (const Section* s = find_section(section)) {
+    const Section* s = find_section(section);
+    if (s != nullptr && s->list) {
+      s->list(defaults, row);
+    } else if (s != nullptr) {
       for (const auto& k : s->keys.fields()) {
-        std::string type = k.type;
-        std::vector<std::string> added;  // the program's own choices
-        for (const auto& choice : extension_choices(extensions, section, k.key)) {
-          if (type.find(fmt::format("\"{}\"", choice)) == std::string::npos) {
-            added.push_back(fmt::format("\"{}\"", choice));
-          }
-        }
-        if (!added.empty()) {
-          type += fmt::format("; also {}", fmt::join(added, ", "));
-        }
-        row(section + "." + k.key, type, fmt::format("`{}`", k.show(defaults)->to_string()), k.doc);
+        const auto* names = provider_names(extensions, section, k.key);
+        row(section + "." + k.key, names != nullptr ? rule::one_of(*names).type : k.type,
+            fmt::format("`{}`", k.show(defaults)->to_string()), k.doc);
       }
     }
     for (const auto& keys : extensions.keys) {

@@ -41,18 +41,24 @@ data::ImageSet slice(const data::ImageSet& s, int64_t start, int64_t len) {
   return {s.images.narrow(0, start, len), s.labels.narrow(0, start, len)};
 }
 
+
 /// fashion-mnist and cifar10. The samples stay on the host (uint8 when normalized on the device); each
 /// batch is moved to the training device by a DeviceSource, which also normalizes and augments there when
 /// the config asks for it.
 class ImageData : public DataProvider {
  public:
   std::vector<std::string> datasets() const override { return {"fashion-mnist", "cifar10"}; }
+  std::vector<ConfigKeys> keys() const override {
+    return {ConfigKeys::of("data", ImageDataOptions::binding(),
+                           fmt::format("data.dataset = \"{}\"", fmt::join(datasets(), "\", \"")))};
+  }
 
   RunData load(const DataRequest& request) const override {
     const Config& config = request.config;
     const std::string& source = request.source;
+    const auto o = read_extra(config, "data", ImageDataOptions::binding());
     RunData run;
-    const bool on_device = config.data.normalize_on_device;
+    const bool on_device = o.normalize_on_device();
     const ImageFormat image = image_format(config.data.dataset);
     run.info.classes = 10;
     run.info.sample_shape = {image.channels, image.size, image.size};
@@ -81,41 +87,34 @@ class ImageData : public DataProvider {
     run.val_examples = config.data.val_size;
     run.test_examples = run.test_split.images.size(0);
 
-    const bool augment = config.data.crop_padding > 0 || config.data.horizontal_flip;
+    const bool augment = o.augment().crop_padding() > 0 || o.augment().horizontal_flip();
     const auto to_device = [&](std::shared_ptr<data::BatchSource> host,
                                bool train) -> std::unique_ptr<data::BatchSource> {
-      data::DeviceTransformOptions transform;
+      data::DeviceTransformOptions transform = train ? o.augment() : data::DeviceTransformOptions();
       transform.seed(static_cast<uint64_t>(config.train.seed));
       if (on_device) {
         transform.normalize(image.mean, image.std);
       }
-      if (train) {
-        transform.crop_padding(config.data.crop_padding).horizontal_flip(config.data.horizontal_flip);
-      }
       return std::make_unique<data::DeviceSource>(std::move(host), request.device, transform);
     };
-    const auto train_options = data::ParallelLoaderOptions()
-                                   .batch_size(config.train.batch_size)
-                                   .shuffle(true)
-                                   .seed(static_cast<uint64_t>(config.train.seed))
-                                   .num_replicas(request.world_size)
-                                   .rank(request.rank);
+    // The training order, the same for either loader.
+    const auto sampler = [&](auto options) {
+      return options.batch_size(config.train.batch_size)
+          .shuffle(true)
+          .seed(static_cast<uint64_t>(config.train.seed))
+          .num_replicas(request.world_size)
+          .rank(request.rank);
+    };
+    const int64_t workers = o.loader().num_workers();
     std::shared_ptr<data::BatchSource> train;
-    if (config.data.workers > 0) {
+    if (workers > 0) {
       const data::ImageSet split = run.train_split;
       train = std::make_shared<data::ParallelLoader>(
           n_train, [split](int64_t i, at::Generator&) { return data::Batch(split.images[i], split.labels[i]); },
-          data::ParallelLoaderOptions(train_options)
-              .num_workers(config.data.workers)
-              .pin_memory(request.device.is_cuda()));
+          sampler(o.loader()).pin_memory(request.device.is_cuda()));
     } else {
       train = std::make_shared<data::TensorLoader>(run.train_split.images, run.train_split.labels,
-                                                   data::TensorLoaderOptions()
-                                                       .batch_size(train_options.batch_size())
-                                                       .shuffle(true)
-                                                       .seed(train_options.seed())
-                                                       .num_replicas(request.world_size)
-                                                       .rank(request.rank));
+                                                   sampler(data::TensorLoaderOptions()));
     }
     run.train = to_device(std::move(train), true);
     const auto eval = [&](const data::ImageSet& s) {
@@ -133,8 +132,8 @@ class ImageData : public DataProvider {
       run.val = eval(run.val_split);
     }
     run.test = eval(run.test_split);
-    spdlog::info("data: {} loader{}, batches moved to {}{}{}", config.data.workers > 0 ? "parallel" : "tensor",
-                 config.data.workers > 0 ? fmt::format(" ({} workers)", config.data.workers) : "",
+    spdlog::info("data: {} loader{}, batches moved to {}{}{}", workers > 0 ? "parallel" : "tensor",
+                 workers > 0 ? fmt::format(" ({} workers)", workers) : "",
                  request.device.str(), on_device ? ", normalized there" : "", augment ? ", augmented there" : "");
     return run;
   }
@@ -144,9 +143,13 @@ class ImageData : public DataProvider {
 class ImageModels : public ModelProvider {
  public:
   std::vector<std::string> models() const override { return {"cnn", "mlp", "resnet", "resnet18"}; }
+  std::vector<ConfigKeys> keys() const override {
+    return {ConfigKeys::of("model", ImageModelOptions::binding())};  // each key's help names its models
+  }
 
   ModelParts build(const Config& config, const DataInfo& data, const std::string& source) const override {
     const ModelConfig& m = config.model;
+    const auto o = read_extra(config, "model", ImageModelOptions::binding());
     if (data.sample_shape.size() != 3) {
       throw ConfigError(fmt::format("{}: model.name = \"{}\" takes images (channels x height x width), but "
                                     "data.dataset = \"{}\" gives inputs of shape [{}]",
@@ -154,19 +157,13 @@ class ImageModels : public ModelProvider {
     }
     const int64_t channels = data.sample_shape[0];
     const int64_t size = data.sample_shape[1];
-    const auto resnet =
-        nn::ResNetOptions().depth(m.depth).in_channels(channels).zero_init_residual(m.zero_init_residual);
+    const auto resnet = nn::ResNetOptions(o.resnet()).in_channels(channels);
+    const nn::CnnOptions& cnn = o.cnn();
     torch::nn::Sequential model =
-        m.name == "mlp" ? nn::make_mlp(nn::MlpOptions().in_features(channels * size * size).hidden({m.hidden}).dropout(m.dropout))
+        m.name == "mlp" ? nn::make_mlp(nn::MlpOptions().in_features(channels * size * size).hidden({cnn.hidden()}).dropout(cnn.dropout()))
         : m.name == "resnet"   ? nn::make_cifar_resnet(resnet)
         : m.name == "resnet18" ? nn::make_resnet18(resnet)
-                               : nn::make_cnn(nn::CnnOptions()
-                                                  .in_channels(channels)
-                                                  .image_size(size)
-                                                  .channels(m.channels)
-                                                  .hidden(m.hidden)
-                                                  .dropout(m.dropout)
-                                                  .batch_norm(m.batch_norm));
+                               : nn::make_cnn(nn::CnnOptions(cnn).in_channels(channels).image_size(size));
     if (m.checkpoint_segments > static_cast<int64_t>(model->size())) {
       throw ConfigError(fmt::format("{}: model.checkpoint_segments ({}) must be at most the model's {} modules",
                                     source, m.checkpoint_segments, model->size()));
@@ -209,18 +206,13 @@ class ScriptModels : public ModelProvider {
   }
 };
 
-std::vector<std::string> served_names(const DataProvider& p) { return p.datasets(); }
-std::vector<std::string> served_names(const ModelProvider& p) { return p.models(); }
-
-/// Every name the providers serve, once each, in the order they were added.
+/// Every name in `served`, once each, in the order the providers were added.
 template <class Provider>
-std::vector<std::string> names_of(const std::vector<std::shared_ptr<const Provider>>& providers) {
+std::vector<std::string> names_of(const std::vector<std::pair<std::string, Provider>>& served) {
   std::vector<std::string> out;
-  for (const auto& p : providers) {
-    for (const auto& name : served_names(*p)) {
-      if (std::find(out.begin(), out.end(), name) == out.end()) {
-        out.push_back(name);
-      }
+  for (const auto& entry : served) {
+    if (std::find(out.begin(), out.end(), entry.first) == out.end()) {
+      out.push_back(entry.first);
     }
   }
   return out;
@@ -228,27 +220,14 @@ std::vector<std::string> names_of(const std::vector<std::shared_ptr<const Provid
 
 /// The provider serving `name`, the one added last first; null when none does.
 template <class Provider>
-const Provider* find_provider(const std::vector<std::shared_ptr<const Provider>>& providers, const std::string& name) {
-  for (auto it = providers.rbegin(); it != providers.rend(); ++it) {
-    const auto served = served_names(**it);
-    if (std::find(served.begin(), served.end(), name) != served.end()) {
-      return it->get();
-    }
-  }
-  return nullptr;
-}
-
-/// Appends every provider's config keys to `out`.
-template <class Provider>
-void append_keys(const std::vector<std::shared_ptr<const Provider>>& providers, std::vector<ConfigKeys>& out) {
-  for (const auto& p : providers) {
-    for (auto& k : p->keys()) {
-      out.push_back(std::move(k));
-    }
-  }
+auto find_provider(const std::vector<std::pair<std::string, Provider>>& served, const std::string& name) {
+  const auto it = std::find_if(served.rbegin(), served.rend(), [&](const auto& entry) { return entry.first == name; });
+  return it == served.rend() ? nullptr : it->second.get();
 }
 
 }  // namespace
+
+ConfigExtensions builtin_extensions() { return Catalog::builtin().extensions(); }
 
 Catalog Catalog::builtin() {
   Catalog c;
@@ -259,12 +238,20 @@ Catalog Catalog::builtin() {
 }
 
 Catalog& Catalog::add(std::shared_ptr<const DataProvider> provider) {
-  data_.push_back(std::move(provider));
+  for (const auto& name : provider->datasets()) {
+    data_.emplace_back(name, provider);
+  }
+  const auto keys = provider->keys();
+  keys_.insert(keys_.end(), keys.begin(), keys.end());
   return *this;
 }
 
 Catalog& Catalog::add(std::shared_ptr<const ModelProvider> provider) {
-  models_.push_back(std::move(provider));
+  for (const auto& name : provider->models()) {
+    models_.emplace_back(name, provider);
+  }
+  const auto keys = provider->keys();
+  keys_.insert(keys_.end(), keys.begin(), keys.end());
   return *this;
 }
 
@@ -289,12 +276,6 @@ const ModelProvider& Catalog::model(const std::string& name, const std::string& 
                                 name, fmt::join(names_of(models_), ", ")));
 }
 
-ConfigExtensions Catalog::extensions() const {
-  ConfigExtensions out{names_of(data_), names_of(models_), {}};
-  append_keys(data_, out.keys);
-  append_keys(models_, out.keys);
-  out.keys.insert(out.keys.end(), keys_.begin(), keys_.end());
-  return out;
-}
+ConfigExtensions Catalog::extensions() const { return {names_of(data_), names_of(models_), keys_}; }
 
 }  // namespace trainkit::app

@@ -9,6 +9,7 @@
 #include "trainkit/data/cifar.h"
 #include "trainkit/data/idx.h"
 #include "trainkit/data/parallel_loader.h"
+#include "trainkit/data/sampler.h"
 #include "trainkit/data/sequence_loader.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/data/text_datasets.h"

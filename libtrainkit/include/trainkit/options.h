@@ -101,6 +101,10 @@ ValueRule<std::string> text_where(std::string type, std::string expected,
 ValueRule<std::vector<double>> numbers(const NumberRule& range);
 /// An array of distinct strings, each one of `choices` (may be empty).
 ValueRule<std::vector<std::string>> distinct_of(std::vector<std::string> choices);
+/// An array of distinct strings that `allows` accepts (may be empty); `type` and `expected` describe them.
+/// `allows` may throw std::invalid_argument to say why it refuses one.
+ValueRule<std::vector<std::string>> distinct_where(std::string type, std::string expected,
+                                                   std::function<bool(const std::string&)> allows);
 /// A non-empty array of integers in [lo, hi].
 ValueRule<std::vector<int64_t>> integers(int64_t lo, int64_t hi = std::numeric_limits<int64_t>::max());
 /// A number of seconds in `range`, held as milliseconds (truncated).

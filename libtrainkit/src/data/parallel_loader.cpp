@@ -19,19 +19,13 @@ ParallelLoader::ParallelLoader(int64_t size, SampleFn sample, ParallelLoaderOpti
   TRAINKIT_CHECK_ARG(size_ > 0, "ParallelLoader: the data set is empty (size {})", size_);
   TRAINKIT_CHECK_ARG(static_cast<bool>(sample_), "ParallelLoader: no sample function");
   TRAINKIT_CHECK_ARG(static_cast<bool>(collate_), "ParallelLoader: no collate function");
-  TRAINKIT_CHECK_ARG(options_.batch_size() > 0, "ParallelLoader: invalid batch_size: {}", options_.batch_size());
-  TRAINKIT_CHECK_ARG(options_.num_replicas() >= 1, "ParallelLoader: invalid num_replicas: {}",
-                     options_.num_replicas());
-  TRAINKIT_CHECK_ARG(options_.rank() >= 0 && options_.rank() < options_.num_replicas(),
-                     "ParallelLoader: rank {} not in [0, num_replicas={})", options_.rank(), options_.num_replicas());
+  detail::check_sampler(options_, "ParallelLoader");
   TRAINKIT_CHECK_ARG(options_.num_workers() >= 0, "ParallelLoader: invalid num_workers: {}", options_.num_workers());
   TRAINKIT_CHECK_ARG(options_.prefetch_factor() >= 1, "ParallelLoader: invalid prefetch_factor: {}",
                      options_.prefetch_factor());
   TRAINKIT_CHECK_ARG(!options_.pin_memory() || torch::cuda::is_available(),
                      "ParallelLoader: pin_memory needs a CUDA device and none is available");
-  num_batches_ = detail::num_batches(
-      detail::shard_size(size_, options_.num_replicas(), options_.rank(), options_.even_shards()), options_.batch_size(),
-      options_.drop_last());
+  num_batches_ = detail::num_batches(detail::shard_size(size_, options_), options_.batch_size(), options_.drop_last());
   set_epoch(0);
   if (options_.num_workers() == 0) {
     return;
@@ -75,10 +69,8 @@ ParallelLoader::~ParallelLoader() {
 }
 
 void ParallelLoader::set_epoch(int64_t epoch) {
-  const at::Tensor order = detail::epoch_order(size_, options_.shuffle(), options_.seed(), epoch,
-                                               options_.num_replicas(), options_.rank(), options_.even_shards());
-  std::vector<int64_t> indices(static_cast<size_t>(
-      detail::shard_size(size_, options_.num_replicas(), options_.rank(), options_.even_shards())));
+  const at::Tensor order = detail::epoch_order(size_, options_, epoch);
+  std::vector<int64_t> indices(static_cast<size_t>(detail::shard_size(size_, options_)));
   if (order.defined()) {
     std::copy_n(order.data_ptr<int64_t>(), indices.size(), indices.begin());
   } else {

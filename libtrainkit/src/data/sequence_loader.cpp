@@ -43,25 +43,25 @@ SequenceLoader::SequenceLoader(std::vector<std::vector<int64_t>> sequences, std:
   TRAINKIT_CHECK_ARG(!sequences_.empty(), "SequenceLoader: no sequences");
   TRAINKIT_CHECK_ARG(sequences_.size() == labels_.size(), "SequenceLoader: {} sequences but {} labels",
                      sequences_.size(), labels_.size());
-  TRAINKIT_CHECK_ARG(options_.batch_size() > 0, "SequenceLoader: invalid batch_size: {}", options_.batch_size());
+  detail::check_sampler(options_, "SequenceLoader");
   TRAINKIT_CHECK_ARG(options_.max_len() >= 0, "SequenceLoader: invalid max_len: {}", options_.max_len());
   set_epoch(0);
 }
 
 void SequenceLoader::set_epoch(int64_t epoch) {
   cursor_ = 0;
-  const at::Tensor order = detail::epoch_order(size(), options_.shuffle(), options_.seed(), epoch, 1, 0, true);
-  order_.resize(sequences_.size());
+  const at::Tensor order = detail::epoch_order(size(), options_, epoch);
+  order_.resize(static_cast<size_t>(detail::shard_size(size(), options_)));
   if (order.defined()) {
     const auto contiguous = order.contiguous();
-    std::copy(contiguous.data_ptr<int64_t>(), contiguous.data_ptr<int64_t>() + size(), order_.begin());
+    std::copy_n(contiguous.data_ptr<int64_t>(), order_.size(), order_.begin());
   } else {
     std::iota(order_.begin(), order_.end(), int64_t{0});
   }
 }
 
 int64_t SequenceLoader::num_batches() const {
-  return detail::num_batches(size(), options_.batch_size(), options_.drop_last());
+  return detail::num_batches(static_cast<int64_t>(order_.size()), options_.batch_size(), options_.drop_last());
 }
 
 std::optional<Batch> SequenceLoader::next() {
@@ -80,7 +80,7 @@ Batch SequenceLoader::batch(int64_t index) const {
   TRAINKIT_CHECK_ARG(index >= 0 && index < num_batches(), "SequenceLoader: batch {} out of range [0, {})", index,
                      num_batches());
   const int64_t start = index * options_.batch_size();
-  const int64_t len = std::min(options_.batch_size(), size() - start);
+  const int64_t len = std::min(options_.batch_size(), static_cast<int64_t>(order_.size()) - start);
   std::vector<std::vector<int64_t>> picked;
   picked.reserve(static_cast<size_t>(len));
   at::Tensor labels = at::empty({len}, at::kLong);

@@ -12,25 +12,21 @@ TensorLoader::TensorLoader(at::Tensor inputs, at::Tensor targets, TensorLoaderOp
   TRAINKIT_CHECK_ARG(inputs_.defined() && targets_.defined(), "TensorLoader: inputs and targets must be defined");
   TRAINKIT_CHECK_ARG(inputs_.size(0) == targets_.size(0), "TensorLoader: {} inputs but {} targets", inputs_.size(0),
                      targets_.size(0));
-  TRAINKIT_CHECK_ARG(options_.batch_size() > 0, "TensorLoader: invalid batch_size: {}", options_.batch_size());
-  TRAINKIT_CHECK_ARG(options_.num_replicas() >= 1, "TensorLoader: invalid num_replicas: {}", options_.num_replicas());
-  TRAINKIT_CHECK_ARG(options_.rank() >= 0 && options_.rank() < options_.num_replicas(),
-                     "TensorLoader: rank {} not in [0, num_replicas={})", options_.rank(), options_.num_replicas());
+  detail::check_sampler(options_, "TensorLoader");
   set_epoch(0);
 }
 
 void TensorLoader::set_epoch(int64_t epoch) {
   epoch_ = epoch;
   cursor_ = 0;
-  order_ = detail::epoch_order(inputs_.size(0), options_.shuffle(), options_.seed(), epoch, options_.num_replicas(),
-                               options_.rank(), options_.even_shards());
+  order_ = detail::epoch_order(inputs_.size(0), options_, epoch);
   if (order_.defined() && inputs_.device() != order_.device()) {
     order_ = order_.to(inputs_.device());
   }
 }
 
 int64_t TensorLoader::shard_size() const {
-  return detail::shard_size(inputs_.size(0), options_.num_replicas(), options_.rank(), options_.even_shards());
+  return detail::shard_size(inputs_.size(0), options_);
 }
 
 int64_t TensorLoader::num_batches() const {

@@ -134,6 +134,15 @@ std::shared_ptr<Metric> make_metric(const std::string& name) {
   throw std::invalid_argument("unknown metric \"" + name + "\" (known: accuracy, top<k>_accuracy, mae, mse)");
 }
 
+ValueRule<std::vector<std::string>> metric_names_rule() {
+  return rule::distinct_where("array of strings",
+                              "an array of distinct metric names (\"accuracy\", \"top<k>_accuracy\", \"mae\", \"mse\")",
+                              [](const std::string& name) {
+                                (void)make_metric(name);  // throws, naming the unknown metric
+                                return true;
+                              });
+}
+
 void MetricValues::set(const std::string& name, double value) {
   for (auto& item : items_) {
     if (item.first == name) {

@@ -23,6 +23,7 @@
 #include <torch/arg.h>
 
 #include "trainkit/data/batch_source.h"
+#include "trainkit/options.h"
 
 namespace trainkit::data {
 
@@ -54,6 +55,20 @@ struct DeviceTransformOptions {
   TORCH_ARG(std::function<Batch(Batch, at::Generator&)>, transform) = nullptr;
   /// Copy with non_blocking = true (asynchronous when the source batch is in pinned memory).
   TORCH_ARG(bool, non_blocking) = true;
+
+ public:
+  /// The augmentation's keys, rules and help (trainkit/options.h).
+  static const OptionBinding<DeviceTransformOptions>& binding() {
+    // Padding up to 4096 pixels: a typo is refused naming its key instead of ending in bad_alloc.
+    static const auto b = OptionBinding<DeviceTransformOptions>()
+        .bind(TRAINKIT_OPTION(crop_padding), rule::integer(0, 4096),
+              "Training augmentation: random crop after zero-padding each side by N pixels (0 = off)")
+        .bind(TRAINKIT_OPTION(horizontal_flip), rule::boolean(),
+              "Training augmentation: random horizontal flip (p = flip_probability, 0.5 by default)")
+        .bind(TRAINKIT_OPTION(flip_probability), rule::number(closed_unit_interval()),
+              "Probability of mirroring each sample when horizontal_flip is on");
+    return b;
+  }
 
  private:
   std::vector<double> mean_;

@@ -33,29 +33,15 @@
 #include <torch/arg.h>
 
 #include "trainkit/data/batch_source.h"
+#include "trainkit/data/sampler.h"
 #include "trainkit/data/torch_data.h"
+#include "trainkit/options.h"
 
 namespace trainkit::data {
 
-/// Options of a ParallelLoader. The first six mean what TensorLoaderOptions' fields of the same name mean.
-struct ParallelLoaderOptions {
-  /// Samples per batch.
-  TORCH_ARG(int64_t, batch_size) = 64;
-  /// Reshuffle every epoch (deterministically from `seed` and the epoch number).
-  TORCH_ARG(bool, shuffle) = true;
-  /// Drop the last incomplete batch.
-  TORCH_ARG(bool, drop_last) = false;
-  /// Seed of the per-epoch permutation (epoch e uses seed + e) and of the per-sample generators.
-  TORCH_ARG(uint64_t, seed) = 0;
-  /// Number of data-parallel ranks sharing the data (PyTorch's DistributedSampler `num_replicas`).
-  TORCH_ARG(int64_t, num_replicas) = 1;
-  /// This rank's shard, in [0, num_replicas).
-  TORCH_ARG(int64_t, rank) = 0;
-  /// With several replicas: pad the epoch's order to a multiple of num_replicas so every shard has
-  /// ceil(size / num_replicas) samples (DistributedSampler; for training, where ranks must step together),
-  /// or, when false, give every sample to exactly one rank, shards differing by at most one sample (for
-  /// evaluation whose sums are reduced across ranks: nothing is counted twice).
-  TORCH_ARG(bool, even_shards) = true;
+/// Options of a ParallelLoader: the sampler fields of TensorLoaderOptions (data/sampler.h; `seed` also seeds
+/// the per-sample generators) and the workers.
+struct ParallelLoaderOptions : BasicSamplerOptions<ParallelLoaderOptions> {
   /// Worker threads loading batches (0: each batch is loaded in the thread that calls next()).
   TORCH_ARG(int64_t, num_workers) = 0;
   /// Batches in flight per worker (PyTorch's DataLoader `prefetch_factor`): at most
@@ -65,6 +51,18 @@ struct ParallelLoaderOptions {
   /// `Batch::to(cuda, non_blocking=true)` copies asynchronously. Needs a CUDA device: the constructor
   /// throws std::invalid_argument when none is available.
   TORCH_ARG(bool, pin_memory) = false;
+
+ public:
+  /// The workers' keys, rules and help (trainkit/options.h); the sampler's fields are the program's.
+  static const OptionBinding<ParallelLoaderOptions>& binding() {
+    // At most 1024 threads, far above any machine's cores: a typo (an extra zero or three) is refused
+    // naming its key instead of ending in thread exhaustion.
+    static const auto b = OptionBinding<ParallelLoaderOptions>()
+        .bind(TRAINKIT_OPTION(num_workers), rule::integer(0, 1024),
+              "Loader worker threads preparing training batches (0 = in the training thread)")
+        .bind(TRAINKIT_OPTION(prefetch_factor), rule::integer(1, 1024), "Batches in flight per loader worker");
+    return b;
+  }
 };
 
 /// Epochs of batches of a map-style data set, loaded by worker threads (see the file comment).

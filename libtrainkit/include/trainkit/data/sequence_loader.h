@@ -14,6 +14,7 @@
 #include <torch/arg.h>
 
 #include "trainkit/data/batch_source.h"
+#include "trainkit/data/sampler.h"
 
 namespace trainkit::data {
 
@@ -30,16 +31,9 @@ struct PaddedSequences {
 PaddedSequences pad_sequences(const std::vector<std::vector<int64_t>>& sequences, int64_t padding_value,
                               int64_t max_len = 0);
 
-/// Options of a SequenceLoader.
-struct SequenceLoaderOptions {
-  /// Sequences per batch.
-  TORCH_ARG(int64_t, batch_size) = 64;
-  /// Reshuffle every epoch (deterministically from `seed` and the epoch number, as TensorLoader).
-  TORCH_ARG(bool, shuffle) = true;
-  /// Drop the last incomplete batch.
-  TORCH_ARG(bool, drop_last) = false;
-  /// Seed of the per-epoch permutation: epoch e uses seed + e.
-  TORCH_ARG(uint64_t, seed) = 0;
+/// Options of a SequenceLoader: the sampler fields of TensorLoaderOptions (data/sampler.h: sequences per
+/// batch, shuffle, seed, shards) and the padding.
+struct SequenceLoaderOptions : BasicSamplerOptions<SequenceLoaderOptions> {
   /// The padding value (the vocabulary's `<pad>` index).
   TORCH_ARG(int64_t, pad_index) = 1;
   /// Keep at most the first `max_len` tokens of each sequence (0 = all).
@@ -48,7 +42,8 @@ struct SequenceLoaderOptions {
 
 /// Batches of encoded texts and their labels: input "tokens" (int64 [B, T], padded per batch to its
 /// longest sequence), input "lengths" (int64 [B]) and target 0, the labels (int64 [B]). The order of
-/// epoch e depends only on (seed, e): the same permutation as a TensorLoader of as many samples.
+/// epoch e depends only on (seed, e): the same permutation, and with num_replicas > 1 the same shard, as a
+/// TensorLoader of as many samples.
 class SequenceLoader : public BatchSource {
  public:
   /// Throws std::invalid_argument when the counts differ, there is no sequence or an option is invalid.
@@ -62,7 +57,7 @@ class SequenceLoader : public BatchSource {
   int64_t num_batches() const override;
   /// Batch `index` of the current epoch (random access; the cursor does not move).
   Batch batch(int64_t index) const;
-  /// Number of sequences.
+  /// Number of sequences (of all shards).
   int64_t size() const { return static_cast<int64_t>(sequences_.size()); }
   /// The options given at construction.
   const SequenceLoaderOptions& options() const { return options_; }

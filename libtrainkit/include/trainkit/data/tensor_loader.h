@@ -6,34 +6,13 @@
 #include <cstdint>
 
 #include <ATen/core/Tensor.h>
-#include <torch/arg.h>
-
 #include "trainkit/data/batch_source.h"
+#include "trainkit/data/sampler.h"
 
 namespace trainkit::data {
 
-/// Options of a TensorLoader.
-struct TensorLoaderOptions {
-  /// Samples per batch.
-  TORCH_ARG(int64_t, batch_size) = 64;
-  /// Reshuffle every epoch (deterministically from `seed` and the epoch number).
-  TORCH_ARG(bool, shuffle) = true;
-  /// Drop the last incomplete batch.
-  TORCH_ARG(bool, drop_last) = false;
-  /// Seed of the per-epoch permutation: epoch e uses seed + e, so any epoch can be replayed.
-  TORCH_ARG(uint64_t, seed) = 0;
-  /// Number of data-parallel ranks sharing the data (PyTorch's DistributedSampler `num_replicas`): the
-  /// epoch's order is padded by wrapping around to a multiple of it and rank r takes every
-  /// num_replicas-th sample starting at r, so the ranks see disjoint shards of equal size.
-  TORCH_ARG(int64_t, num_replicas) = 1;
-  /// This rank's shard, in [0, num_replicas).
-  TORCH_ARG(int64_t, rank) = 0;
-  /// With several replicas: pad the epoch's order to a multiple of num_replicas so every shard has
-  /// ceil(size / num_replicas) samples (DistributedSampler; for training, where ranks must step together),
-  /// or, when false, give every sample to exactly one rank, shards differing by at most one sample (for
-  /// evaluation whose sums are reduced across ranks: nothing is counted twice).
-  TORCH_ARG(bool, even_shards) = true;
-};
+/// Options of a TensorLoader: its sampler (batch size, shuffle, seed, shards).
+using TensorLoaderOptions = SamplerOptions;
 
 /// Iterates preloaded tensors in batches. The order of epoch e depends only on (seed, e), never on a
 /// global generator, so a run resumed at (epoch, batch) sees exactly the batches it would have seen.

@@ -8,6 +8,8 @@
 #include <torch/arg.h>
 #include <torch/nn/modules/container/sequential.h>
 
+#include "trainkit/options.h"
+
 namespace trainkit::nn {
 
 /// Options of make_cnn.
@@ -26,6 +28,24 @@ struct CnnOptions {
   TORCH_ARG(bool, batch_norm) = true;
   /// Number of classes.
   TORCH_ARG(int64_t, num_classes) = 10;
+
+ public:
+  /// Every field's key, rule and help (trainkit/options.h).
+  static const OptionBinding<CnnOptions>& binding() {
+    // Widths up to 2^20 (2^20 x 784 float32 weights = 3 GiB): a typo (an extra zero or three) is refused
+    // naming its key instead of ending in bad_alloc.
+    constexpr int64_t max_width = int64_t{1} << 20;
+    static const auto b = OptionBinding<CnnOptions>()
+        .bind(TRAINKIT_OPTION(in_channels), rule::integer(1, max_width), "Input channels")
+        .bind(TRAINKIT_OPTION(image_size), rule::integer(1, max_width), "Input height and width")
+        .bind(TRAINKIT_OPTION(channels), rule::integers(1, max_width),
+              "cnn: output channels of each 3x3 conv block (each halves the resolution)")
+        .bind(TRAINKIT_OPTION(hidden), rule::integer(1, max_width), "Width of the hidden fully connected layer")
+        .bind(TRAINKIT_OPTION(dropout), rule::number(unit_interval()), "Dropout before each fully connected layer")
+        .bind(TRAINKIT_OPTION(batch_norm), rule::boolean(), "cnn: batch normalization after each convolution")
+        .bind(TRAINKIT_OPTION(num_classes), rule::integer(1), "Number of classes");
+    return b;
+  }
 };
 
 /// A conv net: [conv3x3 → (BN) → ReLU → maxpool2] per entry of `channels`, then

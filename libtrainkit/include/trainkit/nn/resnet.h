@@ -12,12 +12,15 @@
 /// checkpointing (nn::checkpoint_sequential) and init rules by name work on them like on the CNN.
 
 #include <cstdint>
+#include <optional>
 
 #include <torch/arg.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
+
+#include "trainkit/options.h"
 
 namespace trainkit::nn {
 
@@ -32,6 +35,31 @@ struct ResNetOptions {
   /// Start every residual branch's last BatchNorm at weight 0 (Goyal et al. 2017), so that each block
   /// begins as the identity.
   TORCH_ARG(bool, zero_init_residual) = false;
+
+ public:
+  /// Every field's key, rule and help (trainkit/options.h); `depth` takes 6n + 2 only.
+  static const OptionBinding<ResNetOptions>& binding() {
+    static const auto b = OptionBinding<ResNetOptions>()
+        .bind(TRAINKIT_OPTION(depth), depth_rule(), "resnet: layers (20, 32, 44, 56, 110)")
+        .bind(TRAINKIT_OPTION(in_channels), rule::integer(1), "Input channels")
+        .bind(TRAINKIT_OPTION(num_classes), rule::integer(1), "Number of classes")
+        .bind(TRAINKIT_OPTION(zero_init_residual), rule::boolean(),
+              "resnet, resnet18: start each residual branch's last BatchNorm at 0");
+    return b;
+  }
+
+ private:
+  /// A CIFAR ResNet depth: 6n + 2 with n >= 1.
+  static ValueRule<int64_t> depth_rule() {
+    ValueRule<int64_t> r = rule::integer(8);
+    r.type = "integer 6n + 2";
+    r.expected = "an integer 6n + 2 (20, 32, 44, 56, 110)";
+    r.parse = [](const ArgValue& v) -> std::optional<int64_t> {
+      const auto* i = v.get_if<int64_t>();
+      return i != nullptr && *i >= 8 && (*i - 2) % 6 == 0 ? std::optional<int64_t>(*i) : std::nullopt;
+    };
+    return r;
+  }
 };
 
 /// A basic residual block: conv3x3 → BN → ReLU → conv3x3 → BN, plus the shortcut, then ReLU. Children are

@@ -20,6 +20,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "trainkit/data/batch.h"
+#include "trainkit/options.h"
 
 namespace trainkit::train {
 
@@ -74,6 +75,9 @@ std::shared_ptr<Metric> mean_squared_error();
 /// The metric registered under `name` ("accuracy", "top5_accuracy" (any k), "mae", "mse"); throws
 /// std::invalid_argument listing the known names.
 std::shared_ptr<Metric> make_metric(const std::string& name);
+/// An array of distinct names that make_metric knows (the rule of a list of metrics, trainkit/options.h); an
+/// unknown name throws std::invalid_argument saying which.
+ValueRule<std::vector<std::string>> metric_names_rule();
 
 /// Named metric values in a fixed order.
 class MetricValues {

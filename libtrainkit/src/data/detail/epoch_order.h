@@ -6,6 +6,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "detail/check.h"
+#include "trainkit/data/sampler.h"
+
 namespace trainkit::data::detail {
 
 /// Samples of an `n`-sample data set that rank `rank` of `num_replicas` iterates per epoch: with
@@ -30,6 +33,28 @@ inline int64_t num_batches(int64_t shard, int64_t batch_size, bool drop_last) {
 /// then slice contiguously.
 at::Tensor epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch, int64_t num_replicas, int64_t rank,
                        bool even);
+
+/// Throws std::invalid_argument "<loader>: invalid batch_size: 0" (or num_replicas, rank) for sampler
+/// options no loader can follow.
+template <class Derived>
+void check_sampler(const BasicSamplerOptions<Derived>& o, const char* loader) {
+  TRAINKIT_CHECK_ARG(o.batch_size() > 0, "{}: invalid batch_size: {}", loader, o.batch_size());
+  TRAINKIT_CHECK_ARG(o.num_replicas() >= 1, "{}: invalid num_replicas: {}", loader, o.num_replicas());
+  TRAINKIT_CHECK_ARG(o.rank() >= 0 && o.rank() < o.num_replicas(), "{}: rank {} not in [0, num_replicas={})", loader,
+                     o.rank(), o.num_replicas());
+}
+
+/// shard_size for a loader's sampler options.
+template <class Derived>
+int64_t shard_size(int64_t n, const BasicSamplerOptions<Derived>& o) {
+  return shard_size(n, o.num_replicas(), o.rank(), o.even_shards());
+}
+
+/// epoch_order for a loader's sampler options.
+template <class Derived>
+at::Tensor epoch_order(int64_t n, const BasicSamplerOptions<Derived>& o, int64_t epoch) {
+  return epoch_order(n, o.shuffle(), o.seed(), epoch, o.num_replicas(), o.rank(), o.even_shards());
+}
 
 /// Which component draws from a derived seed, so that a sample's generator (ParallelLoader) and a batch's
 /// (DeviceSource) of equal numbers never share a stream.

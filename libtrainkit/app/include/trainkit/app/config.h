@@ -75,35 +75,30 @@ struct ConfigKeys {
   }
 };
 
-/// What a program adds to the config beyond the built-in data sets, models and keys.
+/// What the providers of a program add to the config (Catalog::extensions()): the names data.dataset and
+/// model.name take, and their keys.
 struct ConfigExtensions {
-  std::vector<std::string> datasets;  ///< further values of data.dataset
-  std::vector<std::string> models;    ///< further values of model.name
+  std::vector<std::string> datasets;  ///< the values of data.dataset
+  std::vector<std::string> models;    ///< the values of model.name
   std::vector<ConfigKeys> keys;       ///< further keys and sections
 };
 
-/// `[data]`: where the data set is and how it is split.
+/// The built-in providers' names and keys (Catalog::builtin().extensions()): what a config is read with
+/// when a program names no extensions.
+ConfigExtensions builtin_extensions();
+
+/// `[data]`: which data set, where it is and how it is split; a data set's own keys are its provider's.
 struct DataConfig {
   std::string dataset = "fashion-mnist";
   std::string dir = "/usr/share/datasets/fashion-mnist";
   int64_t val_size = 5000;
   int64_t limit_train = 0;
   int64_t limit_test = 0;
-  int64_t workers = 0;
-  bool normalize_on_device = false;
-  int64_t crop_padding = 0;
-  bool horizontal_flip = false;
 };
 
-/// `[model]`: the network trained. Defaults come from nn::CnnOptions (set by Config's constructor).
+/// `[model]`: which network and how it is initialized and trained; a model's own keys are its provider's.
 struct ModelConfig {
   std::string name = "cnn";
-  int64_t depth = 20;
-  bool zero_init_residual = false;
-  std::vector<int64_t> channels;
-  int64_t hidden = 0;
-  double dropout = 0;
-  bool batch_norm = false;
   int64_t checkpoint_segments = 0;
   std::string init = "default";
   std::string torchscript;  ///< model.name = "torchscript": the torch.jit.save file
@@ -208,7 +203,8 @@ struct Config {
   ArgTable scheduler_args;
   /// `[scheduler]` parsed and checked (sched::parse_scheduler); unset = constant LR.
   std::optional<sched::SchedulerSpec> scheduler;
-  /// The values of a program's own keys (ConfigExtensions::keys) by section, every key present.
+  /// The values of the providers' and the program's keys (ConfigExtensions::keys: the built-in image sets' and
+  /// models' too) by section, every key present; read_extra gives them back typed.
   std::map<std::string, ArgTable> extra;
 };
 
@@ -229,17 +225,18 @@ Options read_extra(const Config& config, const std::string& section, const Optio
 /// bare string), validating every key, the built-in ones and those of `extensions`; each table is read once.
 /// Throws ConfigError naming the file or override, the key and what was expected.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
-                   const ConfigExtensions& extensions = {});
+                   const ConfigExtensions& extensions = builtin_extensions());
 
 /// Same as load_config, from TOML text; `source` names it in errors.
 Config parse_config(const std::string& toml_text, const std::string& source,
-                    const std::vector<std::string>& overrides = {}, const ConfigExtensions& extensions = {});
+                    const std::vector<std::string>& overrides = {},
+                    const ConfigExtensions& extensions = builtin_extensions());
 
 /// The configuration as TOML text that parse_config reads back to the same values, but for log.mlflow_uri,
 /// which is written without the credentials it may hold (log::mlflow_redacted_uri).
 std::string to_toml(const Config& config);
 
 /// A Markdown table of every key, the built-in ones and those of `extensions`: `key | type | default | meaning`.
-std::string config_keys_markdown(const ConfigExtensions& extensions = {});
+std::string config_keys_markdown(const ConfigExtensions& extensions = builtin_extensions());
 
 }  // namespace trainkit::app

@@ -14,13 +14,19 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/nn/module.h>
 
 #include "trainkit/app/config.h"
 #include "trainkit/data/batch_source.h"
+#include "trainkit/data/device_source.h"
 #include "trainkit/data/idx.h"
+#include "trainkit/data/parallel_loader.h"
+#include "trainkit/nn/models.h"
+#include "trainkit/nn/resnet.h"
+#include "trainkit/options.h"
 #include "trainkit/train/task.h"
 
 namespace trainkit::app {
@@ -93,11 +99,54 @@ class ModelProvider {
   virtual ModelParts build(const Config& config, const DataInfo& data, const std::string& source) const = 0;
 };
 
+/// The `[data]` keys of the built-in image sets (fashion-mnist, cifar10), fields of the core options they set.
+struct ImageDataOptions {
+  /// The training loader: `workers` is its num_workers (0: a TensorLoader in the training thread).
+  TORCH_ARG(data::ParallelLoaderOptions, loader);
+  /// Keep images as uint8 on the host and normalize each batch on the training device.
+  TORCH_ARG(bool, normalize_on_device) = false;
+  /// The training batches' augmentation on the device: crop_padding, horizontal_flip.
+  TORCH_ARG(data::DeviceTransformOptions, augment);
+
+ public:
+  static const OptionBinding<ImageDataOptions>& binding() {
+    static const auto b =
+        OptionBinding<ImageDataOptions>()
+            .include(data::ParallelLoaderOptions::binding(), [](auto& o) -> auto& { return o.loader(); },
+                     {"num_workers"}, {{"num_workers", "workers"}})
+            .bind(TRAINKIT_OPTION(normalize_on_device), rule::boolean(),
+                  "Keep images as uint8 on the host and normalize each batch on the training device (4x fewer "
+                  "bytes moved)")
+            .include(data::DeviceTransformOptions::binding(), [](auto& o) -> auto& { return o.augment(); },
+                     {"crop_padding", "horizontal_flip"});
+    return b;
+  }
+};
+
+/// The `[model]` keys of the built-in image models (cnn, mlp, resnet, resnet18), fields of the core options
+/// they set; the input's shape and the classes come from the data.
+struct ImageModelOptions {
+  /// cnn: channels, hidden, dropout, batch_norm; mlp: one hidden layer of `hidden`, `dropout`.
+  TORCH_ARG(nn::CnnOptions, cnn);
+  /// resnet: depth, zero_init_residual; resnet18: zero_init_residual.
+  TORCH_ARG(nn::ResNetOptions, resnet);
+
+ public:
+  static const OptionBinding<ImageModelOptions>& binding() {
+    static const auto b = OptionBinding<ImageModelOptions>()
+                              .include(nn::ResNetOptions::binding(), [](auto& o) -> auto& { return o.resnet(); },
+                                       {"depth", "zero_init_residual"})
+                              .include(nn::CnnOptions::binding(), [](auto& o) -> auto& { return o.cnn(); },
+                                       {"channels", "hidden", "dropout", "batch_norm"});
+    return b;
+  }
+};
+
 /// The data sets, models and further config sections a program knows.
 class Catalog {
  public:
-  /// The built-in image sets (fashion-mnist, cifar10) and models (cnn, mlp, resnet, resnet18, and
-  /// torchscript: the model.torchscript file).
+  /// The built-in image sets (fashion-mnist, cifar10; keys: ImageDataOptions) and models (cnn, mlp, resnet,
+  /// resnet18; keys: ImageModelOptions; and torchscript: the model.torchscript file).
   static Catalog builtin();
   /// Adds a data provider; its data sets take precedence over those added before under the same name.
   Catalog& add(std::shared_ptr<const DataProvider> provider);
@@ -109,13 +158,13 @@ class Catalog {
   const DataProvider& data(const std::string& dataset, const std::string& source) const;
   /// The provider of `model`; throws ConfigError naming `source` and the known models.
   const ModelProvider& model(const std::string& name, const std::string& source) const;
-  /// What the config reader must accept beyond the built-in keys: every provider's names and keys.
+  /// What the config reader accepts beyond the keys of Config itself: every provider's names and keys.
   ConfigExtensions extensions() const;
 
  private:
-  std::vector<std::shared_ptr<const DataProvider>> data_;
-  std::vector<std::shared_ptr<const ModelProvider>> models_;
-  std::vector<ConfigKeys> keys_;
+  std::vector<std::pair<std::string, std::shared_ptr<const DataProvider>>> data_;    // by data.dataset name
+  std::vector<std::pair<std::string, std::shared_ptr<const ModelProvider>>> models_;  // by model.name name
+  std::vector<ConfigKeys> keys_;  // the providers' keys and the program's, in the order they were added
 };
 
 }  // namespace trainkit::app
