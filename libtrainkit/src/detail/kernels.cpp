@@ -743,25 +743,19 @@ TRAINKIT_KERNEL(void, lamb_moments_apply, lamb_moments_apply_impl,
                  double step),
                 (p, g, m, v, n, c, step))
 
-TRAINKIT_KERNEL(void, radam_kernel, radam_impl,
-                (float* p, const float* g, float* m, float* v, int64_t n, const RAdamCoef<float>& c),
-                (p, g, m, v, n, c))
-TRAINKIT_KERNEL(void, radam_kernel, radam_impl,
-                (double* p, const double* g, double* m, double* v, int64_t n, const RAdamCoef<double>& c),
-                (p, g, m, v, n, c))
-TRAINKIT_KERNEL(void, nadam_kernel, nadam_impl,
-                (float* p, const float* g, float* m, float* v, int64_t n, const NAdamCoef<float>& c),
-                (p, g, m, v, n, c))
-TRAINKIT_KERNEL(void, nadam_kernel, nadam_impl,
-                (double* p, const double* g, double* m, double* v, int64_t n, const NAdamCoef<double>& c),
-                (p, g, m, v, n, c))
-TRAINKIT_KERNEL(void, adamax_kernel, adamax_impl,
-                (float* p, const float* g, float* m, float* u, int64_t n, const AdamaxCoef<float>& c),
-                (p, g, m, u, n, c))
-TRAINKIT_KERNEL(void, adamax_kernel, adamax_impl,
-                (double* p, const double* g, double* m, double* u, int64_t n, const AdamaxCoef<double>& c),
-                (p, g, m, u, n, c))
+// RAdam, NAdam, Adamax: one signature (p, g, m, second moment, n, coefficients), float and double.
+#define TRAINKIT_MOMENT_KERNEL(name, Coef)                                                                 \
+  TRAINKIT_KERNEL(void, name##_kernel, name##_impl,                                                       \
+                  (float* p, const float* g, float* m, float* s, int64_t n, const Coef<float>& c),       \
+                  (p, g, m, s, n, c))                                                                     \
+  TRAINKIT_KERNEL(void, name##_kernel, name##_impl,                                                       \
+                  (double* p, const double* g, double* m, double* s, int64_t n, const Coef<double>& c),  \
+                  (p, g, m, s, n, c))
+TRAINKIT_MOMENT_KERNEL(radam, RAdamCoef)
+TRAINKIT_MOMENT_KERNEL(nadam, NAdamCoef)
+TRAINKIT_MOMENT_KERNEL(adamax, AdamaxCoef)
 
+#undef TRAINKIT_MOMENT_KERNEL
 #undef TRAINKIT_KERNEL
 
 }  // namespace trainkit::detail

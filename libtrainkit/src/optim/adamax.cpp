@@ -44,17 +44,14 @@ void fused_group(const detail::MomentGroup& g, const AdamaxOptions& o, double gr
 
 /// PyTorch's single-tensor Adamax, op for op (any device and dtype).
 void reference_group(const detail::MomentGroup& g, const AdamaxOptions& o, const at::Tensor& inv_scale) {
-  const auto [beta1, beta2] = o.betas();
-  for (size_t i = 0; i < g.params.size(); ++i) {
-    at::Tensor p = g.params[i];
-    const at::Tensor grad =
-        detail::reference_grad(p, g.grads[i], inv_scale, o.maximize(), o.weight_decay(), false, o.lr());
-    at::Tensor m = g.exp_avgs[i];
-    at::Tensor u = g.seconds[i];
-    m.lerp_(grad, 1 - beta1);
-    at::maximum_out(u, u.mul_(beta2), grad.abs().add_(o.eps()));
-    p.addcdiv_(m, u, neg_step_size(o, g.steps[i]));
-  }
+  const double beta1 = std::get<0>(o.betas());
+  const double beta2 = std::get<1>(o.betas());
+  detail::for_each_reference(g, o, /*decoupled=*/false, inv_scale,
+                             [&](size_t i, at::Tensor& p, const at::Tensor& grad, at::Tensor& m, at::Tensor& u) {
+                               m.lerp_(grad, 1 - beta1);
+                               at::maximum_out(u, u.mul_(beta2), grad.abs().add_(o.eps()));
+                               p.addcdiv_(m, u, neg_step_size(o, g.steps[i]));
+                             });
 }
 
 /// reference_group with multi-tensor ops: the same ops in the same order, each over the whole group.

@@ -80,22 +80,19 @@ void fused_group(const detail::MomentGroup& g, const NAdamOptions& o, double gra
 
 /// PyTorch's single-tensor NAdam, op for op (any device and dtype).
 void reference_group(const detail::MomentGroup& g, const NAdamOptions& o, const at::Tensor& inv_scale) {
-  const auto [beta1, beta2] = o.betas();
-  for (size_t i = 0; i < g.params.size(); ++i) {
-    at::Tensor p = g.params[i];
-    const at::Tensor grad = detail::reference_grad(p, g.grads[i], inv_scale, o.maximize(), o.weight_decay(),
-                                                   o.decoupled_weight_decay(), o.lr());
-    at::Tensor m = g.exp_avgs[i];
-    at::Tensor v = g.seconds[i];
-    at::Tensor mu_product = g.mu_products[i];
-    mu_product.mul_(mu_of(o, static_cast<double>(g.steps[i])));
-    detail::update_moments(m, v, grad, beta1, beta2);
-    at::Tensor denom = v.div(bias_correction2(o, g.steps[i])).sqrt();
-    denom.add_(o.eps());
-    const StepSizes s = step_sizes(o, g.steps[i], mu_product.item<double>());
-    p.addcdiv_(grad, denom, s.grad);
-    p.addcdiv_(m, denom, s.avg);
-  }
+  const double beta1 = std::get<0>(o.betas());
+  const double beta2 = std::get<1>(o.betas());
+  detail::for_each_reference(g, o, o.decoupled_weight_decay(), inv_scale,
+                             [&](size_t i, at::Tensor& p, const at::Tensor& grad, at::Tensor& m, at::Tensor& v) {
+                               at::Tensor mu_product = g.mu_products[i];
+                               mu_product.mul_(mu_of(o, static_cast<double>(g.steps[i])));
+                               detail::update_moments(m, v, grad, beta1, beta2);
+                               at::Tensor denom = v.div(bias_correction2(o, g.steps[i])).sqrt();
+                               denom.add_(o.eps());
+                               const StepSizes s = step_sizes(o, g.steps[i], mu_product.item<double>());
+                               p.addcdiv_(grad, denom, s.grad);
+                               p.addcdiv_(m, denom, s.avg);
+                             });
 }
 
 /// reference_group with multi-tensor ops: the same ops in the same order, each over the whole group. The mu

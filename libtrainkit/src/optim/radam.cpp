@@ -65,21 +65,18 @@ void fused_group(const detail::MomentGroup& g, const RAdamOptions& o, double gra
 
 /// PyTorch's single-tensor RAdam, op for op (any device and dtype).
 void reference_group(const detail::MomentGroup& g, const RAdamOptions& o, const at::Tensor& inv_scale) {
-  const auto [beta1, beta2] = o.betas();
-  for (size_t i = 0; i < g.params.size(); ++i) {
-    at::Tensor p = g.params[i];
-    const at::Tensor grad = detail::reference_grad(p, g.grads[i], inv_scale, o.maximize(), o.weight_decay(),
-                                                   o.decoupled_weight_decay(), o.lr());
-    at::Tensor m = g.exp_avgs[i];
-    at::Tensor v = g.seconds[i];
-    detail::update_moments(m, v, grad, beta1, beta2);
-    const Rectification r = rectification(o, g.steps[i]);
-    at::Tensor update = (m / r.bc1) * o.lr();
-    if (r.rectified) {
-      update = update * (v.sqrt().add_(o.eps()).reciprocal() * r.bc2_sqrt) * r.rect;
-    }
-    p.add_(update, -1.0);
-  }
+  const double beta1 = std::get<0>(o.betas());
+  const double beta2 = std::get<1>(o.betas());
+  detail::for_each_reference(g, o, o.decoupled_weight_decay(), inv_scale,
+                             [&](size_t i, at::Tensor& p, const at::Tensor& grad, at::Tensor& m, at::Tensor& v) {
+                               detail::update_moments(m, v, grad, beta1, beta2);
+                               const Rectification r = rectification(o, g.steps[i]);
+                               at::Tensor update = (m / r.bc1) * o.lr();
+                               if (r.rectified) {
+                                 update = update * (v.sqrt().add_(o.eps()).reciprocal() * r.bc2_sqrt) * r.rect;
+                               }
+                               p.add_(update, -1.0);
+                             });
 }
 
 /// reference_group with multi-tensor ops: the same ops in the same order, each over the whole group.

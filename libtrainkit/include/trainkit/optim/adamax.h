@@ -4,6 +4,7 @@
 /// section 7.1, arXiv 1412.6980), with PyTorch's names, defaults and semantics (torch.optim.Adamax) and a fused
 /// CPU kernel.
 
+#include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 
 #include "trainkit/optim/moment_fields.h"

@@ -4,6 +4,7 @@
 /// workshop), with PyTorch's names, defaults and semantics (torch.optim.NAdam: momentum_decay's schedule,
 /// decoupled_weight_decay) and a fused CPU kernel.
 
+#include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 
 #include "trainkit/optim/moment_fields.h"

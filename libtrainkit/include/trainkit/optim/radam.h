@@ -4,6 +4,7 @@
 /// the Adaptive Learning Rate and Beyond", arXiv 1908.03265), with PyTorch's names, defaults and semantics
 /// (torch.optim.RAdam, decoupled_weight_decay included) and a fused CPU kernel.
 
+#include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 
 #include "trainkit/optim/moment_fields.h"

@@ -54,6 +54,21 @@ inline std::vector<at::Tensor> foreach_grads(std::vector<at::Tensor>& params, co
   return g;
 }
 
+/// For each tensor i of the group, `body(i, p, grad, m, second)` with the gradient of reference_grad (the
+/// reference paths' loop; `decoupled` for RAdam's and NAdam's decoupled_weight_decay).
+template <class Options, class Body>
+void for_each_reference(const MomentGroup& g, const Options& o, bool decoupled, const at::Tensor& inv_scale,
+                        const Body& body) {
+  for (std::size_t i = 0; i < g.params.size(); ++i) {
+    at::Tensor p = g.params[i];
+    const at::Tensor grad =
+        reference_grad(p, g.grads[i], inv_scale, o.maximize(), o.weight_decay(), decoupled, o.lr());
+    at::Tensor m = g.exp_avgs[i];
+    at::Tensor second = g.seconds[i];
+    body(i, p, grad, m, second);
+  }
+}
+
 /// Adam's moments as PyTorch's single-tensor RAdam/NAdam write them: m ← lerp(m, g, 1-β1), v ← β2·v + (1-β2)·g².
 inline void update_moments(at::Tensor& m, at::Tensor& v, const at::Tensor& grad, double beta1, double beta2) {
   m.lerp_(grad, 1 - beta1);
