@@ -1,6 +1,6 @@
 """Golden trajectories for trainkit::optim, written by scripts/gen_golden.py.
 
-Oracles: torch.optim.Adam / AdamW / SGD from the pinned wheel, and timm's own Lars and Lamb.
+Oracles: torch.optim.Adam / AdamW / SGD / RAdam / NAdam / Adamax from the pinned wheel, and timm's own Lars and Lamb.
 The problem is small and fixed: four float64 parameters in two param groups, loss
 sum_k sum(w_k * (p_k - t_k)^2) + 0.3 * sum(sin(2 p_k)), with w_k = linspace(0.5, 2, n) and
 t_k = linspace(-1, 1, n) in each parameter's shape (the C++ test builds the same loss).
@@ -79,6 +79,25 @@ def _cases():
                dict(lr=2e-2, betas=(0.8, 0.99), eps=1e-8, weight_decay=0.05, max_grad_norm=0.5),
                dict(lr=1e-2, weight_decay=0.0)):
         cases.append(("lamb", Lamb, kw, dict(lr=kw["lr"] / 2, weight_decay=0.0), 200))
+    # RAdam, NAdam, Adamax: group 1 halves lr and weight decay and takes other betas. RAdam's first five steps
+    # are unrectified (rho_5 = 4.996 for beta2 = 0.999), the later ones rectified: the records cross both.
+    for kw in (dict(lr=1e-2),
+               dict(lr=1e-2, weight_decay=0.1),
+               dict(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True),
+               dict(lr=2e-2, betas=(0.8, 0.99), eps=1e-6, maximize=True)):
+        cases.append(("radam", torch.optim.RAdam, kw,
+                      dict(lr=kw["lr"] / 2, betas=(0.85, 0.995), weight_decay=kw.get("weight_decay", 0.0) / 2), 200))
+    for kw in (dict(lr=1e-2),
+               dict(lr=1e-2, momentum_decay=0.1, weight_decay=0.05),
+               dict(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True, maximize=True),
+               dict(lr=2e-2, betas=(0.8, 0.99), eps=1e-6, momentum_decay=0.0)):
+        cases.append(("nadam", torch.optim.NAdam, kw,
+                      dict(lr=kw["lr"] / 2, betas=(0.85, 0.995), momentum_decay=0.02), 200))
+    for kw in (dict(lr=1e-2),
+               dict(lr=1e-2, weight_decay=0.1),
+               dict(lr=2e-2, betas=(0.8, 0.99), eps=1e-6, maximize=True)):
+        cases.append(("adamax", torch.optim.Adamax, kw,
+                      dict(lr=kw["lr"] / 2, betas=(0.85, 0.995), weight_decay=kw.get("weight_decay", 0.0) / 2), 200))
     return cases
 
 
@@ -86,7 +105,7 @@ def gen_optim(out_dir, header):
     path = os.path.join(out_dir, "optim.toml")
     with open(path, "w") as f:
         f.write(header)
-        f.write("# Parameter trajectories of torch.optim.Adam/AdamW/SGD and timm.optim.Lars/Lamb (timm {}) on\n"
+        f.write("# Parameter trajectories of torch.optim.Adam/AdamW/SGD/RAdam/NAdam/Adamax and timm.optim.Lars/Lamb (timm {}) on\n"
                 "# the fixed float64 problem of scripts/golden_optim.py; two param groups.\n".format(
                     __import__("timm").__version__))
         f.write("shapes = [{}]\n".format(", ".join("[" + ", ".join(str(d) for d in s) + "]" for s in SHAPES)))

@@ -119,7 +119,7 @@ void steps_equal(torch::optim::Optimizer& x, torch::optim::Optimizer& y, const s
 
 TEST_CASE("the factory knows the built-in optimizers, with each Options type's defaults", "[optim][factory]") {
   const auto names = optimizer_names();
-  for (const char* name : {"adam", "adamw", "lamb", "lars", "sgd"}) {
+  for (const char* name : {"adam", "adamw", "lamb", "lars", "sgd", "radam", "nadam", "adamax"}) {
     CHECK(std::find(names.begin(), names.end(), name) != names.end());
   }
   SECTION("adam") {
@@ -200,7 +200,7 @@ TEST_CASE("optimizer_args round-trips through parse_optimizer", "[optim][factory
 }
 
 TEST_CASE("optimizer arguments are rejected with where, key and value", "[optim][factory]") {
-  CHECK_THROWS_MATCHES(parse("adamm", {}), ArgError, WhatContains("unknown optimizer \"adamm\" (known: adam, adamw"));
+  CHECK_THROWS_MATCHES(parse("adamm", {}), ArgError, WhatContains("unknown optimizer \"adamm\" (known: adam, "));
   CHECK_THROWS_MATCHES(
       parse("adam", {{"momentum", ArgValue(0.9, 2)}}, "e.toml"), ArgError,
       WhatContains("e.toml: optimizer.momentum does not apply to optimizer \"adam\" (only to lars, sgd)"));
@@ -313,6 +313,15 @@ TEST_CASE("each optimizer's validate() takes an Options object alone", "[optim][
   CHECK_THROWS_MATCHES(Lamb::validate(LambOptions().max_grad_norm(-2.0)), std::invalid_argument,
                        WhatContains("Lamb: max_grad_norm: expected"));
   CHECK_NOTHROW(Lamb::validate(LambOptions()));
+  CHECK_THROWS_MATCHES(NAdam::validate(NAdamOptions().momentum_decay(-1)), std::invalid_argument,
+                       WhatContains("NAdam: momentum_decay: expected a number >= 0, got -1"));
+  CHECK_THROWS_MATCHES(RAdam::validate(RAdamOptions().betas({1.0, 0.999})), std::invalid_argument,
+                       WhatContains("RAdam: betas: expected"));
+  CHECK_THROWS_MATCHES(Adamax::validate(AdamaxOptions(-1e-3)), std::invalid_argument,
+                       WhatContains("Adamax: lr: expected a number >= 0"));
+  CHECK(NAdamOptions().lr() == 2e-3);
+  CHECK(AdamaxOptions().lr() == 2e-3);
+  CHECK(RAdamOptions().lr() == 1e-3);
 }
 
 TEST_CASE("every value an optimizer's binding accepts, its own validate() accepts too", "[optim][factory][validation]") {

@@ -1,7 +1,8 @@
-// trainkit::optim against independent references: torch.optim.Adam/AdamW/SGD and timm's Lars/Lamb
+// trainkit::optim against independent references: torch.optim.Adam/AdamW/SGD/RAdam/NAdam/Adamax and timm's Lars/Lamb
 // trajectories (tests/golden/optim.toml, float64, fused, reference and foreach paths), foreach == reference
 // to 1 ulp, ATen's fused kernels (_fused_adam_ ...) == reference to a few ulp, fused == reference on larger
 // float32/float64 problems, save/load round trips, convergence, validation, the GradScaler hook.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -116,8 +117,21 @@ const char* path_name(Path path) {
   }
 }
 
-/// Whether optimizer `name` (the factory's) has path `path`.
-bool has_path(const std::string& name, Path path) { return path != Path::aten || (name != "lars" && name != "lamb"); }
+/// Whether optimizer `name` (the factory's) has path `path`: ATen's fused kernels for those that bind aten_fused.
+bool has_path(const std::string& name, Path path) {
+  if (path != Path::aten) {
+    return true;
+  }
+  static const std::vector<std::string> aten = [] {
+    for (const auto& doc : optimizer_arg_docs()) {
+      if (doc.name == "aten_fused") {
+        return doc.optimizers;
+      }
+    }
+    return std::vector<std::string>{};
+  }();
+  return std::find(aten.begin(), aten.end(), name) != aten.end();
+}
 
 /// The spec of a golden case through the optimizer factory (the same names a config file uses).
 OptimizerSpec case_spec(const std::string& name, trainkit::ArgTable table, Path path) {
@@ -214,6 +228,15 @@ std::vector<std::pair<std::string, Factory>> factories() {
          return std::make_unique<Lamb>(
              p, LambOptions(1e-2).max_grad_norm(std::nullopt).weight_decay(0).always_adapt(true).fused(f));
        }},
+      {"RAdam decoupled",
+       [](const auto& p, auto f) {
+         return std::make_unique<RAdam>(p, RAdamOptions(1e-2).weight_decay(0.1).decoupled_weight_decay(true).fused(f));
+       }},
+      {"NAdam maximize",
+       [](const auto& p, auto f) {
+         return std::make_unique<NAdam>(p, NAdamOptions(1e-2).weight_decay(0.1).momentum_decay(0.05).maximize(true).fused(f));
+       }},
+      {"Adamax", [](const auto& p, auto f) { return std::make_unique<Adamax>(p, AdamaxOptions(1e-2).weight_decay(0.1).fused(f)); }},
   };
 }
 
@@ -358,7 +381,7 @@ bool no_skip(const std::string& /*name*/) { return false; }
 }  // namespace
 
 TEST_CASE("optimizers match torch.optim and timm trajectories (float64, two param groups)",
-          "[optim][golden][adam][sgd][lars][lamb]") {
+          "[optim][golden][adam][sgd][lars][lamb][radam][nadam][adamax]") {
   for (const Path path : {Path::fused, Path::reference, Path::foreach, Path::aten}) {
     for_golden_cases(
         path_name(path), [&](const std::string& name) { return !has_path(name, path); },
@@ -750,6 +773,9 @@ TEST_CASE("every optimizer fits a small regression", "[optim][convergence]") {
       {"Sgd", [](auto p) { return std::make_unique<Sgd>(p, SgdOptions(0.05).momentum(0.9)); }},
       {"Lars", [](auto p) { return std::make_unique<Lars>(p, LarsOptions(1.0).momentum(0.9).always_adapt(true).trust_coefficient(0.01)); }},
       {"Lamb", [](auto p) { return std::make_unique<Lamb>(p, LambOptions(0.05).weight_decay(0)); }},
+      {"RAdam", [](auto p) { return std::make_unique<RAdam>(p, RAdamOptions(0.05)); }},
+      {"NAdam", [](auto p) { return std::make_unique<NAdam>(p, NAdamOptions(0.05)); }},
+      {"Adamax", [](auto p) { return std::make_unique<Adamax>(p, AdamaxOptions(0.05)); }},
   };
   for (const auto& [name, make] : makers) {
     DYNAMIC_SECTION(name) {

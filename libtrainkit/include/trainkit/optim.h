@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// trainkit::optim: Adam/AdamW, SGD, LARS and LAMB as torch::optim::Optimizer subclasses, each with a fused
-/// single-pass CPU kernel and an ATen reference path, and the factory that builds them by name.
+/// trainkit::optim: Adam/AdamW, RAdam, NAdam, Adamax, SGD, LARS and LAMB as torch::optim::Optimizer subclasses,
+/// each with a fused single-pass CPU kernel and an ATen reference path, and the factory that builds them by name.
 
 #include "trainkit/optim/adam.h"
 #include "trainkit/optim/cyclable_momentum.h"
@@ -12,3 +12,8 @@
 #include "trainkit/optim/param_groups.h"
 #include "trainkit/optim/scaled_step.h"
 #include "trainkit/optim/sgd.h"
+// RAdam, NAdam and Adamax (torch.optim's Adam variants)
+#include "trainkit/optim/adamax.h"
+#include "trainkit/optim/moment_fields.h"
+#include "trainkit/optim/nadam.h"
+#include "trainkit/optim/radam.h"

@@ -196,6 +196,21 @@ TRAINKIT_INLINE const typename Storage<S>::raw* raw_ptr(const S* x) {
   return reinterpret_cast<const typename Storage<S>::raw*>(x);
 }
 
+/// Adam's gradient and moments, element by element (shared with RAdam, NAdam and Adamax): g' = grad_mul·g +
+/// l2·p (add with alpha: a fused multiply-add in ATen); m as ATen's lerp; v ← β2·v + (1-β2)·g'² (addcmul).
+template <class T>
+TRAINKIT_INLINE T adam_grad(T l2, T grad_mul, T p, T g) {
+  return std::fma(l2, p, grad_mul * g);
+}
+template <bool LerpFromM, class T>
+TRAINKIT_INLINE T adam_first_moment(T lerp_weight, T g, T m0) {
+  return std::fma(lerp_weight, g - m0, LerpFromM ? m0 : g);
+}
+template <class T>
+TRAINKIT_INLINE T adam_second_moment(T one_minus_beta2, T beta2, T g, T v0) {
+  return std::fma(one_minus_beta2 * g, g, beta2 * v0);
+}
+
 /// Adam in arithmetic type T over parameters/gradients stored as P and state stored as S (each T, or
 /// bfloat16 with T = float): every value is widened once when read and rounded once when stored.
 /// The loop-invariant choices are template parameters (a select on a runtime flag keeps GCC from vectorizing
@@ -214,10 +229,9 @@ TRAINKIT_INLINE void adam_loop(P* p_, const P* g_, S* m_, S* v_, S* vmax_, int64
   // last bits over hundreds of steps; this file is compiled with -ffp-contract=off for that reason.
   for (int64_t i = 0; i < n; ++i) {
     const T pi = LP::load(p[i]);
-    const T gi = std::fma(c.l2, pi, c.grad_mul * LP::load(g[i]));
-    const T m0 = LS::load(m[i]);
-    const T mi = std::fma(c.lerp_weight, gi - m0, LerpFromM ? m0 : gi);
-    const T vi = std::fma(c.one_minus_beta2 * gi, gi, c.beta2 * LS::load(v[i]));
+    const T gi = adam_grad(c.l2, c.grad_mul, pi, LP::load(g[i]));
+    const T mi = adam_first_moment<LerpFromM>(c.lerp_weight, gi, LS::load(m[i]));
+    const T vi = adam_second_moment(c.one_minus_beta2, c.beta2, gi, LS::load(v[i]));
     m[i] = LS::save(mi);
     v[i] = LS::save(vi);
     T vh = vi;
@@ -584,6 +598,74 @@ TRAINKIT_INLINE void lamb_moments_apply_impl(T* p, const T* g, T* m, T* v, int64
   lamb_moments_apply_loop(p, g, m, v, n, c, step);
 }
 
+// RAdam, NAdam and Adamax: Adam's moments (adam_grad, adam_first_moment, adam_second_moment), then each one's
+// own update, rounded like PyTorch's single-tensor implementation op by op (see each Coef in kernels.h).
+template <class T, bool LerpFromM, bool Rectified>
+TRAINKIT_INLINE void radam_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, T* __restrict__ v,
+                                int64_t n, const RAdamCoef<T> c) {
+  const MomentCoef<T> k = c.moments;
+  for (int64_t i = 0; i < n; ++i) {
+    const T pi = p[i];
+    const T gi = adam_grad(k.l2, k.grad_mul, pi, g[i]);
+    const T mi = adam_first_moment<LerpFromM>(k.lerp_weight, gi, m[i]);
+    const T vi = adam_second_moment(k.one_minus_beta2, k.beta2, gi, v[i]);
+    m[i] = mi;
+    v[i] = vi;
+    const T step = (mi / c.bc1) * c.lr;
+    const T update = Rectified ? (step * ((T(1) / (std::sqrt(vi) + k.eps)) * c.bc2_sqrt)) * c.rect : step;
+    p[i] = k.decay * pi - update;
+  }
+}
+
+template <class T, bool LerpFromM>
+TRAINKIT_INLINE void nadam_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, T* __restrict__ v,
+                                int64_t n, const NAdamCoef<T> c) {
+  const MomentCoef<T> k = c.moments;
+  for (int64_t i = 0; i < n; ++i) {
+    const T pi = p[i];
+    const T gi = adam_grad(k.l2, k.grad_mul, pi, g[i]);
+    const T mi = adam_first_moment<LerpFromM>(k.lerp_weight, gi, m[i]);
+    const T vi = adam_second_moment(k.one_minus_beta2, k.beta2, gi, v[i]);
+    m[i] = mi;
+    v[i] = vi;
+    const T denom = std::sqrt(vi / c.bc2) + k.eps;
+    const T after_grad = k.decay * pi + (c.grad_step * gi) / denom;
+    p[i] = after_grad + (c.avg_step * mi) / denom;
+  }
+}
+
+template <class T, bool LerpFromM>
+TRAINKIT_INLINE void adamax_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, T* __restrict__ u,
+                                 int64_t n, const AdamaxCoef<T> c) {
+  const MomentCoef<T> k = c.moments;
+  for (int64_t i = 0; i < n; ++i) {
+    const T pi = p[i];
+    const T gi = adam_grad(k.l2, k.grad_mul, pi, g[i]);
+    const T mi = adam_first_moment<LerpFromM>(k.lerp_weight, gi, m[i]);
+    const T ui = std::max(k.beta2 * u[i], std::abs(gi) + k.eps);
+    m[i] = mi;
+    u[i] = ui;
+    p[i] = pi + (c.neg_step_size * mi) / ui;
+  }
+}
+
+template <Isa I, class T>
+TRAINKIT_INLINE void radam_impl(T* p, const T* g, T* m, T* v, int64_t n, const RAdamCoef<T>& c) {
+  if (c.rectified) {
+    c.moments.lerp_from_m ? radam_loop<T, true, true>(p, g, m, v, n, c) : radam_loop<T, false, true>(p, g, m, v, n, c);
+  } else {
+    c.moments.lerp_from_m ? radam_loop<T, true, false>(p, g, m, v, n, c) : radam_loop<T, false, false>(p, g, m, v, n, c);
+  }
+}
+template <Isa I, class T>
+TRAINKIT_INLINE void nadam_impl(T* p, const T* g, T* m, T* v, int64_t n, const NAdamCoef<T>& c) {
+  c.moments.lerp_from_m ? nadam_loop<T, true>(p, g, m, v, n, c) : nadam_loop<T, false>(p, g, m, v, n, c);
+}
+template <Isa I, class T>
+TRAINKIT_INLINE void adamax_impl(T* p, const T* g, T* m, T* u, int64_t n, const AdamaxCoef<T>& c) {
+  c.moments.lerp_from_m ? adamax_loop<T, true>(p, g, m, u, n, c) : adamax_loop<T, false>(p, g, m, u, n, c);
+}
+
 }  // namespace
 
 // Each public entry: the same impl compiled for AVX2+FMA+F16C and for the baseline, picked at run time.
@@ -661,6 +743,19 @@ TRAINKIT_KERNEL(void, lamb_moments_apply, lamb_moments_apply_impl,
                  double step),
                 (p, g, m, v, n, c, step))
 
+// RAdam, NAdam, Adamax: one signature (p, g, m, second moment, n, coefficients), float and double.
+#define TRAINKIT_MOMENT_KERNEL(name, Coef)                                                                 \
+  TRAINKIT_KERNEL(void, name##_kernel, name##_impl,                                                       \
+                  (float* p, const float* g, float* m, float* s, int64_t n, const Coef<float>& c),       \
+                  (p, g, m, s, n, c))                                                                     \
+  TRAINKIT_KERNEL(void, name##_kernel, name##_impl,                                                       \
+                  (double* p, const double* g, double* m, double* s, int64_t n, const Coef<double>& c),  \
+                  (p, g, m, s, n, c))
+TRAINKIT_MOMENT_KERNEL(radam, RAdamCoef)
+TRAINKIT_MOMENT_KERNEL(nadam, NAdamCoef)
+TRAINKIT_MOMENT_KERNEL(adamax, AdamaxCoef)
+
+#undef TRAINKIT_MOMENT_KERNEL
 #undef TRAINKIT_KERNEL
 
 }  // namespace trainkit::detail

@@ -186,4 +186,41 @@ void lamb_moments_apply(float* p, const float* g, float* m, float* v, int64_t n,
 void lamb_moments_apply(double* p, const double* g, double* m, double* v, int64_t n, const LambCoef<double>& c,
                         double step);
 
+/// The moments RAdam, NAdam and Adamax share with Adam, per element (PyTorch's single-tensor ops):
+///   g' = grad_mul·g + l2·p;  m ← lerp(m, g', 1-β1) (as AdamCoef's lerp_weight/lerp_from_m);
+///   v ← β2·v + (1-β2)·g'² (RAdam, NAdam; Adamax keeps u ← max(β2·u, |g'| + eps) instead).
+template <class T>
+struct MomentCoef {
+  T grad_mul, l2, decay, lerp_weight, beta2, one_minus_beta2, eps;
+  bool lerp_from_m;
+};
+/// RAdam (Liu et al. 2020), per element after the moments, with p' = decay·p:
+///   rectified: p ← p' - (((m / bc1)·lr)·((1 / (√v + eps))·bc2_sqrt))·rect;  else p ← p' - (m / bc1)·lr
+template <class T>
+struct RAdamCoef {
+  MomentCoef<T> moments;
+  T bc1, lr, bc2_sqrt, rect;
+  bool rectified;
+};
+void radam_kernel(float* p, const float* g, float* m, float* v, int64_t n, const RAdamCoef<float>& c);
+void radam_kernel(double* p, const double* g, double* m, double* v, int64_t n, const RAdamCoef<double>& c);
+/// NAdam (Dozat 2016), per element after the moments, with p' = decay·p and d = √(v / bc2) + eps:
+///   p ← (p' + (grad_step·g') / d) + (avg_step·m) / d
+template <class T>
+struct NAdamCoef {
+  MomentCoef<T> moments;
+  T bc2, grad_step, avg_step;
+};
+void nadam_kernel(float* p, const float* g, float* m, float* v, int64_t n, const NAdamCoef<float>& c);
+void nadam_kernel(double* p, const double* g, double* m, double* v, int64_t n, const NAdamCoef<double>& c);
+/// Adamax (Kingma & Ba 2015, section 7), per element after the first moment:
+///   u ← max(β2·u, |g'| + eps);  p ← p + (neg_step_size·m) / u   (neg_step_size = -lr / (1 - β1^t))
+template <class T>
+struct AdamaxCoef {
+  MomentCoef<T> moments;
+  T neg_step_size;
+};
+void adamax_kernel(float* p, const float* g, float* m, float* u, int64_t n, const AdamaxCoef<float>& c);
+void adamax_kernel(double* p, const double* g, double* m, double* u, int64_t n, const AdamaxCoef<double>& c);
+
 }  // namespace trainkit::detail
