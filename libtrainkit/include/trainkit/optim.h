@@ -12,3 +12,7 @@
 #include "trainkit/optim/param_groups.h"
 #include "trainkit/optim/scaled_step.h"
 #include "trainkit/optim/sgd.h"
+
+// timm's Lion and Adafactor.
+#include "trainkit/optim/adafactor.h"
+#include "trainkit/optim/lion.h"
