@@ -90,7 +90,7 @@ def _cases():
 
     for kw, g1 in ((dict(lr=1e-3), dict(lr=5e-4)),
                    (dict(lr=2e-3, weight_decay=0.5), dict(lr=1e-3, weight_decay=0.0)),
-                   (dict(lr=1e-3, betas=(0.3, 0.4), maximize=True), dict(betas=(0.95, 0.98))),
+                   (dict(lr=2e-2, betas=(0.3, 0.4)), dict(betas=(0.95, 0.98), maximize=True)),
                    (dict(lr=3e-3, betas=(0.9, 0.99), weight_decay=0.1), dict(lr=1e-3, maximize=True))):
         cases.append(("lion", Lion, kw, g1, 200))
     for kw, g1 in ((dict(min_dim_size_to_factor=2), dict(min_dim_size_to_factor=1, scale_parameter=False)),

@@ -45,15 +45,15 @@ std::optional<std::pair<int64_t, int64_t>> factored_dims(at::IntArrayRef shape, 
 /// RMS as timm's _rms: ‖x‖₂ / numel^0.5, a 0-dim tensor.
 at::Tensor rms(const at::Tensor& x) { return x.norm(2) / std::pow(static_cast<double>(x.numel()), 0.5); }
 
-/// The step's learning rate (timm's _get_lr): the external lr, or the relative step.
-double step_lr(const AdafactorOptions& o, int64_t step, const at::Tensor& param_rms) {
+/// The step's learning rate (timm's _get_lr): the external lr, or the relative step of parameter `p`.
+double step_lr(const AdafactorOptions& o, int64_t step, const at::Tensor& p) {
   if (o.lr().has_value()) {
     return *o.lr();
   }
   const auto t = static_cast<double>(step);
   const double min_step = o.warmup_init() ? 1e-6 * t : 1e-2;
   const double lr_t = std::min(min_step, 1.0 / std::sqrt(t));
-  const double param_scale = o.scale_parameter() ? std::max(o.eps_scale(), param_rms.item<double>()) : 1.0;
+  const double param_scale = o.scale_parameter() ? std::max(o.eps_scale(), rms(p).item<double>()) : 1.0;
   return lr_t * param_scale;
 }
 
@@ -94,7 +94,7 @@ void Adafactor::update(const at::Tensor& inv_scale) {
       }
       at::Tensor p = detail::in_dtype(param, work);
       state.step(state.step() + 1);
-      const double lr = step_lr(o, state.step(), rms(p));
+      const double lr = step_lr(o, state.step(), p);
       if (!o.lr().has_value()) {
         o.set_relative_lr(lr);
       }
