@@ -98,6 +98,28 @@ def _cases():
                dict(lr=2e-2, betas=(0.8, 0.99), eps=1e-6, maximize=True)):
         cases.append(("adamax", torch.optim.Adamax, kw,
                       dict(lr=kw["lr"] / 2, betas=(0.85, 0.995), weight_decay=kw.get("weight_decay", 0.0) / 2), 200))
+    # timm's Lion and Adafactor. Adafactor's keys are trainkit's: beta1 (timm's constructor takes betas=(beta1, _))
+    # and a group's lr, whose absence (none) is the relative step in that group (timm decides it once, from the
+    # constructor's lr, so a group of the other kind says so with relative_step).
+    from timm.optim import Adafactor, Lion
+
+    def adafactor(groups, lr=None, beta1=None, **kw):
+        groups = [dict(g, relative_step=g["lr"] is None) if "lr" in g else g for g in groups]
+        return Adafactor(groups, lr=lr, betas=None if beta1 is None else (beta1, 0.999), **kw)
+
+    for kw, g1 in ((dict(lr=1e-3), dict(lr=5e-4)),
+                   (dict(lr=2e-3, weight_decay=0.5), dict(lr=1e-3, weight_decay=0.0)),
+                   (dict(lr=2e-2, betas=(0.3, 0.4)), dict(betas=(0.95, 0.98), maximize=True)),
+                   (dict(lr=3e-3, betas=(0.9, 0.99), weight_decay=0.1), dict(lr=1e-3, maximize=True))):
+        cases.append(("lion", Lion, kw, g1, 200))
+    for kw, g1 in ((dict(min_dim_size_to_factor=2), dict(min_dim_size_to_factor=1, scale_parameter=False)),
+                   (dict(min_dim_size_to_factor=2, warmup_init=True, beta1=0.9, weight_decay=0.01),
+                    dict(beta1=0.5, scale_parameter=False)),
+                   (dict(lr=1e-2, min_dim_size_to_factor=2, clip_threshold=0.5, decay_rate=-0.6),
+                    dict(lr=5e-3, beta1=0.8, weight_decay=0.05, min_dim_size_to_factor=1)),
+                   (dict(min_dim_size_to_factor=2, eps_scale=2.0), dict(lr=2e-2, beta1=0.9)),
+                   (dict(lr=2e-2, beta1=0.6), dict(lr=None, eps=1e-3, weight_decay=0.1))):
+        cases.append(("adafactor", adafactor, kw, g1, 200))
     return cases
 
 
@@ -185,5 +207,5 @@ def _value(v):
     if isinstance(v, tuple):
         return "[" + ", ".join(_fmt(x) for x in v) + "]"
     if isinstance(v, int):
-        return _fmt(v)
+        return str(v)
     return _fmt(v)

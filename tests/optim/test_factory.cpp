@@ -119,7 +119,7 @@ void steps_equal(torch::optim::Optimizer& x, torch::optim::Optimizer& y, const s
 
 TEST_CASE("the factory knows the built-in optimizers, with each Options type's defaults", "[optim][factory]") {
   const auto names = optimizer_names();
-  for (const char* name : {"adam", "adamw", "lamb", "lars", "sgd", "radam", "nadam", "adamax"}) {
+  for (const char* name : {"adafactor", "adam", "adamax", "adamw", "lamb", "lars", "lion", "nadam", "radam", "sgd"}) {
     CHECK(std::find(names.begin(), names.end(), name) != names.end());
   }
   SECTION("adam") {
@@ -200,7 +200,7 @@ TEST_CASE("optimizer_args round-trips through parse_optimizer", "[optim][factory
 }
 
 TEST_CASE("optimizer arguments are rejected with where, key and value", "[optim][factory]") {
-  CHECK_THROWS_MATCHES(parse("adamm", {}), ArgError, WhatContains("unknown optimizer \"adamm\" (known: adam, "));
+  CHECK_THROWS_MATCHES(parse("adamm", {}), ArgError, WhatContains("unknown optimizer \"adamm\" (known: adafactor, adam, "));
   CHECK_THROWS_MATCHES(
       parse("adam", {{"momentum", ArgValue(0.9, 2)}}, "e.toml"), ArgError,
       WhatContains("e.toml: optimizer.momentum does not apply to optimizer \"adam\" (only to lars, sgd)"));
@@ -247,7 +247,7 @@ TEST_CASE("optimizer_arg_docs lists every key once with the optimizers it applie
   };
   CHECK(doc("momentum").optimizers == std::vector<std::string>{"lars", "sgd"});
   CHECK(doc("betas").type == "[number, number] in [0, 1)");
-  CHECK(doc("lr").type == "number >= 0");
+  CHECK(doc("lr").type == "number >= 0; adafactor: number > 0 or 0 (unset)");
   CHECK(doc("max_grad_norm").optimizers == std::vector<std::string>{"lamb"});
   const auto all = doc("no_decay_1d").optimizers;
   CHECK(all == optimizer_names());

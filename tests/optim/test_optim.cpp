@@ -85,14 +85,15 @@ trainkit::ArgValue arg_of(const toml::node& node) {
 }
 
 /// The optimizer arguments of a golden case (or its group1 table) under trainkit's names, added to `table`:
-/// timm's trust_coeff is trust_coefficient, and max_grad_norm = "none" is the factory's 0 (no clipping).
+/// timm's trust_coeff is trust_coefficient, and "none" (max_grad_norm, Adafactor's lr) is the factory's 0
+/// (unset: no clipping, the relative step).
 void add_case_args(const toml::table& t, trainkit::ArgTable& table) {
   for (const auto& [key, node] : t) {
     const std::string k(key.str());
     if (k == "optimizer" || k == "steps" || k == "record" || k == "group1" || k == "dtype") {
       continue;
     }
-    if (k == "max_grad_norm" && node.is_string()) {
+    if (node.is_string()) {
       trainkit::set_arg(table, k, 0.0);
     } else {
       trainkit::set_arg(table, k == "trust_coeff" ? "trust_coefficient" : k, arg_of(node));
@@ -117,8 +118,12 @@ const char* path_name(Path path) {
   }
 }
 
-/// Whether optimizer `name` (the factory's) has path `path`: ATen's fused kernels for those that bind aten_fused.
+/// Whether optimizer `name` (the factory's) has path `path`: Adafactor has only the reference path; ATen's
+/// fused kernels for those that bind aten_fused.
 bool has_path(const std::string& name, Path path) {
+  if (name == "adafactor") {
+    return path == Path::reference;
+  }
   if (path != Path::aten) {
     return true;
   }
@@ -135,6 +140,10 @@ bool has_path(const std::string& name, Path path) {
 
 /// The spec of a golden case through the optimizer factory (the same names a config file uses).
 OptimizerSpec case_spec(const std::string& name, trainkit::ArgTable table, Path path) {
+  if (!has_path(name, Path::fused)) {  // no path to choose
+    trainkit::ArgReader reader(table, "golden case");
+    return parse_optimizer(name, reader);
+  }
   if (path == Path::aten) {
     trainkit::set_arg(table, "aten_fused", true);
   } else {
@@ -237,6 +246,14 @@ std::vector<std::pair<std::string, Factory>> factories() {
          return std::make_unique<NAdam>(p, NAdamOptions(1e-2).weight_decay(0.1).momentum_decay(0.05).maximize(true).fused(f));
        }},
       {"Adamax", [](const auto& p, auto f) { return std::make_unique<Adamax>(p, AdamaxOptions(1e-2).weight_decay(0.1).fused(f)); }},
+      {"Lion",
+       [](const auto& p, auto f) {
+         return std::make_unique<Lion>(p, LionOptions(1e-2).weight_decay(0.1).betas({0.3, 0.99}).fused(f));
+       }},
+      {"Lion maximize",
+       [](const auto& p, auto f) {
+         return std::make_unique<Lion>(p, LionOptions(1e-2).betas({0.9, 0.2}).maximize(true).fused(f));
+       }},
   };
 }
 
@@ -285,13 +302,17 @@ void check_within_one_lowp_ulp(const std::vector<at::Tensor>& a, const std::vect
   }
 }
 
+void resume(const torch::optim::Optimizer& from, const std::vector<at::Tensor>& a, torch::optim::Optimizer& to,
+            const std::vector<at::Tensor>& b);
+
 /// Runs golden case `c` of optim.toml's setup (shapes, initial values, two groups) with parameters of
 /// `dtype`, comparing every recorded step with the oracle's values within `tol` (relative; a negative `tol`
-/// compares nothing), for the case's steps or `steps` when positive. Returns the parameters and the
-/// optimizer for further checks.
+/// compares nothing), for the case's steps or `steps` when positive; after step `resume_at` (when positive)
+/// it continues on copies of the parameters with a fresh optimizer that loaded the state saved then.
+/// Returns the parameters and the optimizer for further checks.
 std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
     const toml::table& c, const toml::array& shapes, const toml::array& initial, const toml::array& groups,
-    at::ScalarType dtype, Path path, double tol, int64_t steps = 0) {
+    at::ScalarType dtype, Path path, double tol, int64_t steps = 0, int64_t resume_at = 0) {
   std::vector<at::Tensor> params;
   for (size_t i = 0; i < shapes.size(); ++i) {
     params.push_back(torch::tensor(doubles_of(*initial.get(i)), torch::kFloat64)
@@ -299,15 +320,18 @@ std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
                          .to(dtype)
                          .requires_grad_());
   }
-  std::vector<at::Tensor> g0;
-  std::vector<at::Tensor> g1;
-  for (const auto& idx : *groups.get(0)->as_array()) {
-    g0.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
-  }
-  for (const auto& idx : *groups.get(1)->as_array()) {
-    g1.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
-  }
-  auto opt = make_case_optimizer(c, g0, g1, path);
+  const auto make = [&](const std::vector<at::Tensor>& ps) {
+    std::vector<at::Tensor> g0;
+    std::vector<at::Tensor> g1;
+    for (const auto& idx : *groups.get(0)->as_array()) {
+      g0.push_back(ps[static_cast<size_t>(idx.value<int64_t>().value())]);
+    }
+    for (const auto& idx : *groups.get(1)->as_array()) {
+      g1.push_back(ps[static_cast<size_t>(idx.value<int64_t>().value())]);
+    }
+    return make_case_optimizer(c, g0, g1, path);
+  };
+  auto opt = make(params);
   const auto& records = *c["record"].as_array();
   size_t next = 0;
   const bool compare = tol >= 0;
@@ -318,6 +342,16 @@ std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
     opt->zero_grad();
     golden_loss(params).backward();
     opt->step();
+    if (step == resume_at) {
+      std::vector<at::Tensor> fresh;
+      for (const auto& p : params) {
+        fresh.push_back(torch::zeros_like(p).requires_grad_());
+      }
+      auto resumed = make(fresh);
+      resume(*opt, params, *resumed, fresh);
+      params = std::move(fresh);
+      opt = std::move(resumed);
+    }
     if (compare && next < records.size() &&
         (*records.get(next)->as_table())["step"].value<int64_t>().value() == step) {
       const auto& rec = *records.get(next)->as_table();
@@ -381,7 +415,7 @@ bool no_skip(const std::string& /*name*/) { return false; }
 }  // namespace
 
 TEST_CASE("optimizers match torch.optim and timm trajectories (float64, two param groups)",
-          "[optim][golden][adam][sgd][lars][lamb][radam][nadam][adamax]") {
+          "[optim][golden][adam][sgd][lars][lamb][radam][nadam][adamax][lion][adafactor]") {
   for (const Path path : {Path::fused, Path::reference, Path::foreach, Path::aten}) {
     for_golden_cases(
         path_name(path), [&](const std::string& name) { return !has_path(name, path); },
@@ -391,9 +425,17 @@ TEST_CASE("optimizers match torch.optim and timm trajectories (float64, two para
   }
 }
 
+TEST_CASE("golden trajectories go on through a state_dict saved and loaded in the middle (reference path)",
+          "[optim][golden][serialize]") {
+  for_golden_cases("", no_skip, [](const auto& c, const auto& shapes, const auto& initial, const auto& groups) {
+    run_golden_case(c, shapes, initial, groups, at::kDouble, Path::reference, 1e-9, 0, 7);
+  });
+}
+
 TEST_CASE("the foreach path equals the reference path to 1 ulp (float64, 20 steps, every golden case)",
           "[optim][foreach]") {
-  for_golden_cases("", no_skip, [](const auto& c, const auto& shapes, const auto& initial, const auto& groups) {
+  const auto no_foreach = [](const std::string& name) { return !has_path(name, Path::foreach); };
+  for_golden_cases("", no_foreach, [](const auto& c, const auto& shapes, const auto& initial, const auto& groups) {
     const auto foreach = run_golden_case(c, shapes, initial, groups, at::kDouble, Path::foreach, -1, 20).first;
     const auto reference = run_golden_case(c, shapes, initial, groups, at::kDouble, Path::reference, -1, 20).first;
     for (size_t i = 0; i < foreach.size(); ++i) {
@@ -776,6 +818,8 @@ TEST_CASE("every optimizer fits a small regression", "[optim][convergence]") {
       {"RAdam", [](auto p) { return std::make_unique<RAdam>(p, RAdamOptions(0.05)); }},
       {"NAdam", [](auto p) { return std::make_unique<NAdam>(p, NAdamOptions(0.05)); }},
       {"Adamax", [](auto p) { return std::make_unique<Adamax>(p, AdamaxOptions(0.05)); }},
+      {"Lion", [](auto p) { return std::make_unique<Lion>(p, LionOptions(0.02)); }},
+      {"Adafactor", [](auto p) { return std::make_unique<Adafactor>(p, AdafactorOptions(0.05).beta1(0.9)); }},
   };
   for (const auto& [name, make] : makers) {
     DYNAMIC_SECTION(name) {
@@ -856,6 +900,34 @@ TEST_CASE("invalid hyperparameters and inputs are rejected with the name and val
     Lamb opt({q}, LambOptions().max_grad_norm(std::nullopt));
     CHECK_THROWS_WITH(opt.step(), Catch::Matchers::Contains("parameter 0 of param group 0 has a sparse gradient"));
   }
+}
+
+TEST_CASE("Adafactor's lr: the relative step when unset, reported by get_lr and not driven by set_lr, as in timm",
+          "[optim][adafactor][sched]") {
+  auto p = torch::full({3}, 0.5, torch::kFloat64).requires_grad_();
+  Adafactor opt({p});
+  auto& o = opt.param_groups()[0].options();
+  CHECK(o.get_lr() == 0.0);
+  p.mutable_grad() = torch::ones_like(p);
+  opt.step();
+  // min(1e-2, 1/sqrt(1)) * max(eps_scale, RMS(p) = 0.5); the update g/sqrt(v) is 1 everywhere (RMS 1: no clip).
+  CHECK(o.get_lr() == Approx(0.005));
+  CHECK(p[0].item<double>() == Approx(0.495));
+  o.set_lr(1.0);  // a scheduler's write, overwritten by the next step (timm's param_group['lr'])
+  opt.step();
+  CHECK(o.get_lr() == Approx(0.00495));
+  CHECK(p[0].item<double>() == Approx(0.495 - 0.00495));
+
+  auto q = torch::zeros({3}, torch::requires_grad());
+  Adafactor external({q}, AdafactorOptions(0.1));
+  auto& e = external.param_groups()[0].options();
+  CHECK(e.get_lr() == 0.1);
+  e.set_lr(0.05);
+  CHECK(static_cast<AdafactorOptions&>(e).lr() == 0.05);
+  CHECK_THROWS_MATCHES(Adafactor({q}, AdafactorOptions(0.1).warmup_init(true)), std::invalid_argument,
+                       WhatContains("Adafactor: warmup_init requires the relative step (lr unset)"));
+  CHECK_THROWS_MATCHES(Lion({q}, LionOptions().betas({0.9, 1.0})), std::invalid_argument,
+                       WhatContains("Lion: betas: expected"));
 }
 
 TEST_CASE("schedulers drive trainkit optimizers, momentum and beta1 included", "[optim][sched]") {

@@ -17,3 +17,7 @@
 #include "trainkit/optim/moment_fields.h"
 #include "trainkit/optim/nadam.h"
 #include "trainkit/optim/radam.h"
+
+// timm's Lion and Adafactor.
+#include "trainkit/optim/adafactor.h"
+#include "trainkit/optim/lion.h"

@@ -665,6 +665,30 @@ template <Isa I, class T>
 TRAINKIT_INLINE void adamax_impl(T* p, const T* g, T* m, T* u, int64_t n, const AdamaxCoef<T>& c) {
   c.moments.lerp_from_m ? adamax_loop<T, true>(p, g, m, u, n, c) : adamax_loop<T, false>(p, g, m, u, n, c);
 }
+/// Lion's loop; the lerps' directions are template parameters, as adam_loop's flags. sign() is ATen's:
+/// (x > 0) - (x < 0), so 0 for 0.
+template <class T, bool UpdateFromM, bool MomentumFromM>
+TRAINKIT_INLINE void lion_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, int64_t n,
+                               const LionCoef<T> c) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T gi = c.grad_mul * g[i];
+    const T mi = m[i];
+    const T d = gi - mi;
+    const T blend = std::fma(c.update_weight, d, UpdateFromM ? mi : gi);
+    const T u = static_cast<T>(blend > T(0)) - static_cast<T>(blend < T(0));
+    const T pd = c.decay * p[i];
+    p[i] = pd - c.lr * u;
+    m[i] = std::fma(c.momentum_weight, d, MomentumFromM ? mi : gi);
+  }
+}
+template <Isa I, class T>
+TRAINKIT_INLINE void lion_impl(T* p, const T* g, T* m, int64_t n, const LionCoef<T>& c) {
+  if (c.update_from_m) {
+    c.momentum_from_m ? lion_loop<T, true, true>(p, g, m, n, c) : lion_loop<T, true, false>(p, g, m, n, c);
+  } else {
+    c.momentum_from_m ? lion_loop<T, false, true>(p, g, m, n, c) : lion_loop<T, false, false>(p, g, m, n, c);
+  }
+}
 
 }  // namespace
 
@@ -742,6 +766,10 @@ TRAINKIT_KERNEL(void, lamb_moments_apply, lamb_moments_apply_impl,
                 (double* p, const double* g, double* m, double* v, int64_t n, const LambCoef<double>& c,
                  double step),
                 (p, g, m, v, n, c, step))
+TRAINKIT_KERNEL(void, lion_kernel, lion_impl, (float* p, const float* g, float* m, int64_t n, const LionCoef<float>& c),
+                (p, g, m, n, c))
+TRAINKIT_KERNEL(void, lion_kernel, lion_impl,
+                (double* p, const double* g, double* m, int64_t n, const LionCoef<double>& c), (p, g, m, n, c))
 
 // RAdam, NAdam, Adamax: one signature (p, g, m, second moment, n, coefficients), float and double.
 #define TRAINKIT_MOMENT_KERNEL(name, Coef)                                                                 \

@@ -1,5 +1,5 @@
 #pragma once
-// Fused single-pass CPU kernels shared by trainkit's optimizers (Adam/AdamW, SGD/LARS, LAMB), gradient
+// Fused single-pass CPU kernels shared by trainkit's optimizers (Adam/AdamW, SGD/LARS, LAMB, Lion), gradient
 // clipping and the GradScaler overflow check, and the chunking that spreads many tensors over threads with
 // no per-tensor dispatch. Neutral ground below optim, grad and amp; includes no LibTorch header.
 //
@@ -222,5 +222,17 @@ struct AdamaxCoef {
 };
 void adamax_kernel(float* p, const float* g, float* m, float* u, int64_t n, const AdamaxCoef<float>& c);
 void adamax_kernel(double* p, const double* g, double* m, double* u, int64_t n, const AdamaxCoef<double>& c);
+/// Lion (timm's semantics), per element, each rounding as ATen's op-by-op path (lerps as fused multiply-adds):
+///   g' = grad_mul·g;  p ← decay·p;  u = sign(lerp(m, g', 1-β1));  p ← p - lr·u;  m ← lerp(m, g', 1-β2)
+/// grad_mul = ±1 (maximize) times the gradient unscale factor; decay = 1 - lr·weight_decay. A lerp of weight
+/// w is m + w(g' - m) when w < 0.5 (`*_from_m`, `*_weight` = w), else g' + (w-1)(g' - m) (`*_weight` = w-1),
+/// as ATen's.
+template <class T>
+struct LionCoef {
+  T grad_mul, decay, lr, update_weight, momentum_weight;
+  bool update_from_m, momentum_from_m;
+};
+void lion_kernel(float* p, const float* g, float* m, int64_t n, const LionCoef<float>& c);
+void lion_kernel(double* p, const double* g, double* m, int64_t n, const LionCoef<double>& c);
 
 }  // namespace trainkit::detail

@@ -257,6 +257,7 @@ std::vector<OptimizerArgDoc> optimizer_arg_docs() {
   struct Seen {
     OptimizerArgDoc doc;
     std::vector<std::pair<std::string, std::vector<std::string>>> meanings;  // meaning -> its optimizers
+    std::vector<std::pair<std::string, std::vector<std::string>>> types;     // type -> its optimizers
     std::vector<std::string> defaults;                                        // each optimizer's, as text
     std::optional<ArgValue> first_default;
   };
@@ -267,7 +268,7 @@ std::vector<OptimizerArgDoc> optimizer_arg_docs() {
     for (const auto& arg : entry.args) {
       auto it = std::find_if(seen.begin(), seen.end(), [&](const Seen& s) { return s.doc.name == arg.key; });
       if (it == seen.end()) {
-        seen.push_back({{arg.key, arg.type, "", {}, std::nullopt}, {}, {}, std::nullopt});
+        seen.push_back({{arg.key, arg.type, "", {}, std::nullopt}, {}, {}, {}, std::nullopt});
         it = std::prev(seen.end());
       }
       it->doc.optimizers.push_back(entry.name);
@@ -278,6 +279,12 @@ std::vector<OptimizerArgDoc> optimizer_arg_docs() {
         meaning = std::prev(it->meanings.end());
       }
       meaning->second.push_back(entry.name);
+      auto type = std::find_if(it->types.begin(), it->types.end(), [&](const auto& t) { return t.first == arg.type; });
+      if (type == it->types.end()) {
+        it->types.push_back({arg.type, {}});
+        type = std::prev(it->types.end());
+      }
+      type->second.push_back(entry.name);
       const auto value = arg.show(*defaults);
       it->defaults.push_back(value ? value->to_string() : std::string("unset"));
       if (!it->first_default) {
@@ -300,6 +307,13 @@ std::vector<OptimizerArgDoc> optimizer_arg_docs() {
         parts.push_back(fmt::format("{}: {}", fmt::join(names, ", "), text));
       }
       s.doc.doc = fmt::format("{}", fmt::join(parts, "; "));
+    }
+    // Types that differ (Adafactor's optional lr): the most common one, then each other one after its optimizers.
+    std::stable_sort(s.types.begin(), s.types.end(),
+                     [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+    s.doc.type = s.types.front().first;
+    for (size_t i = 1; i < s.types.size(); ++i) {
+      s.doc.type += fmt::format("; {}: {}", fmt::join(s.types[i].second, ", "), s.types[i].first);
     }
     const bool same = std::all_of(s.defaults.begin(), s.defaults.end(),
                                   [&](const std::string& d) { return d == s.defaults.front(); });

@@ -19,6 +19,7 @@
 
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -166,16 +167,32 @@ class OptimizerOptionsBinding {
 
 /// Base of an optimizer's Options struct `Derived` (which has TORCH_ARG fields, among them `lr`, and a static
 /// `binding()`): cloning, state_dict serialization through the binding, and get_lr/set_lr for schedulers.
+/// An `lr` that is not a number (Adafactor's optional one: unset = relative step) has no meaning here:
+/// such a Derived overrides get_lr and set_lr.
 template <class Derived>
 struct OptimizerOptions : public torch::optim::OptimizerCloneableOptions<Derived> {
   void serialize(torch::serialize::InputArchive& archive) override { Derived::binding().load(archive, self()); }
   void serialize(torch::serialize::OutputArchive& archive) const override {
     Derived::binding().save(archive, self());
   }
-  double get_lr() const override { return self().lr(); }
-  void set_lr(const double lr) override { self().lr(lr); }
+  double get_lr() const override {
+    if constexpr (kNumberLr<Derived>) {
+      return self().lr();
+    } else {
+      throw std::logic_error("an Options type whose lr is not a number overrides get_lr");
+    }
+  }
+  void set_lr(const double lr) override {
+    if constexpr (kNumberLr<Derived>) {
+      self().lr(lr);
+    } else {
+      throw std::logic_error("an Options type whose lr is not a number overrides set_lr");
+    }
+  }
 
  private:
+  template <class D>
+  static constexpr bool kNumberLr = std::is_same_v<std::decay_t<decltype(std::declval<const D&>().lr())>, double>;
   Derived& self() { return static_cast<Derived&>(*this); }
   const Derived& self() const { return static_cast<const Derived&>(*this); }
 };

@@ -137,15 +137,15 @@ std::vector<LayerDecayGroup> lr_groups(const torch::OrderedDict<std::string, at:
                                        const std::vector<LrRule>& rules, const LrGroupsOptions& options = {});
 
 /// `groups` as optimizer param groups: each one `options` with the group's `lr` where set, else lr ×
-/// lr_scale, and its weight decay. Works with any options type that has lr and weight_decay accessors
-/// (trainkit's and LibTorch's).
+/// lr_scale, and its weight decay. Works with any options type that has get_lr/set_lr and weight_decay
+/// accessors (trainkit's and LibTorch's); through set_lr, so a relative-step Adafactor stays one (as timm's).
 template <class Options>
 std::vector<torch::optim::OptimizerParamGroup> to_param_groups(const std::vector<LayerDecayGroup>& groups,
                                                                const Options& options) {
   std::vector<torch::optim::OptimizerParamGroup> out;
   for (const auto& g : groups) {
     Options o = options;
-    o.lr(g.lr ? *g.lr : options.lr() * g.lr_scale);
+    o.set_lr(g.lr ? *g.lr : options.get_lr() * g.lr_scale);
     o.weight_decay(g.weight_decay);
     out.emplace_back(g.params, std::make_unique<Options>(o));
   }
