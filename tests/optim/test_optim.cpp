@@ -2,6 +2,7 @@
 // trajectories (tests/golden/optim.toml, float64, fused, reference and foreach paths), foreach == reference
 // to 1 ulp, ATen's fused kernels (_fused_adam_ ...) == reference to a few ulp, fused == reference on larger
 // float32/float64 problems, save/load round trips, convergence, validation, the GradScaler hook.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -116,14 +117,34 @@ const char* path_name(Path path) {
   }
 }
 
-/// Whether optimizer `name` (the factory's) has path `path`.
-bool has_path(const std::string& name, Path path) { return path != Path::aten || (name != "lars" && name != "lamb"); }
+/// Whether optimizer `name` (the factory's) takes argument `key`.
+bool takes_arg(const std::string& name, const std::string& key) {
+  for (const auto& doc : optimizer_arg_docs()) {
+    if (doc.name == key) {
+      return std::find(doc.optimizers.begin(), doc.optimizers.end(), name) != doc.optimizers.end();
+    }
+  }
+  return false;
+}
+
+/// Whether optimizer `name` (the factory's) has path `path`: the fused paths where it takes `fused` /
+/// `aten_fused` (Adadelta, ASGD and Rprop have only the reference and foreach paths).
+bool has_path(const std::string& name, Path path) {
+  switch (path) {
+    case Path::fused:
+      return takes_arg(name, "fused");
+    case Path::aten:
+      return takes_arg(name, "aten_fused");
+    default:
+      return true;
+  }
+}
 
 /// The spec of a golden case through the optimizer factory (the same names a config file uses).
 OptimizerSpec case_spec(const std::string& name, trainkit::ArgTable table, Path path) {
   if (path == Path::aten) {
     trainkit::set_arg(table, "aten_fused", true);
-  } else {
+  } else if (has_path(name, Path::fused)) {
     trainkit::set_arg(table, "fused", path == Path::fused);
   }
   trainkit::set_arg(table, "foreach", path == Path::foreach);
@@ -156,6 +177,20 @@ void require_close_values(const at::Tensor& got, const std::vector<double>& want
     INFO("element " << k << ": got " << g[k] << " want " << want[k]);
     REQUIRE(std::abs(g[k] - want[k]) <= rel * std::abs(want[k]) + 1e-13);
   }
+}
+
+/// The state tensor `key` of parameter `p` in `opt`, as the optimizer saves it (PyTorch's state_dict names).
+at::Tensor saved_state(torch::optim::Optimizer& opt, const at::Tensor& p, const std::string& key) {
+  torch::serialize::OutputArchive out;
+  opt.state().at(p.unsafeGetTensorImpl())->serialize(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  std::istringstream in(bytes.str());
+  torch::serialize::InputArchive archive;
+  archive.load_from(in);
+  at::Tensor t;
+  archive.read(key, t);
+  return t;
 }
 
 /// Fresh parameters of random values for the comparison tests.
@@ -214,6 +249,13 @@ std::vector<std::pair<std::string, Factory>> factories() {
          return std::make_unique<Lamb>(
              p, LambOptions(1e-2).max_grad_norm(std::nullopt).weight_decay(0).always_adapt(true).fused(f));
        }},
+      {"Adagrad",
+       [](const auto& p, auto f) {
+         return std::make_unique<Adagrad>(
+             p, AdagradOptions(0.1).lr_decay(0.01).weight_decay(0.01).initial_accumulator_value(0.1).fused(f));
+       }},
+      {"Adagrad maximize",
+       [](const auto& p, auto f) { return std::make_unique<Adagrad>(p, AdagradOptions(0.05).maximize(true).fused(f)); }},
   };
 }
 
@@ -266,9 +308,10 @@ void check_within_one_lowp_ulp(const std::vector<at::Tensor>& a, const std::vect
 /// `dtype`, comparing every recorded step with the oracle's values within `tol` (relative; a negative `tol`
 /// compares nothing), for the case's steps or `steps` when positive. Returns the parameters and the
 /// optimizer for further checks.
-std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
-    const toml::table& c, const toml::array& shapes, const toml::array& initial, const toml::array& groups,
-    at::ScalarType dtype, Path path, double tol, int64_t steps = 0) {
+/// The golden setup's parameters (of `dtype`) and the optimizer of case `c` on them, on `path`.
+std::pair<std::vector<at::Tensor>, OptimizerPtr> golden_setup(const toml::table& c, const toml::array& shapes,
+                                                              const toml::array& initial, const toml::array& groups,
+                                                              at::ScalarType dtype, Path path) {
   std::vector<at::Tensor> params;
   for (size_t i = 0; i < shapes.size(); ++i) {
     params.push_back(torch::tensor(doubles_of(*initial.get(i)), torch::kFloat64)
@@ -285,6 +328,13 @@ std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
     g1.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
   }
   auto opt = make_case_optimizer(c, g0, g1, path);
+  return {std::move(params), std::move(opt)};
+}
+
+std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
+    const toml::table& c, const toml::array& shapes, const toml::array& initial, const toml::array& groups,
+    at::ScalarType dtype, Path path, double tol, int64_t steps = 0) {
+  auto [params, opt] = golden_setup(c, shapes, initial, groups, dtype, path);
   const auto& records = *c["record"].as_array();
   size_t next = 0;
   const bool compare = tol >= 0;
@@ -304,6 +354,14 @@ std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
         INFO("parameter " << i);
         REQUIRE(params[i].scalar_type() == dtype);
         require_close_values(params[i].to(torch::kFloat64), doubles_of(*want.get(i)), tol);
+      }
+      for (const auto& [key, node] : rec) {  // recorded state beside the parameters (ASGD's ax)
+        const std::string k(key.str());
+        for (size_t i = 0; k != "step" && k != "params" && i < params.size(); ++i) {
+          INFO("state " << k << " of parameter " << i);
+          require_close_values(saved_state(*opt, params[i], k).to(torch::kFloat64),
+                               doubles_of(*node.as_array()->get(i)), tol);
+        }
       }
       ++next;
     }
@@ -380,6 +438,29 @@ TEST_CASE("the foreach path equals the reference path to 1 ulp (float64, 20 step
       const at::Tensor inf = torch::full_like(b, std::numeric_limits<double>::infinity());
       const at::Tensor within = (a == b) | (a == at::nextafter(b, inf)) | (a == at::nextafter(b, -inf));
       CHECK(within.all().item<bool>());
+    }
+  });
+}
+
+TEST_CASE("a state_dict round trip after 10 steps continues the trajectory (float64, every golden case)",
+          "[optim][golden][serialize]") {
+  // 10 steps, save, load into a fresh optimizer over copies of the parameters, 10 more: bitwise the same
+  // as 20 steps uninterrupted (the default path of each optimizer: fused where it has a fused kernel).
+  for_golden_cases("", no_skip, [](const auto& c, const auto& shapes, const auto& initial, const auto& groups) {
+    const Path path = has_path(c["optimizer"].template value<std::string>().value(), Path::fused) ? Path::fused
+                                                                                                   : Path::reference;
+    const auto straight = run_golden_case(c, shapes, initial, groups, at::kDouble, path, -1, 20).first;
+    auto [a, first] = run_golden_case(c, shapes, initial, groups, at::kDouble, path, -1, 10);
+    auto [b, second] = golden_setup(c, shapes, initial, groups, at::kDouble, path);
+    resume(*first, a, *second, b);
+    for (int step = 11; step <= 20; ++step) {
+      second->zero_grad();
+      golden_loss(b).backward();
+      second->step();
+    }
+    for (size_t i = 0; i < b.size(); ++i) {
+      INFO("parameter " << i);
+      CHECK(torch::equal(b[i], straight[i]));
     }
   });
 }

@@ -1,7 +1,8 @@
 #pragma once
 /// @file
 /// trainkit::optim: Adam/AdamW, SGD, LARS and LAMB as torch::optim::Optimizer subclasses, each with a fused
-/// single-pass CPU kernel and an ATen reference path, and the factory that builds them by name.
+/// single-pass CPU kernel and an ATen reference path, Adagrad (fused too), Adadelta, ASGD and Rprop, and the
+/// factory that builds them by name.
 
 #include "trainkit/optim/adam.h"
 #include "trainkit/optim/cyclable_momentum.h"
@@ -12,3 +13,8 @@
 #include "trainkit/optim/param_groups.h"
 #include "trainkit/optim/scaled_step.h"
 #include "trainkit/optim/sgd.h"
+// The rest of torch.optim: Adagrad (fused), Adadelta, ASGD, Rprop.
+#include "trainkit/optim/adadelta.h"
+#include "trainkit/optim/adagrad.h"
+#include "trainkit/optim/asgd.h"
+#include "trainkit/optim/rprop.h"

@@ -584,6 +584,22 @@ TRAINKIT_INLINE void lamb_moments_apply_impl(T* p, const T* g, T* m, T* v, int64
   lamb_moments_apply_loop(p, g, m, v, n, c, step);
 }
 
+template <class T>
+TRAINKIT_INLINE void adagrad_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ sum, int64_t n,
+                                  const AdagradCoef<T> c) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T pi = p[i];
+    const T gi = std::fma(c.l2, pi, c.grad_mul * g[i]);  // ATen's add with alpha is a fused multiply-add
+    const T s = sum[i] + gi * gi;
+    sum[i] = s;
+    p[i] = std::fma(c.neg_clr, gi / (std::sqrt(s) + c.eps), pi);
+  }
+}
+template <Isa I, class T>
+TRAINKIT_INLINE void adagrad_impl(T* p, const T* g, T* sum, int64_t n, const AdagradCoef<T>& c) {
+  adagrad_loop(p, g, sum, n, c);
+}
+
 }  // namespace
 
 // Each public entry: the same impl compiled for AVX2+FMA+F16C and for the baseline, picked at run time.
@@ -660,6 +676,11 @@ TRAINKIT_KERNEL(void, lamb_moments_apply, lamb_moments_apply_impl,
                 (double* p, const double* g, double* m, double* v, int64_t n, const LambCoef<double>& c,
                  double step),
                 (p, g, m, v, n, c, step))
+
+TRAINKIT_KERNEL(void, adagrad_kernel, adagrad_impl,
+                (float* p, const float* g, float* sum, int64_t n, const AdagradCoef<float>& c), (p, g, sum, n, c))
+TRAINKIT_KERNEL(void, adagrad_kernel, adagrad_impl,
+                (double* p, const double* g, double* sum, int64_t n, const AdagradCoef<double>& c), (p, g, sum, n, c))
 
 #undef TRAINKIT_KERNEL
 
