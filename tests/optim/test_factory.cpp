@@ -200,7 +200,7 @@ TEST_CASE("optimizer_args round-trips through parse_optimizer", "[optim][factory
 }
 
 TEST_CASE("optimizer arguments are rejected with where, key and value", "[optim][factory]") {
-  CHECK_THROWS_MATCHES(parse("adamm", {}), ArgError, WhatContains("unknown optimizer \"adamm\" (known: adam, adamw"));
+  CHECK_THROWS_MATCHES(parse("adamm", {}), ArgError, WhatContains("unknown optimizer \"adamm\" (known: "));
   CHECK_THROWS_MATCHES(
       parse("adam", {{"momentum", ArgValue(0.9, 2)}}, "e.toml"), ArgError,
       WhatContains("e.toml: optimizer.momentum does not apply to optimizer \"adam\" (only to lars, sgd)"));

@@ -4,6 +4,7 @@
 /// paths); same numbers as torch.optim.Rprop (Riedmiller & Braun 1993, "A Direct Adaptive Method for Faster
 /// Backpropagation Learning: The RPROP Algorithm", IEEE ICNN).
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -35,28 +36,30 @@ struct RpropOptions : public OptimizerOptions<RpropOptions> {
   TORCH_ARG(std::optional<bool>, foreach) = std::nullopt;
 
  public:
+  /// A pair of finite numbers (lo, hi) for which `ok(lo, hi)` holds, described by `what`: one key's own
+  /// rule, so that the config names the key of a pair it rejects.
+  static ValueRule<pair_t> ordered_pair(const std::string& what, bool (*ok)(double, double)) {
+    ValueRule<pair_t> r = rule::number_pair({"number", -std::numeric_limits<double>::infinity()});
+    r.type = "[number, number] with " + what;
+    r.expected = "an array of two numbers with " + what;
+    r.parse = [parse = r.parse, ok](const ArgValue& v) -> std::optional<pair_t> {
+      const auto x = parse(v);
+      return x && ok(std::get<0>(*x), std::get<1>(*x)) ? x : std::nullopt;
+    };
+    return r;
+  }
   /// The fields' keys, rules and help (the factory's "rprop" arguments), checks and serialization.
   static const OptimizerOptionsBinding<RpropOptions>& binding() {
     static const auto b =
         OptimizerOptionsBinding<RpropOptions>()
             .bind(TRAINKIT_OPTION(lr), non_negative(), "Learning rate: the initial step size")
-            .bind(TRAINKIT_OPTION(etas), positive(),
-                  "(etaminus, etaplus): step-size factors on a sign flip / no flip, 0 < etaminus < 1 < etaplus")
-            .bind(TRAINKIT_OPTION(step_sizes), non_negative(), "(min, max) step size")
+            .bind(TRAINKIT_OPTION(etas),
+                  ordered_pair("0 < etaminus < 1 < etaplus", [](double lo, double hi) { return lo > 0 && lo < 1 && hi > 1; }),
+                  "(etaminus, etaplus): step-size factors on a sign flip / no flip")
+            .bind(TRAINKIT_OPTION(step_sizes), ordered_pair("0 <= min <= max", [](double lo, double hi) { return lo >= 0 && lo <= hi; }),
+                  "(min, max) step size")
             .bind(TRAINKIT_OPTION(maximize), "Maximize the objective instead of minimizing it")
-            .bind(TRAINKIT_OPTION(foreach), kForeachDoc)
-            .require([](const RpropOptions& o) {
-              const auto [minus, plus] = o.etas();
-              return minus < 1 && plus > 1 ? std::string()
-                                           : "etas: expected 0 < etaminus < 1 < etaplus, got [" +
-                                                 ArgValue(minus).to_string() + ", " + ArgValue(plus).to_string() + "]";
-            })
-            .require([](const RpropOptions& o) {
-              const auto [lo, hi] = o.step_sizes();
-              return lo <= hi ? std::string()
-                              : "step_sizes: expected min <= max, got [" + ArgValue(lo).to_string() + ", " +
-                                    ArgValue(hi).to_string() + "]";
-            });
+            .bind(TRAINKIT_OPTION(foreach), kForeachDoc);
     return b;
   }
 };
