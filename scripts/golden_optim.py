@@ -1,6 +1,8 @@
 """Golden trajectories for trainkit::optim, written by scripts/gen_golden.py.
 
 Oracles: torch.optim.Adam / AdamW / SGD / RAdam / NAdam / Adamax from the pinned wheel, and timm's own Lars and Lamb.
+Oracles: torch.optim.Adam / AdamW / SGD / Adagrad / Adadelta / ASGD / Rprop from the pinned wheel, and
+timm's own Lars and Lamb.
 The problem is small and fixed: four float64 parameters in two param groups, loss
 sum_k sum(w_k * (p_k - t_k)^2) + 0.3 * sum(sin(2 p_k)), with w_k = linspace(0.5, 2, n) and
 t_k = linspace(-1, 1, n) in each parameter's shape (the C++ test builds the same loss).
@@ -40,7 +42,11 @@ def _loss(params):
     return total
 
 
-def _run(make, steps):
+# Per-parameter state recorded beside the parameters, where the parameters alone do not show it (ASGD's average).
+RECORD_STATE = {"asgd": ["ax"]}
+
+
+def _run(make, steps, state_names=()):
     params = [torch.nn.Parameter(p.clone()) for p in _initial()]
     opt = make([params[i] for i in GROUPS[0]], [params[i] for i in GROUPS[1]])
     records = []
@@ -49,7 +55,8 @@ def _run(make, steps):
         _loss(params).backward()
         opt.step()
         if step in RECORD:
-            records.append((step, [p.detach().flatten().tolist() for p in params]))
+            state = {k: [opt.state[p][k].flatten().tolist() for p in params] for k in state_names}
+            records.append((step, [p.detach().flatten().tolist() for p in params], state))
     return records
 
 
@@ -120,6 +127,19 @@ def _cases():
                    (dict(min_dim_size_to_factor=2, eps_scale=2.0), dict(lr=2e-2, beta1=0.9)),
                    (dict(lr=2e-2, beta1=0.6), dict(lr=None, eps=1e-3, weight_decay=0.1))):
         cases.append(("adafactor", adafactor, kw, g1, 200))
+    # The rest of torch.optim: Adagrad, Adadelta, ASGD, Rprop (group 1 with other options each time).
+    for kw in (dict(lr=0.1),
+               dict(lr=0.1, lr_decay=0.01, weight_decay=0.05, initial_accumulator_value=0.1, eps=1e-6),
+               dict(lr=0.05, maximize=True)):
+        cases.append(("adagrad", torch.optim.Adagrad, kw, dict(lr=kw["lr"] / 2, lr_decay=0.02, weight_decay=0.01), 200))
+    for kw in (dict(), dict(lr=0.5, rho=0.8, eps=1e-5, weight_decay=0.05), dict(lr=0.3, maximize=True)):
+        cases.append(("adadelta", torch.optim.Adadelta, kw, dict(lr=0.7, rho=0.95, weight_decay=0.01), 200))
+    for kw in (dict(lr=0.05), dict(lr=0.05, lambd=0.01, alpha=0.5, t0=5.0, weight_decay=0.05),
+               dict(lr=0.02, t0=20.0, maximize=True)):
+        cases.append(("asgd", torch.optim.ASGD, kw, dict(lr=0.03, lambd=1e-3, alpha=0.6, t0=10.0), 200))
+    for kw in (dict(lr=0.01), dict(lr=0.02, etas=(0.4, 1.3), step_sizes=(1e-4, 0.05)),
+               dict(lr=0.01, step_sizes=(1e-3, 0.2), maximize=True)):
+        cases.append(("rprop", torch.optim.Rprop, kw, dict(lr=0.005, etas=(0.6, 1.1), step_sizes=(1e-5, 1.0)), 200))
     return cases
 
 
@@ -127,7 +147,8 @@ def gen_optim(out_dir, header):
     path = os.path.join(out_dir, "optim.toml")
     with open(path, "w") as f:
         f.write(header)
-        f.write("# Parameter trajectories of torch.optim.Adam/AdamW/SGD/RAdam/NAdam/Adamax and timm.optim.Lars/Lamb (timm {}) on\n"
+        f.write("# Parameter trajectories of torch.optim (Adam, AdamW, SGD, RAdam, NAdam, Adamax, Adagrad, Adadelta, ASGD, Rprop)\n"
+                "# and timm.optim (Lars, Lamb, Lion, Adafactor; timm {}) on\n"
                 "# the fixed float64 problem of scripts/golden_optim.py; two param groups.\n".format(
                     __import__("timm").__version__))
         f.write("shapes = [{}]\n".format(", ".join("[" + ", ".join(str(d) for d in s) + "]" for s in SHAPES)))
@@ -141,9 +162,11 @@ def gen_optim(out_dir, header):
             for k, v in kw.items():
                 f.write("{} = {}\n".format(k, _value(v)))
             f.write("group1 = {{ {} }}\n".format(", ".join("{} = {}".format(k, _value(v)) for k, v in g1.items())))
-            for step, values in _run(make, steps):
+            for step, values, state in _run(make, steps, RECORD_STATE.get(name, ())):
                 f.write("[[case.record]]\nstep = {}\nparams = [{}]\n".format(step, ", ".join(
                     "[" + ", ".join(_fmt(x) for x in p) + "]" for p in values)))
+                for k, v in state.items():
+                    f.write("{} = [{}]\n".format(k, ", ".join("[" + ", ".join(_fmt(x) for x in p) + "]" for p in v)))
     print("wrote", path)
     gen_optim_lowp(out_dir, header)
 

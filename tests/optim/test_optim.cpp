@@ -118,24 +118,29 @@ const char* path_name(Path path) {
   }
 }
 
-/// Whether optimizer `name` (the factory's) has path `path`: Adafactor has only the reference path; ATen's
-/// fused kernels for those that bind aten_fused.
-bool has_path(const std::string& name, Path path) {
-  if (name == "adafactor") {
-    return path == Path::reference;
-  }
-  if (path != Path::aten) {
-    return true;
-  }
-  static const std::vector<std::string> aten = [] {
-    for (const auto& doc : optimizer_arg_docs()) {
-      if (doc.name == "aten_fused") {
-        return doc.optimizers;
-      }
+/// Whether optimizer `name` (the factory's) takes argument `key`.
+bool takes_arg(const std::string& name, const std::string& key) {
+  for (const auto& doc : optimizer_arg_docs()) {
+    if (doc.name == key) {
+      return std::find(doc.optimizers.begin(), doc.optimizers.end(), name) != doc.optimizers.end();
     }
-    return std::vector<std::string>{};
-  }();
-  return std::find(aten.begin(), aten.end(), name) != aten.end();
+  }
+  return false;
+}
+
+/// Whether optimizer `name` (the factory's) has path `path`: each path but the reference one where it takes
+/// the path's argument (Adadelta, ASGD and Rprop have no fused kernel, Adafactor only the reference path).
+bool has_path(const std::string& name, Path path) {
+  switch (path) {
+    case Path::fused:
+      return takes_arg(name, "fused");
+    case Path::foreach:
+      return takes_arg(name, "foreach");
+    case Path::aten:
+      return takes_arg(name, "aten_fused");
+    default:
+      return true;
+  }
 }
 
 /// The spec of a golden case through the optimizer factory (the same names a config file uses).
@@ -146,7 +151,7 @@ OptimizerSpec case_spec(const std::string& name, trainkit::ArgTable table, Path 
   }
   if (path == Path::aten) {
     trainkit::set_arg(table, "aten_fused", true);
-  } else {
+  } else if (has_path(name, Path::fused)) {
     trainkit::set_arg(table, "fused", path == Path::fused);
   }
   trainkit::set_arg(table, "foreach", path == Path::foreach);
@@ -179,6 +184,20 @@ void require_close_values(const at::Tensor& got, const std::vector<double>& want
     INFO("element " << k << ": got " << g[k] << " want " << want[k]);
     REQUIRE(std::abs(g[k] - want[k]) <= rel * std::abs(want[k]) + 1e-13);
   }
+}
+
+/// The state tensor `key` of parameter `p` in `opt`, as the optimizer saves it (PyTorch's state_dict names).
+at::Tensor saved_state(torch::optim::Optimizer& opt, const at::Tensor& p, const std::string& key) {
+  torch::serialize::OutputArchive out;
+  opt.state().at(p.unsafeGetTensorImpl())->serialize(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  std::istringstream in(bytes.str());
+  torch::serialize::InputArchive archive;
+  archive.load_from(in);
+  at::Tensor t;
+  archive.read(key, t);
+  return t;
 }
 
 /// Fresh parameters of random values for the comparison tests.
@@ -254,6 +273,13 @@ std::vector<std::pair<std::string, Factory>> factories() {
        [](const auto& p, auto f) {
          return std::make_unique<Lion>(p, LionOptions(1e-2).betas({0.9, 0.2}).maximize(true).fused(f));
        }},
+      {"Adagrad",
+       [](const auto& p, auto f) {
+         return std::make_unique<Adagrad>(
+             p, AdagradOptions(0.1).lr_decay(0.01).weight_decay(0.01).initial_accumulator_value(0.1).fused(f));
+       }},
+      {"Adagrad maximize",
+       [](const auto& p, auto f) { return std::make_unique<Adagrad>(p, AdagradOptions(0.05).maximize(true).fused(f)); }},
   };
 }
 
@@ -312,7 +338,12 @@ void resume(const torch::optim::Optimizer& from, const std::vector<at::Tensor>& 
 /// Returns the parameters and the optimizer for further checks.
 std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
     const toml::table& c, const toml::array& shapes, const toml::array& initial, const toml::array& groups,
-    at::ScalarType dtype, Path path, double tol, int64_t steps = 0, int64_t resume_at = 0) {
+    at::ScalarType dtype, Path path, double tol, int64_t steps = 0, int64_t resume_at = 0);
+
+/// The golden setup's parameters (of `dtype`) and the optimizer of case `c` on them, on `path`.
+std::pair<std::vector<at::Tensor>, OptimizerPtr> golden_setup(const toml::table& c, const toml::array& shapes,
+                                                              const toml::array& initial, const toml::array& groups,
+                                                              at::ScalarType dtype, Path path) {
   std::vector<at::Tensor> params;
   for (size_t i = 0; i < shapes.size(); ++i) {
     params.push_back(torch::tensor(doubles_of(*initial.get(i)), torch::kFloat64)
@@ -320,18 +351,22 @@ std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
                          .to(dtype)
                          .requires_grad_());
   }
-  const auto make = [&](const std::vector<at::Tensor>& ps) {
-    std::vector<at::Tensor> g0;
-    std::vector<at::Tensor> g1;
-    for (const auto& idx : *groups.get(0)->as_array()) {
-      g0.push_back(ps[static_cast<size_t>(idx.value<int64_t>().value())]);
-    }
-    for (const auto& idx : *groups.get(1)->as_array()) {
-      g1.push_back(ps[static_cast<size_t>(idx.value<int64_t>().value())]);
-    }
-    return make_case_optimizer(c, g0, g1, path);
-  };
-  auto opt = make(params);
+  std::vector<at::Tensor> g0;
+  std::vector<at::Tensor> g1;
+  for (const auto& idx : *groups.get(0)->as_array()) {
+    g0.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
+  }
+  for (const auto& idx : *groups.get(1)->as_array()) {
+    g1.push_back(params[static_cast<size_t>(idx.value<int64_t>().value())]);
+  }
+  auto opt = make_case_optimizer(c, g0, g1, path);
+  return {std::move(params), std::move(opt)};
+}
+
+std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
+    const toml::table& c, const toml::array& shapes, const toml::array& initial, const toml::array& groups,
+    at::ScalarType dtype, Path path, double tol, int64_t steps, int64_t resume_at) {
+  auto [params, opt] = golden_setup(c, shapes, initial, groups, dtype, path);
   const auto& records = *c["record"].as_array();
   size_t next = 0;
   const bool compare = tol >= 0;
@@ -343,11 +378,7 @@ std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
     golden_loss(params).backward();
     opt->step();
     if (step == resume_at) {
-      std::vector<at::Tensor> fresh;
-      for (const auto& p : params) {
-        fresh.push_back(torch::zeros_like(p).requires_grad_());
-      }
-      auto resumed = make(fresh);
+      auto [fresh, resumed] = golden_setup(c, shapes, initial, groups, dtype, path);
       resume(*opt, params, *resumed, fresh);
       params = std::move(fresh);
       opt = std::move(resumed);
@@ -361,6 +392,14 @@ std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
         INFO("parameter " << i);
         REQUIRE(params[i].scalar_type() == dtype);
         require_close_values(params[i].to(torch::kFloat64), doubles_of(*want.get(i)), tol);
+      }
+      for (const auto& [key, node] : rec) {  // recorded state beside the parameters (ASGD's ax)
+        const std::string k(key.str());
+        for (size_t i = 0; k != "step" && k != "params" && i < params.size(); ++i) {
+          INFO("state " << k << " of parameter " << i);
+          require_close_values(saved_state(*opt, params[i], k).to(torch::kFloat64),
+                               doubles_of(*node.as_array()->get(i)), tol);
+        }
       }
       ++next;
     }
@@ -445,6 +484,29 @@ TEST_CASE("the foreach path equals the reference path to 1 ulp (float64, 20 step
       const at::Tensor inf = torch::full_like(b, std::numeric_limits<double>::infinity());
       const at::Tensor within = (a == b) | (a == at::nextafter(b, inf)) | (a == at::nextafter(b, -inf));
       CHECK(within.all().item<bool>());
+    }
+  });
+}
+
+TEST_CASE("a state_dict round trip after 10 steps continues the trajectory (float64, every golden case)",
+          "[optim][golden][serialize]") {
+  // 10 steps, save, load into a fresh optimizer over copies of the parameters, 10 more: bitwise the same
+  // as 20 steps uninterrupted (the default path of each optimizer: fused where it has a fused kernel).
+  for_golden_cases("", no_skip, [](const auto& c, const auto& shapes, const auto& initial, const auto& groups) {
+    const Path path = has_path(c["optimizer"].template value<std::string>().value(), Path::fused) ? Path::fused
+                                                                                                   : Path::reference;
+    const auto straight = run_golden_case(c, shapes, initial, groups, at::kDouble, path, -1, 20).first;
+    auto [a, first] = run_golden_case(c, shapes, initial, groups, at::kDouble, path, -1, 10);
+    auto [b, second] = golden_setup(c, shapes, initial, groups, at::kDouble, path);
+    resume(*first, a, *second, b);
+    for (int step = 11; step <= 20; ++step) {
+      second->zero_grad();
+      golden_loss(b).backward();
+      second->step();
+    }
+    for (size_t i = 0; i < b.size(); ++i) {
+      INFO("parameter " << i);
+      CHECK(torch::equal(b[i], straight[i]));
     }
   });
 }

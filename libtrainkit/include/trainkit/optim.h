@@ -2,6 +2,9 @@
 /// @file
 /// trainkit::optim: Adam/AdamW, RAdam, NAdam, Adamax, SGD, LARS and LAMB as torch::optim::Optimizer subclasses,
 /// each with a fused single-pass CPU kernel and an ATen reference path, and the factory that builds them by name.
+/// trainkit::optim: Adam/AdamW, SGD, LARS and LAMB as torch::optim::Optimizer subclasses, each with a fused
+/// single-pass CPU kernel and an ATen reference path, Adagrad (fused too), Adadelta, ASGD and Rprop, and the
+/// factory that builds them by name.
 
 #include "trainkit/optim/adam.h"
 #include "trainkit/optim/cyclable_momentum.h"
@@ -21,3 +24,8 @@
 // timm's Lion and Adafactor.
 #include "trainkit/optim/adafactor.h"
 #include "trainkit/optim/lion.h"
+// The rest of torch.optim: Adagrad (fused), Adadelta, ASGD, Rprop.
+#include "trainkit/optim/adadelta.h"
+#include "trainkit/optim/adagrad.h"
+#include "trainkit/optim/asgd.h"
+#include "trainkit/optim/rprop.h"

@@ -688,6 +688,20 @@ TRAINKIT_INLINE void lion_impl(T* p, const T* g, T* m, int64_t n, const LionCoef
   } else {
     c.momentum_from_m ? lion_loop<T, false, true>(p, g, m, n, c) : lion_loop<T, false, false>(p, g, m, n, c);
   }
+template <class T>
+TRAINKIT_INLINE void adagrad_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ sum, int64_t n,
+                                  const AdagradCoef<T> c) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T pi = p[i];
+    const T gi = std::fma(c.l2, pi, c.grad_mul * g[i]);  // ATen's add with alpha is a fused multiply-add
+    const T s = sum[i] + gi * gi;
+    sum[i] = s;
+    p[i] = std::fma(c.neg_clr, gi / (std::sqrt(s) + c.eps), pi);
+  }
+}
+template <Isa I, class T>
+TRAINKIT_INLINE void adagrad_impl(T* p, const T* g, T* sum, int64_t n, const AdagradCoef<T>& c) {
+  adagrad_loop(p, g, sum, n, c);
 }
 
 }  // namespace
@@ -784,6 +798,11 @@ TRAINKIT_MOMENT_KERNEL(nadam, NAdamCoef)
 TRAINKIT_MOMENT_KERNEL(adamax, AdamaxCoef)
 
 #undef TRAINKIT_MOMENT_KERNEL
+TRAINKIT_KERNEL(void, adagrad_kernel, adagrad_impl,
+                (float* p, const float* g, float* sum, int64_t n, const AdagradCoef<float>& c), (p, g, sum, n, c))
+TRAINKIT_KERNEL(void, adagrad_kernel, adagrad_impl,
+                (double* p, const double* g, double* sum, int64_t n, const AdagradCoef<double>& c), (p, g, sum, n, c))
+
 #undef TRAINKIT_KERNEL
 
 }  // namespace trainkit::detail

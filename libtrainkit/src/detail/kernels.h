@@ -234,5 +234,14 @@ struct LionCoef {
 };
 void lion_kernel(float* p, const float* g, float* m, int64_t n, const LionCoef<float>& c);
 void lion_kernel(double* p, const double* g, double* m, int64_t n, const LionCoef<double>& c);
+/// Adagrad, per element (PyTorch's single-tensor Adagrad, folded):
+///   g' = grad_mul·g + l2·p;  sum ← sum + g'²;  p ← p + neg_clr · g' / (√sum + eps)
+/// grad_mul = ±1 (maximize) times the gradient unscale factor; neg_clr = -lr / (1 + (t-1)·lr_decay).
+template <class T>
+struct AdagradCoef {
+  T grad_mul, l2, eps, neg_clr;
+};
+void adagrad_kernel(float* p, const float* g, float* sum, int64_t n, const AdagradCoef<float>& c);
+void adagrad_kernel(double* p, const double* g, double* sum, int64_t n, const AdagradCoef<double>& c);
 
 }  // namespace trainkit::detail

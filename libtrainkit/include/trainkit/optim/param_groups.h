@@ -18,6 +18,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <torch/arg.h>
@@ -28,9 +30,15 @@
 
 namespace trainkit::optim {
 
+/// Whether an options type has a weight_decay setter (Rprop's has none).
+template <class Options, class = void>
+struct has_weight_decay : std::false_type {};
+template <class Options>
+struct has_weight_decay<Options, std::void_t<decltype(std::declval<Options&>().weight_decay(0.0))>> : std::true_type {};
+
 /// Two groups: first the parameters with ndim ≤ 1 (biases, norm weights) with weight_decay 0, then the
 /// others with `options` as given. Works with any options type that has a weight_decay setter (trainkit's
-/// and LibTorch's). Empty groups are left out.
+/// and LibTorch's); one without (Rprop's) keeps its options in both. Empty groups are left out.
 template <class Options>
 std::vector<torch::optim::OptimizerParamGroup> weight_decay_param_groups(const std::vector<at::Tensor>& params,
                                                                          const Options& options) {
@@ -42,7 +50,9 @@ std::vector<torch::optim::OptimizerParamGroup> weight_decay_param_groups(const s
   std::vector<torch::optim::OptimizerParamGroup> groups;
   if (!no_decay.empty()) {
     Options zero = options;
-    zero.weight_decay(0.0);
+    if constexpr (has_weight_decay<Options>::value) {
+      zero.weight_decay(0.0);
+    }
     groups.emplace_back(no_decay, std::make_unique<Options>(zero));
   }
   if (!decay.empty()) {
@@ -137,8 +147,9 @@ std::vector<LayerDecayGroup> lr_groups(const torch::OrderedDict<std::string, at:
                                        const std::vector<LrRule>& rules, const LrGroupsOptions& options = {});
 
 /// `groups` as optimizer param groups: each one `options` with the group's `lr` where set, else lr ×
-/// lr_scale, and its weight decay. Works with any options type that has get_lr/set_lr and weight_decay
-/// accessors (trainkit's and LibTorch's); through set_lr, so a relative-step Adafactor stays one (as timm's).
+/// lr_scale, and its weight decay. Works with any options type that has get_lr/set_lr (trainkit's and
+/// LibTorch's), through set_lr, so a relative-step Adafactor stays one (as timm's); its weight decay where it
+/// has one (Rprop has none).
 template <class Options>
 std::vector<torch::optim::OptimizerParamGroup> to_param_groups(const std::vector<LayerDecayGroup>& groups,
                                                                const Options& options) {
@@ -146,7 +157,9 @@ std::vector<torch::optim::OptimizerParamGroup> to_param_groups(const std::vector
   for (const auto& g : groups) {
     Options o = options;
     o.set_lr(g.lr ? *g.lr : options.get_lr() * g.lr_scale);
-    o.weight_decay(g.weight_decay);
+    if constexpr (has_weight_decay<Options>::value) {
+      o.weight_decay(g.weight_decay);
+    }
     out.emplace_back(g.params, std::make_unique<Options>(o));
   }
   return out;
