@@ -151,7 +151,8 @@ Section scheduler_section() {
         "An LR scheduler by PyTorch's class name, with its arguments by PyTorch's names below; see "
         "docs/schedulers.md");
     row("scheduler.interval", "\"step\" or \"epoch\"", "the type's",
-        "When it steps: after every optimizer step (CyclicLR, OneCycleLR, WarmupCosine) or every epoch (the others)");
+        "When it steps: after every optimizer step (CyclicLR, OneCycleLR, WarmupCosine, WarmupStableDecay, "
+        "InverseSqrt) or every epoch (the others)");
     for (const auto& type : types) {
       for (const auto& arg : sched::scheduler_arg_docs(type)) {
         row("scheduler." + arg.key, arg.type, arg.default_value, fmt::format("{}: {}", type, arg.doc));

@@ -688,6 +688,7 @@ TRAINKIT_INLINE void lion_impl(T* p, const T* g, T* m, int64_t n, const LionCoef
   } else {
     c.momentum_from_m ? lion_loop<T, false, true>(p, g, m, n, c) : lion_loop<T, false, false>(p, g, m, n, c);
   }
+}
 template <class T>
 TRAINKIT_INLINE void adagrad_loop(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ sum, int64_t n,
                                   const AdagradCoef<T> c) {
