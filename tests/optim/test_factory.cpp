@@ -177,6 +177,9 @@ TEST_CASE("the factory knows the built-in optimizers, with each Options type's d
     const auto none = parse("lamb", {{"max_grad_norm", 0.0}});
     CHECK_FALSE(static_cast<const LambOptions&>(*none.options).max_grad_norm().has_value());
     CHECK(number_of(optimizer_args(none), "max_grad_norm") == 0.0);
+    // TOML's integer 0 is the same "unset" as 0.0.
+    const auto none_int = parse("lamb", {{"max_grad_norm", ArgValue(int64_t{0})}});
+    CHECK_FALSE(static_cast<const LambOptions&>(*none_int.options).max_grad_norm().has_value());
   }
 }
 

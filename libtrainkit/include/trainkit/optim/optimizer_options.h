@@ -64,9 +64,10 @@ class OptimizerOptionsBinding {
       fields_.bind(key, field,
                    ValueRule<std::optional<double>>{
                        number.type + " or 0 (unset)", number.expected + ", or 0 (unset)",
-                       [parse = number.parse](const ArgValue& v) -> std::optional<std::optional<double>> {
-                         const auto x = v.get_if<double>();
-                         if (x != nullptr && *x == 0) {
+                       [parse = number.parse, any = rule::number(NumberRule{"number"}).parse](
+                           const ArgValue& v) -> std::optional<std::optional<double>> {
+                         // 0 in any number form (TOML's 0 or 0.0) is unset.
+                         if (const auto x = any(v); x && *x == 0) {
                            return std::optional<double>();
                          }
                          const auto y = parse(v);
