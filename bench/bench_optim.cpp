@@ -17,6 +17,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
+#include <type_traits>
 
 #include <csignal>
 #include <cstdio>
@@ -438,6 +440,52 @@ int bench_main(int argc, char** argv) {
                                                                                       .weight_decay(1e-4)
                                                                                       .foreach(true)));
     optimizers.emplace_back("trainkit LAMB foreach", std::make_unique<Lamb>(params, LambOptions(1e-3).foreach(true)));
+    // The rest of torch.optim, Lion and Adafactor at their default options (Adagrad, Adadelta, ASGD, Rprop,
+    // Adafactor: PyTorch's/timm's default lr). Paths: fused (where the optimizer has a fused CPU kernel),
+    // foreach (the `_foreach_*` op sequence of torch.optim's foreach=True implementation, which is PyTorch's
+    // fastest path for these on the CPU: it has no fused CPU kernel for them) and reference (per tensor).
+    const auto add_paths = [&](const std::string& name, auto make, bool has_fused) {
+      using Opt = typename decltype(make(std::nullopt, std::nullopt))::element_type;
+      if (has_fused) {
+        optimizers.emplace_back("trainkit " + name + " fused", std::unique_ptr<Opt>(make(true, std::nullopt)));
+      }
+      optimizers.emplace_back("trainkit " + name + " foreach", std::unique_ptr<Opt>(make(std::nullopt, true)));
+      if (!no_reference) {
+        optimizers.emplace_back("trainkit " + name + " reference", std::unique_ptr<Opt>(make(false, false)));
+      }
+    };
+    // fused: unset / true / false; foreach: unset / true / false (the reference path is neither).
+    using Flag = std::optional<bool>;
+    const auto fusable = [&](auto options, auto* tag) {
+      using Opt = std::remove_pointer_t<decltype(tag)>;
+      return [&params, options](Flag fused, Flag foreach) {
+        auto o = options;
+        if (fused) o.fused(*fused);
+        if (foreach) o.foreach(*foreach);
+        return std::make_unique<Opt>(params, o);
+      };
+    };
+    const auto unfused = [&](auto options, auto* tag) {
+      using Opt = std::remove_pointer_t<decltype(tag)>;
+      return [&params, options](Flag, Flag foreach) {
+        auto o = options;
+        if (foreach) o.foreach(*foreach);
+        return std::make_unique<Opt>(params, o);
+      };
+    };
+    add_paths("RAdam", fusable(RAdamOptions(), static_cast<RAdam*>(nullptr)), true);
+    add_paths("NAdam", fusable(NAdamOptions(), static_cast<NAdam*>(nullptr)), true);
+    add_paths("Adamax", fusable(AdamaxOptions(), static_cast<Adamax*>(nullptr)), true);
+    add_paths("Adagrad", fusable(AdagradOptions(), static_cast<Adagrad*>(nullptr)), true);
+    add_paths("Lion", fusable(LionOptions(), static_cast<Lion*>(nullptr)), true);
+    add_paths("Adadelta", unfused(AdadeltaOptions(), static_cast<Adadelta*>(nullptr)), false);
+    add_paths("ASGD", unfused(AsgdOptions(), static_cast<Asgd*>(nullptr)), false);
+    add_paths("Rprop", unfused(RpropOptions(), static_cast<Rprop*>(nullptr)), false);
+    if (!no_reference) {  // Adafactor has only the reference path (timm's has no foreach either)
+      optimizers.emplace_back("trainkit Adafactor reference", std::make_unique<Adafactor>(params, AdafactorOptions()));
+    }
+    optimizers.emplace_back("torch::optim::Adagrad",
+                            std::make_unique<torch::optim::Adagrad>(params, torch::optim::AdagradOptions(1e-2)));
     optimizers.emplace_back("torch::optim::Adam", std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3)));
     optimizers.emplace_back("torch::optim::AdamW",
                             std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-3)));
@@ -452,6 +500,12 @@ int bench_main(int argc, char** argv) {
     }
     AtenFused aten_adam{zeros(), zeros(), steps_a, false};
     AtenFused aten_adamw{zeros(), zeros(), steps_w, true};
+    // PyTorch's fused CPU Adagrad, called as torch.optim.Adagrad(fused=True) calls it (its defaults: lr 1e-2).
+    std::vector<at::Tensor> adagrad_sums = zeros();
+    std::vector<at::Tensor> adagrad_steps;
+    for (size_t i = 0; i < params.size(); ++i) {
+      adagrad_steps.push_back(torch::zeros({}));
+    }
 
     // bfloat16 parameters: the same values rounded, for trainkit's AdamW (float32 state) and PyTorch's
     // _fused_adamw_ (bfloat16 state, as torch.optim.AdamW(fused=True) keeps it).
@@ -503,6 +557,12 @@ int bench_main(int argc, char** argv) {
     variants.emplace_back("floor (same bytes as Adam)", [&] { floor_step(params, floor); });
     variants.emplace_back("at::_fused_adam_", [&] { aten_adam.step(params, grads); });
     variants.emplace_back("at::_fused_adamw_", [&] { aten_adamw.step(params, grads); });
+    variants.emplace_back("at::_fused_adagrad_", [&] {
+      for (auto& t : adagrad_steps) {
+        t.add_(1);
+      }
+      at::_fused_adagrad_(params, grads, adagrad_sums, adagrad_steps, 1e-2, 0.0, 0.0, 1e-10, false);
+    });
     for (auto& [name, opt] : optimizers) {
       torch::optim::Optimizer* o = opt.get();
       variants.emplace_back(name, [o] { o->step(); });
@@ -596,6 +656,14 @@ int bench_main(int argc, char** argv) {
       if (name.find("bf16") != std::string::npos) {
         // p and g bfloat16 (2+2+2), m and v float32 (8+8) for trainkit; all bfloat16 (2+2+2+4+4) for ATen.
         return name.rfind("trainkit", 0) == 0 && name.find("bf16 state") == std::string::npos ? 22 : 14;
+      }
+      if (name.find("Adagrad") != std::string::npos || name.find("adagrad") != std::string::npos ||
+          name.find("Lion") != std::string::npos) {
+        return 20;  // read p, g, one state tensor; write p and it
+      }
+      if (name.find("Adadelta") != std::string::npos || name.find("ASGD") != std::string::npos ||
+          name.find("Rprop") != std::string::npos || name.find("Adafactor") != std::string::npos) {
+        return 0;  // foreach/reference paths only: several passes through temporaries
       }
       if (name.find("SGD") != std::string::npos || name.find("LARS") != std::string::npos) {  // incl. "SGD-mom."
         return 20;  // read p, g, buf; write p, buf
@@ -704,6 +772,12 @@ int bench_main(int argc, char** argv) {
     ratio("trainkit SGD-momentum foreach", "torch::optim::SGD-momentum");
     ratio("trainkit LARS foreach", "trainkit LARS fused");
     ratio("trainkit LAMB foreach", "trainkit LAMB fused");
+    for (const char* name : {"RAdam", "NAdam", "Adamax", "Adagrad", "Lion"}) {
+      ratio(fmt::format("trainkit {} foreach", name), fmt::format("trainkit {} fused", name));
+      ratio(fmt::format("trainkit {} fused", name), "trainkit Adam fused");
+    }
+    ratio("torch::optim::Adagrad", "trainkit Adagrad fused");
+    ratio("trainkit Adagrad fused", "at::_fused_adagrad_");
     if (c.name == "10M/16") {
       goal("torch::optim::Adam / trainkit fused Adam", ms["torch::optim::Adam"] / adam, ">=", 4.0);
     }
@@ -720,6 +794,11 @@ int bench_main(int argc, char** argv) {
     }
     goal("LARS fused / SGD-momentum fused", ms["trainkit LARS fused"] / ms["trainkit SGD-momentum fused"], "<=", 1.5);
     goal("LAMB fused / Adam fused", ms["trainkit LAMB fused"] / adam, "<=", 2.0);
+    goal("Adagrad fused / at::_fused_adagrad_", ms["trainkit Adagrad fused"] / ms["at::_fused_adagrad_"], "<=", 1.0);
+    for (const char* name : {"RAdam", "NAdam", "Adamax", "Adagrad", "Lion"}) {
+      goal(fmt::format("{} fused / {} foreach (PyTorch's path)", name, name),
+           ms[fmt::format("trainkit {} fused", name)] / ms[fmt::format("trainkit {} foreach", name)], "<=", 0.5);
+    }
     goal("SGD-momentum fused / torch::optim::SGD-momentum",
          ms["trainkit SGD-momentum fused"] / ms["torch::optim::SGD-momentum"], "<=", 1.0);
     goal("Adam fused + GradScaler / Adam fused", ms["trainkit Adam fused + GradScaler"] / adam, "<=", 1.1);
