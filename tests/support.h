@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <memory>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <cstdint>
@@ -101,8 +103,18 @@ inline std::vector<std::filesystem::path> event_files(const std::filesystem::pat
   return files;
 }
 
-/// A golden TOML file from tests/golden/.
-inline toml::table golden(const std::string& name) { return toml::parse_file(source_path("tests/golden/" + name)); }
+/// A golden TOML file from tests/golden/, parsed once per process: a test case with sections re-runs its
+/// body once per section, and optim.toml (250 KB) took longer to parse than most sections take to run.
+inline const toml::table& golden(const std::string& name) {
+  static std::mutex mutex;
+  static std::map<std::string, toml::table> parsed;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = parsed.find(name);
+  if (it == parsed.end()) {
+    it = parsed.emplace(name, toml::parse_file(source_path("tests/golden/" + name))).first;
+  }
+  return it->second;
+}
 
 /// The values of a TOML array (of numbers or strings) as `T`s.
 template <class T>

@@ -165,7 +165,7 @@ TEST_CASE("GradScaler reproduces PyTorch's scale, growth tracker and skipped ste
   // On LibTorch's SGD (skip decided on the host), and on trainkit's Sgd through ATen's _fused_sgd_ (the
   // scaler hands it the scale and found_inf; the skip happens on the device, seen here as parameters that
   // did not move).
-  const auto golden = trainkit::test::golden("amp.toml");
+  const auto& golden = trainkit::test::golden("amp.toml");
   for (const bool aten_fused : {false, true}) {
     for (const auto& node : *golden["case"].as_array()) {
       const auto& c = *node.as_table();
@@ -247,20 +247,20 @@ TEST_CASE("GradScaler reproduces PyTorch's scale, growth tracker and skipped ste
 }
 
 TEST_CASE("an inf or NaN gradient skips the step: parameters and momentum unchanged, scale halves", "[amp][scaler]") {
-  const auto golden = trainkit::test::golden("amp.toml");
+  const auto& golden = trainkit::test::golden("amp.toml");
   for (const double bad : {kInf, -kInf, std::numeric_limits<double>::quiet_NaN()}) {
     DYNAMIC_SECTION("injected " << bad) { check_skipped_step(golden, bad); }
   }
 }
 
 TEST_CASE("after growth_interval clean steps the scale grows by growth_factor", "[amp][scaler]") {
-  const auto golden = trainkit::test::golden("amp.toml");
+  const auto& golden = trainkit::test::golden("amp.toml");
   for (const double growth : {2.0, 3.0}) {
     DYNAMIC_SECTION("growth_factor " << growth) { check_growth(golden, growth); }
   }
 }
 TEST_CASE("GradScaler misuse is a std::logic_error", "[amp][scaler]") {
-  const auto golden = trainkit::test::golden("amp.toml");
+  const auto& golden = trainkit::test::golden("amp.toml");
   Model m(golden);
   torch::optim::SGD opt(m.lin->parameters(), torch::optim::SGDOptions(0.1));
   GradScaler scaler;
@@ -306,7 +306,7 @@ TEST_CASE("GradScaler misuse is a std::logic_error", "[amp][scaler]") {
 }
 
 TEST_CASE("clipping after unscale_ clips the true gradients", "[amp][scaler]") {
-  const auto golden = trainkit::test::golden("amp.toml");
+  const auto& golden = trainkit::test::golden("amp.toml");
   Model scaled(golden);
   Model plain(golden);
   torch::optim::SGD opt_scaled(scaled.lin->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -336,7 +336,7 @@ TEST_CASE("clipping after unscale_ clips the true gradients", "[amp][scaler]") {
 }
 
 TEST_CASE("a disabled GradScaler is transparent", "[amp][scaler]") {
-  const auto golden = trainkit::test::golden("amp.toml");
+  const auto& golden = trainkit::test::golden("amp.toml");
   Model m(golden);
   torch::optim::SGD opt(m.lin->parameters(), torch::optim::SGDOptions(0.1));
   GradScaler scaler(torch::kCPU, GradScalerOptions().enabled(false));
@@ -363,7 +363,7 @@ TEST_CASE("a disabled GradScaler is transparent", "[amp][scaler]") {
 }
 
 TEST_CASE("save → load into a fresh scaler continues the same trace", "[amp][scaler][resume]") {
-  const auto golden = trainkit::test::golden("amp.toml");
+  const auto& golden = trainkit::test::golden("amp.toml");
   Model m1(golden);
   torch::optim::SGD opt1(m1.lin->parameters(), torch::optim::SGDOptions(0.05));
   GradScaler scaler1(torch::kCPU,

@@ -60,7 +60,7 @@ int64_t byte_sum(const at::Tensor& t) { return t.to(torch::kInt64).sum().item<in
 }  // namespace
 
 TEST_CASE("read_idx reads Debian's gzip'd Fashion-MNIST like Python does", "[data][idx]") {
-  const auto golden = trainkit::test::golden("data.toml");
+  const auto& golden = trainkit::test::golden("data.toml");
   const std::string dir = trainkit::test::fashion_mnist_dir();
   for (const std::string split : {"train", "t10k"}) {
     SECTION(split) {

@@ -12,7 +12,7 @@ using trainkit::data::TensorLoader;
 using trainkit::data::TensorLoaderOptions;
 
 TEST_CASE("TensorLoader's order matches Python's torch.randperm with the same seed", "[data][loader]") {
-  const auto golden = trainkit::test::golden("data.toml");
+  const auto& golden = trainkit::test::golden("data.toml");
   const at::Tensor inputs = torch::arange(55000, torch::kInt64);
   for (const uint64_t seed : {0ull, 1ull, 12345ull}) {
     SECTION("seed " + std::to_string(seed)) {

@@ -44,7 +44,7 @@ std::vector<std::string> strings(const toml::array& array) {
 }  // namespace
 
 TEST_CASE("basic_english_tokenize equals torchtext's basic_english on the golden sentences", "[text][tokenizer]") {
-  const auto golden = test::golden("text.toml");
+  const auto& golden = test::golden("text.toml");
   const auto* cases = golden["case"].as_array();
   REQUIRE(cases != nullptr);
   REQUIRE(cases->size() >= 20);

@@ -936,7 +936,7 @@ TEST_CASE("Activation checkpointing on the test device: gradients equal the plai
 
 TEST_CASE("A TorchScript model on the test device: forward and a Trainer run equal the CPU's",
           "[testdev][nn][torchscript]") {
-  const auto golden = trainkit::test::golden("torchscript.toml");
+  const auto& golden = trainkit::test::golden("torchscript.toml");
   const std::string file =
       trainkit::test::source_path("tests/golden/" + *golden["model"]["file"].value<std::string>());
   std::vector<nn::ScriptModule> models;

@@ -574,7 +574,7 @@ TEST_CASE("Bucket assignment: reverse order, first cap, then bucket_cap", "[dist
 }
 
 TEST_CASE("TensorLoader shards like DistributedSampler", "[dist][data]") {
-  const auto golden = trainkit::test::golden("dist.toml");
+  const auto& golden = trainkit::test::golden("dist.toml");
   const auto x = torch::arange(10).to(torch::kFloat32).unsqueeze(1);
   const auto y = torch::arange(10);
   for (int64_t epoch = 0; epoch < 2; ++epoch) {
@@ -673,7 +673,7 @@ TEST_CASE("trainkit train under the launcher: a TorchScript model trains as one 
   // The Python-scripted MLP of tests/golden/torchscript.toml, trained by 2 ranks x 25 samples per step, must
   // end where Python's single process ends with batches of 50 (its golden parameters and test loss): the
   // gradient all-reduce reaches the script module's parameters, and rank 0 writes the trained model.
-  const auto golden = trainkit::test::golden("torchscript.toml");
+  const auto& golden = trainkit::test::golden("torchscript.toml");
   const auto golden_path = [](const toml::node_view<const toml::node> v) {
     return trainkit::test::source_path("tests/golden/" + *v.value<std::string>());
   };

@@ -54,7 +54,7 @@ void require_grads(const std::vector<at::Tensor>& params, const toml::array& exp
 }  // namespace
 
 TEST_CASE("clip_grad_norm_ matches torch.nn.utils.clip_grad_norm_", "[grad][clip][golden]") {
-  const auto g = trainkit::test::golden("grad.toml");
+  const auto& g = trainkit::test::golden("grad.toml");
   for (const bool contiguous : {true, false}) {
     for (const auto& node : *g["norm_case"].as_array()) {
       const auto& c = *node.as_table();
@@ -74,7 +74,7 @@ TEST_CASE("clip_grad_norm_ matches torch.nn.utils.clip_grad_norm_", "[grad][clip
 }
 
 TEST_CASE("clip_grad_value_ matches torch.nn.utils.clip_grad_value_", "[grad][clip][golden]") {
-  const auto g = trainkit::test::golden("grad.toml");
+  const auto& g = trainkit::test::golden("grad.toml");
   auto params = golden_params(g, true);
   trainkit::grad::clip_grad_value_(params, g["value_case"]["clip_value"].value<double>().value());
   require_grads(params, *g["value_case"]["clipped"].as_array());

@@ -43,7 +43,7 @@ const std::string kF32Entry = R"("w":{"dtype":"F32","shape":[2],"data_offsets":[
 }  // namespace
 
 TEST_CASE("safetensors written by Python read bitwise, every dtype", "[io][safetensors][golden]") {
-  const auto golden = trainkit::test::golden("interop.toml");
+  const auto& golden = trainkit::test::golden("interop.toml");
   const std::string path = trainkit::test::source_path("tests/golden/interop/dtypes.safetensors");
   const SafetensorsFile file = load_safetensors(path);
   const auto rows = trainkit::test::golden_tensors(golden, "tensor");

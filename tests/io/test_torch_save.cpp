@@ -50,7 +50,7 @@ void write_bytes(const std::string& path, const std::vector<char>& bytes) {
 }  // namespace
 
 TEST_CASE("a state_dict saved by Python's torch.save reads bitwise, in its order", "[io][torch_save][golden]") {
-  const auto golden = trainkit::test::golden("interop.toml");
+  const auto& golden = trainkit::test::golden("interop.toml");
   const auto rows = trainkit::test::golden_tensors(golden, "cnn_tensor");
   for (const char* file : {"cnn.pt", "cnn.safetensors"}) {
     INFO(file);
@@ -68,13 +68,13 @@ TEST_CASE("a state_dict saved by Python's torch.save reads bitwise, in its order
 }
 
 TEST_CASE("a plain dict of every dtype saved by Python's torch.save reads bitwise", "[io][torch_save][golden]") {
-  const auto golden = trainkit::test::golden("interop.toml");
+  const auto& golden = trainkit::test::golden("interop.toml");
   trainkit::test::check_golden_tensors(load_pt(trainkit::test::source_path("tests/golden/interop/dtypes.pt")),
                                        trainkit::test::golden_tensors(golden, "tensor"));
 }
 
 TEST_CASE("the golden CNN gives Python's logits in C++, loaded from either format", "[io][torch_save][golden]") {
-  const auto golden = trainkit::test::golden("interop.toml");
+  const auto& golden = trainkit::test::golden("interop.toml");
   const auto cnn = golden["cnn"];
   const at::Tensor input = torch::tensor(floats_of(cnn["input"])).reshape(ints_of(cnn["input_shape"]));
   const at::Tensor expected = torch::tensor(floats_of(cnn["logits"])).reshape({input.size(0), -1});

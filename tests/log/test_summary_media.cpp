@@ -77,7 +77,7 @@ std::vector<std::string> records(const std::string& bytes) {
 }  // namespace
 
 TEST_CASE("make_image converts tensors as PyTorch's add_image", "[log][tensorboard][image][golden]") {
-  const auto g = trainkit::test::golden("log.toml");
+  const auto& g = trainkit::test::golden("log.toml");
   for (const auto& node : *g["image"].as_array()) {
     const auto& c = *node.as_table();
     DYNAMIC_SECTION(c["name"].value<std::string>().value()) {
@@ -152,7 +152,7 @@ TEST_CASE("PNG encoding round trips and rejects bad input", "[log][tensorboard][
 }
 
 TEST_CASE("hparams summaries equal PyTorch's", "[log][tensorboard][hparams][golden]") {
-  const auto g = trainkit::test::golden("log.toml");
+  const auto& g = trainkit::test::golden("log.toml");
   for (const auto& node : *g["hparams"].as_array()) {
     const auto& c = *node.as_table();
     DYNAMIC_SECTION(c["name"].value<std::string>().value()) {

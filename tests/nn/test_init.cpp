@@ -58,7 +58,7 @@ void run_case(const toml::table& c, at::Tensor t) {
 }  // namespace
 
 TEST_CASE("init: every initializer fills the values torch.nn.init fills for the same seed", "[nn][init][golden]") {
-  const auto g = trainkit::test::golden("nn.toml");
+  const auto& g = trainkit::test::golden("nn.toml");
   int cases = 0;
   for (const auto& node : *g["case"].as_array()) {
     const auto& c = *node.as_table();
@@ -89,7 +89,7 @@ TEST_CASE("init: every initializer fills the values torch.nn.init fills for the 
 }
 
 TEST_CASE("init: calculate_gain and fans match torch.nn.init", "[nn][init][golden]") {
-  const auto g = trainkit::test::golden("nn.toml");
+  const auto& g = trainkit::test::golden("nn.toml");
   const auto& names = *g["gain"]["nonlinearity"].as_array();
   const auto& params = *g["gain"]["param"].as_array();
   const auto& values = *g["gain"]["value"].as_array();

@@ -33,7 +33,7 @@ std::map<std::string, at::Tensor> parameters_of(const torch::jit::Module& m) {
 }  // namespace
 
 TEST_CASE("ScriptModule: a model scripted in Python, its parameters, modes and outputs", "[nn][torchscript]") {
-  const auto golden = trainkit::test::golden("torchscript.toml");
+  const auto& golden = trainkit::test::golden("torchscript.toml");
   nn::ScriptModule model(nn::ScriptModuleImpl::load(golden_file(*golden["model"]["file"].value<std::string>())));
   std::vector<std::string> names;
   for (const auto& p : model->named_parameters()) {
@@ -61,7 +61,7 @@ TEST_CASE("ScriptModule: a model scripted in Python, its parameters, modes and o
 }
 
 TEST_CASE("trainkit train trains a TorchScript model as Python trains it", "[nn][torchscript][app]") {
-  const auto golden = trainkit::test::golden("torchscript.toml");
+  const auto& golden = trainkit::test::golden("torchscript.toml");
   trainkit::test::TempDir tmp("torchscript");
   std::ofstream(tmp.str("ts.toml")) << *golden["train"]["config"].value<std::string>();
   app::TrainJobOptions job;
@@ -94,7 +94,7 @@ TEST_CASE("trainkit train trains a TorchScript model as Python trains it", "[nn]
 
 TEST_CASE("checkpoint.export = torchscript: whole TorchScript models of the final, EMA and best weights",
           "[nn][torchscript][app]") {
-  const auto golden = trainkit::test::golden("torchscript.toml");
+  const auto& golden = trainkit::test::golden("torchscript.toml");
   trainkit::test::TempDir tmp("torchscript-export");
   std::ofstream(tmp.str("ts.toml")) << *golden["train"]["config"].value<std::string>();
   app::TrainJobOptions job;

@@ -14,7 +14,7 @@ using trainkit::test::values_of;
 using trainkit::test::WhatContains;
 
 TEST_CASE("layer_ids and layer_decay_groups follow timm's param_groups_layer_decay", "[optim][layer_decay][golden]") {
-  const auto g = trainkit::test::golden("layer_decay.toml");
+  const auto& g = trainkit::test::golden("layer_decay.toml");
   for (const auto& node : *g["case"].as_array()) {
     const auto& c = *node.as_table();
     DYNAMIC_SECTION(c["model"].value<std::string>().value()) {

@@ -92,7 +92,7 @@ void check_steps(LRScheduler& s, torch::optim::Optimizer& opt, const toml::table
 }  // namespace
 
 TEST_CASE("schedulers match PyTorch's traces step by step", "[sched][golden]") {
-  const auto golden = trainkit::test::golden("schedulers.toml");
+  const auto& golden = trainkit::test::golden("schedulers.toml");
   for (const auto& node : *golden["case"].as_array()) {
     const auto& c = *node.as_table();
     const std::string name = c["name"].value<std::string>().value();
@@ -108,7 +108,7 @@ TEST_CASE("schedulers match PyTorch's traces step by step", "[sched][golden]") {
 }
 
 TEST_CASE("LambdaLR and MultiplicativeLR match PyTorch with the same functions", "[sched][golden]") {
-  const auto golden = trainkit::test::golden("schedulers.toml");
+  const auto& golden = trainkit::test::golden("schedulers.toml");
   for (const auto& node : *golden["lambda_case"].as_array()) {
     const auto& c = *node.as_table();
     const std::string name = c["name"].value<std::string>().value();
@@ -130,7 +130,7 @@ TEST_CASE("LambdaLR and MultiplicativeLR match PyTorch with the same functions",
 }
 
 TEST_CASE("save mid-run, load into a fresh optimizer and scheduler, and the trace continues", "[sched][resume]") {
-  const auto golden = trainkit::test::golden("schedulers.toml");
+  const auto& golden = trainkit::test::golden("schedulers.toml");
   for (const auto& node : *golden["case"].as_array()) {
     const auto& c = *node.as_table();
     const std::string name = c["name"].value<std::string>().value();

@@ -136,7 +136,7 @@ TEST_CASE("ScopedWeights swaps averaged weights in for its scope and puts the mo
 }
 
 TEST_CASE("ModelEma follows timm's ModelEmaV3", "[train][ema][golden]") {
-  const toml::table g = trainkit::test::golden("train.toml");
+  const toml::table& g = trainkit::test::golden("train.toml");
   for (const std::string c : {"plain", "warmup", "exclude_buffers"}) {
     SECTION(c) {
       const auto& opt = *g["ema_" + c].as_table();
@@ -165,7 +165,7 @@ TEST_CASE("ModelEma follows timm's ModelEmaV3", "[train][ema][golden]") {
 }
 
 TEST_CASE("AveragedModel follows torch.optim.swa_utils", "[train][swa][golden]") {
-  const toml::table g = trainkit::test::golden("train.toml");
+  const toml::table& g = trainkit::test::golden("train.toml");
   for (const std::string c : {"swa", "ema_fn", "use_buffers"}) {
     SECTION(c) {
       auto model = golden_model();
@@ -185,7 +185,7 @@ TEST_CASE("AveragedModel follows torch.optim.swa_utils", "[train][swa][golden]")
 }
 
 TEST_CASE("SWALR follows torch.optim.swa_utils.SWALR", "[train][swa][golden]") {
-  const toml::table g = trainkit::test::golden("train.toml");
+  const toml::table& g = trainkit::test::golden("train.toml");
   for (const std::string c : {"cos", "linear", "none"}) {
     SECTION(c) {
       const auto& t = *g["swalr_" + c].as_table();
@@ -215,7 +215,7 @@ TEST_CASE("SWALR follows torch.optim.swa_utils.SWALR", "[train][swa][golden]") {
 }
 
 TEST_CASE("update_bn recomputes BatchNorm statistics as torch.optim.swa_utils.update_bn", "[train][swa][golden]") {
-  const toml::table g = trainkit::test::golden("train.toml");
+  const toml::table& g = trainkit::test::golden("train.toml");
   const auto& t = *g["update_bn"].as_table();
   auto model = golden_model();
   load_state(*model, *states(g, "state").get(0)->as_table());

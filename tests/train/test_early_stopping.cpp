@@ -21,7 +21,7 @@ using namespace trainkit;
 
 namespace {
 
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kNanLoss = std::numeric_limits<double>::quiet_NaN();
 
 /// Feeds `values`; returns the wait count after each, and the index where it stopped (-1 = never).
 std::pair<std::vector<int64_t>, int64_t> run(train::EarlyStopping& es, const std::vector<double>& values) {
@@ -59,10 +59,10 @@ TEST_CASE("EarlyStopping follows Lightning's rules", "[train][early_stopping]") 
   }
   SECTION("check_finite") {
     train::EarlyStopping es(train::EarlyStoppingOptions().patience(5));
-    CHECK(run(es, {1.0, kNaN}).second == 1);
+    CHECK(run(es, {1.0, kNanLoss}).second == 1);
     CHECK_THAT(es.stop_reason(), Catch::Matchers::Contains("not finite"));
     train::EarlyStopping lax(train::EarlyStoppingOptions().patience(5).check_finite(false));
-    const auto [waits, stop] = run(lax, {1.0, kNaN, 0.5});
+    const auto [waits, stop] = run(lax, {1.0, kNanLoss, 0.5});
     CHECK(waits == std::vector<int64_t>{0, 1, 0});
     CHECK(stop == -1);
   }
@@ -113,7 +113,7 @@ TEST_CASE("ModelCheckpoint keeps the top k as Lightning does", "[train][model_ch
   }
   SECTION("max, k = 1, NaN kept as the worst value") {
     train::ModelCheckpoint mc(train::ModelCheckpointOptions("unused").mode("max").save_top_k(1));
-    CHECK(mc.update("e0", kNaN) == Saved{true, ""});
+    CHECK(mc.update("e0", kNanLoss) == Saved{true, ""});
     CHECK(mc.best_model_score() == -std::numeric_limits<double>::infinity());
     CHECK(mc.update("e1", 0.1) == Saved{true, "e0"});
     CHECK(mc.update("e2", 0.1) == Saved{false, ""});

@@ -51,7 +51,7 @@ GPSamplerOptions light(int64_t n_startup) {
 }  // namespace
 
 TEST_CASE("GP posterior and log marginal likelihood equal scikit-learn's", "[tune][bayes][golden]") {
-  const auto g = trainkit::test::golden("bayes.toml");
+  const auto& g = trainkit::test::golden("bayes.toml");
   const auto& cases = *g["gp"].as_array();
   REQUIRE(cases.size() == 3);
   for (const auto& node : cases) {
@@ -84,7 +84,7 @@ TEST_CASE("GP posterior and log marginal likelihood equal scikit-learn's", "[tun
 }
 
 TEST_CASE("log-EI, EI, PI and UCB equal their closed forms", "[tune][bayes][golden]") {
-  const auto g = trainkit::test::golden("bayes.toml");
+  const auto& g = trainkit::test::golden("bayes.toml");
   const auto& cases = *g["acquisition"].as_array();
   REQUIRE(cases.size() >= 10);
   for (const auto& node : cases) {
@@ -109,7 +109,7 @@ TEST_CASE("log-EI, EI, PI and UCB equal their closed forms", "[tune][bayes][gold
 }
 
 TEST_CASE("unscrambled Sobol points equal scipy's", "[tune][bayes][golden]") {
-  const auto g = trainkit::test::golden("bayes.toml");
+  const auto& g = trainkit::test::golden("bayes.toml");
   for (const auto& node : *g["sobol"].as_array()) {
     const toml::node_view<const toml::node> c{node};
     const int64_t d = c["d"].value<int64_t>().value();

@@ -70,7 +70,7 @@ tune::LRFinderOptions golden_range_options(const toml::table& c) {
 }  // namespace
 
 TEST_CASE("range tests equal torch-lr-finder's range_test", "[tune][lr_finder][golden]") {
-  const auto g = trainkit::test::golden("tune.toml");
+  const auto& g = trainkit::test::golden("tune.toml");
   const auto& data = *g["range_data"].as_table();
   for (const auto& node : *g["range_test"].as_array()) {
     const auto& c = *node.as_table();
@@ -106,7 +106,7 @@ TEST_CASE("range tests equal torch-lr-finder's range_test", "[tune][lr_finder][g
 // smoothed like any other, as torch-lr-finder does.
 TEST_CASE("range tests under bfloat16 autocast with a GradScaler equal torch-lr-finder's",
           "[tune][lr_finder][amp][golden]") {
-  const auto g = trainkit::test::golden("tune.toml");
+  const auto& g = trainkit::test::golden("tune.toml");
   const auto& data = *g["range_data"].as_table();
   for (const auto& node : *g["range_test_amp"].as_array()) {
     const auto& c = *node.as_table();
@@ -267,7 +267,7 @@ TEST_CASE("a GradScaler in the middle of an iteration is refused", "[tune][lr_fi
 }
 
 TEST_CASE("steepest suggestion equals torch-lr-finder's on the same loss series", "[tune][lr_finder][golden]") {
-  const auto g = trainkit::test::golden("tune.toml");
+  const auto& g = trainkit::test::golden("tune.toml");
   for (const auto& node : *g["steepest"].as_array()) {
     const auto& c = *node.as_table();
     DYNAMIC_SECTION(c["name"].value<std::string>().value()) {

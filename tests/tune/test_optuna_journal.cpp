@@ -28,7 +28,7 @@ using trainkit::test::LogCapture;
 TEST_CASE("a journal Python Optuna wrote replays as Optuna replays it", "[tune][journal]") {
   trainkit::test::TempDir tmp("journal-golden");
   const std::string path = copy_golden(tmp);
-  const auto want = trainkit::test::golden("optuna.toml");
+  const auto& want = trainkit::test::golden("optuna.toml");
   tune::OptunaJournal journal(path);
   const auto id = journal.find_study("python_study");
   REQUIRE(id);
