@@ -1,9 +1,15 @@
-"""Python peer of bench/bench_tune.cpp: Optuna's TPE sampler and Optuna's random sampler on Branin and
-Hartmann-6, with the same seeds and evaluations. Prints median simple regret after `--evals` evaluations and
-the time of one suggestion (study.ask) at that many observations.
-    .venv/bin/python scripts/bench_tune_peer.py [--seeds 10] [--evals 50] [--csv curves.csv]"""
+"""Python peer of bench/bench_tune.cpp: Optuna's TPE sampler, Optuna's GPSampler and Optuna's random sampler on
+Branin and Hartmann-6, with the same seeds and evaluations. Prints median simple regret after `--evals` evaluations
+and the time of one suggestion (study.ask) at that many observations.
+    .venv/bin/python scripts/bench_tune_peer.py [--seeds 10] [--evals 50] [--csv curves.csv]
+With --serve it answers bench_tune instead, one study per request line "gp PROBLEM SEED EVALS" on standard input,
+with a line "REGRET SECONDS_PER_SUGGESTION CURVE" (CURVE: the best-so-far regret after every evaluation, comma
+separated); its first line is "ready optuna VERSION greenlet yes|no" (without greenlet, Optuna's GPSampler runs
+its acquisition's L-BFGS-B starts one after another instead of batched)."""
 import argparse
+import importlib.util
 import math
+import sys
 import time
 
 import numpy as np
@@ -30,31 +36,63 @@ def hartmann6(trial):
     return float(-np.sum(_ALPHA * np.exp(-np.sum(_A * (x - _P) ** 2, axis=1))))
 
 
+def make_sampler(method, seed):
+    if method == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if method == "gp":
+        return optuna.samplers.GPSampler(seed=seed)  # Matern-5/2 ARD, log-EI; 10 random startup trials
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def run_study(method, f, fmin, seed, evals):
+    """One study: best-so-far regret after each evaluation, and the time of the next suggestion."""
+    study = optuna.create_study(sampler=make_sampler(method, seed))
+    study.optimize(f, n_trials=evals)
+    values = [t.value for t in study.trials]
+    start = time.perf_counter()
+    t = study.ask()  # the suggestion at `evals` observations (parameters are drawn by f)
+    f(t)
+    return np.minimum.accumulate(values) - fmin, time.perf_counter() - start
+
+
+def serve():
+    """bench_tune's side of the peer: studies on request, so that it can interleave them with its own."""
+    import warnings
+    warnings.filterwarnings("ignore")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    problems = {"branin": (branin, BRANIN_MIN), "hartmann6": (hartmann6, HARTMANN6_MIN)}
+    run_study("gp", branin, BRANIN_MIN, 0, 12)  # imports what GPSampler loads lazily, before any clock runs
+    greenlet = "yes" if importlib.util.find_spec("greenlet") else "no"
+    print("ready optuna {} greenlet {}".format(optuna.__version__, greenlet), flush=True)
+    for line in sys.stdin:
+        method, name, seed, evals = line.split()
+        assert method == "gp", "the peer serves GPSampler studies only, asked for " + method
+        f, fmin = problems[name]
+        curve, seconds = run_study(method, f, fmin, int(seed), int(evals))
+        print("{!r} {!r} {}".format(float(curve[-1]), seconds, ",".join(repr(float(v)) for v in curve)), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--evals", type=int, default=50)
     ap.add_argument("--csv")
+    ap.add_argument("--serve", action="store_true", help="answer bench_tune's requests on standard input")
     args = ap.parse_args()
+    if args.serve:
+        return serve()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = []
     print("{:<10} {:<8} {:>22} {:>26} {:>14}".format("problem", "method", "median regret @{}".format(args.evals),
                                                       "regret quartiles (25/75%)", "s/suggestion"))
     for name, f, fmin in (("branin", branin, BRANIN_MIN), ("hartmann6", hartmann6, HARTMANN6_MIN)):
-        for method in ("tpe", "random"):
+        for method in ("tpe", "gp", "random"):
             finals, times, curves = [], [], []
             for seed in range(args.seeds):
-                sampler = optuna.samplers.TPESampler(seed=seed) if method == "tpe" else \
-                    optuna.samplers.RandomSampler(seed=seed)
-                study = optuna.create_study(sampler=sampler)
-                study.optimize(f, n_trials=args.evals)
-                values = [t.value for t in study.trials]
-                curves.append(np.minimum.accumulate(values) - fmin)
-                finals.append(min(values) - fmin)
-                start = time.perf_counter()
-                t = study.ask()  # the suggestion at `evals` observations (parameters are drawn by f)
-                f(t)
-                times.append(time.perf_counter() - start)
+                curve, seconds = run_study(method, f, fmin, seed, args.evals)
+                curves.append(curve)
+                finals.append(curve[-1])
+                times.append(seconds)
             ordered = sorted(finals)
             q1, q3 = ordered[len(ordered) // 4], ordered[3 * len(ordered) // 4]
             print("{:<10} {:<8} {:>22.4g} {:>26} {:>14.3f}".format(name, method, float(np.median(finals)),

@@ -1,13 +1,16 @@
-// Bayesian search: the GP's posterior and log marginal likelihood equal scikit-learn's for fixed
-// hyperparameters, the acquisitions equal their closed forms (60-digit mpmath, deep into the tail), the Sobol
-// design equals scipy's (all golden); the hyperparameter fit, jitter escalation, acquisition optimizer,
-// search space, study (reproducible, resumable, failed trials, batches) and median pruner behave.
+// Bayesian search: the GP's posterior, log marginal likelihood and its gradient equal scikit-learn's for fixed
+// hyperparameters, the acquisitions and their derivatives equal their closed forms (60-digit mpmath, deep into
+// the tail), the Sobol design equals scipy's, the L-BFGS and a one-start hyperparameter fit follow PyTorch's
+// torch.optim.LBFGS (all golden); the double-precision posterior equals the tensor path and its autograd; the
+// hyperparameter fit, jitter escalation, acquisition optimizer, search space, study (reproducible, resumable,
+// failed trials, batches) and median pruner behave.
 #include <cmath>
 #include <limits>
 
 #include <torch/torch.h>
 
 #include "support.h"
+#include "tune/detail/lbfgs.h"
 #include "trainkit/tune/acquisition.h"
 #include "trainkit/tune/gaussian_process.h"
 #include "trainkit/tune/pruner.h"
@@ -39,6 +42,20 @@ double quadratic(const ParamSet& p) {
 
 SearchSpace square() { return SearchSpace().add_float("x", -1, 1).add_float("y", -1, 1); }
 
+// A golden [[gp]] case's model: its hyperparameters, then its data.
+GaussianProcess golden_gp(const toml::node_view<const toml::node>& c) {
+  const int64_t d = c["d"].value<int64_t>().value();
+  GaussianProcess gp;
+  GPHyperparameters h;
+  h.lengthscales = numbers(c["lengthscales"]);
+  h.outputscale = c["outputscale"].value<double>().value();
+  h.noise = c["noise"].value<double>().value();
+  h.mean = c["mean"].value<double>().value();
+  gp.set_hyperparameters(h);
+  gp.set_data(f64(numbers(c["x"])).view({-1, d}), f64(numbers(c["y"])));
+  return gp;
+}
+
 // A lighter GPSampler than the defaults (fewer fit restarts and ascent steps) so that a study test takes
 // seconds; the defaults are what bench/bench_tune measures.
 GPSamplerOptions light(int64_t n_startup) {
@@ -58,14 +75,7 @@ TEST_CASE("GP posterior and log marginal likelihood equal scikit-learn's", "[tun
     const toml::node_view<const toml::node> c{node};
     INFO(c["name"].value<std::string>().value());
     const int64_t d = c["d"].value<int64_t>().value();
-    GaussianProcess gp;
-    GPHyperparameters h;
-    h.lengthscales = numbers(c["lengthscales"]);
-    h.outputscale = c["outputscale"].value<double>().value();
-    h.noise = c["noise"].value<double>().value();
-    h.mean = c["mean"].value<double>().value();
-    gp.set_hyperparameters(h);
-    gp.set_data(f64(numbers(c["x"])).view({-1, d}), f64(numbers(c["y"])));
+    const auto gp = golden_gp(c);
     CHECK(gp.jitter() == 0);
     CHECK(close(gp.log_marginal_likelihood(), c["lml"].value<double>().value(), 1e-8));
     const auto xq = f64(numbers(c["xq"])).view({-1, d});
@@ -81,6 +91,57 @@ TEST_CASE("GP posterior and log marginal likelihood equal scikit-learn's", "[tun
       CHECK(close(mean_n[static_cast<int64_t>(i)].item<double>(), em[i], 1e-8));
     }
   }
+}
+
+TEST_CASE("the GP's likelihood gradient equals scikit-learn's", "[tune][bayes][golden]") {
+  const auto g = trainkit::test::golden("bayes.toml");
+  for (const auto& node : *g["gp"].as_array()) {
+    const toml::node_view<const toml::node> c{node};
+    INFO(c["name"].value<std::string>().value());
+    const int64_t d = c["d"].value<int64_t>().value();
+    const auto gp = golden_gp(c);
+    const auto got = gp.log_marginal_likelihood_gradient();
+    const auto want = numbers(c["lml_grad"]);
+    REQUIRE(got.size() == static_cast<size_t>(d + 3));
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO("component " << i);
+      CHECK(std::abs(got[i] - want[i]) <= 1e-7 * std::max(1.0, std::abs(want[i])));
+    }
+  }
+  CHECK_THROWS_MATCHES(GaussianProcess().log_marginal_likelihood_gradient(), std::logic_error,
+                       WhatContains("set_data first"));
+}
+
+TEST_CASE("the double-precision posterior equals the tensor path and its autograd", "[tune][bayes]") {
+  const auto g = trainkit::test::golden("bayes.toml");
+  const toml::node_view<const toml::node> c{(*g["gp"].as_array())[2]};  // 6-d, tiny noise, mean -0.3
+  const int64_t d = c["d"].value<int64_t>().value();
+  const auto gp = golden_gp(c);
+  const auto x = f64(numbers(c["x"])).view({-1, d});
+  // The golden query points, a training input (ρ = 0 to the first point) and one far outside the data.
+  auto xq = torch::cat({f64(numbers(c["xq"])).view({-1, d}), x.narrow(0, 0, 1), torch::full({1, d}, 3.0, torch::kFloat64)});
+  const int64_t m = xq.size(0);
+  std::vector<double> q(xq.data_ptr<double>(), xq.data_ptr<double>() + m * d);
+  std::vector<double> mean(m), var(m), gm(m * d), gv(m * d), mean2(m), var2(m);
+  gp.posterior(q.data(), m, mean.data(), var.data(), gm.data(), gv.data());
+  gp.posterior(q.data(), m, mean2.data(), var2.data());
+  auto xt = xq.clone().requires_grad_(true);
+  auto [tm, tv] = gp.predict_standardized(xt);
+  const auto dm = torch::autograd::grad({tm.sum()}, {xt}, {}, /*retain_graph=*/true)[0];
+  const auto dv = torch::autograd::grad({tv.sum()}, {xt})[0];
+  for (int64_t i = 0; i < m; ++i) {
+    INFO("point " << i);
+    CHECK(std::abs(mean[i] - tm[i].item<double>()) <= 1e-10);
+    CHECK(std::abs(var[i] - tv[i].item<double>()) <= 1e-10);
+    CHECK((mean2[i] == mean[i] && var2[i] == var[i]));
+    for (int64_t k = 0; k < d; ++k) {
+      CHECK(std::abs(gm[i * d + k] - dm[i][k].item<double>()) <= 1e-8 * std::max(1.0, std::abs(gm[i * d + k])));
+      CHECK(std::abs(gv[i * d + k] - dv[i][k].item<double>()) <= 1e-8 * std::max(1.0, std::abs(gv[i * d + k])));
+    }
+  }
+  CHECK(var[m - 1] == Approx(gp.hyperparameters().outputscale).epsilon(1e-6));  // far from the data: the prior
+  CHECK_THROWS_MATCHES(GaussianProcess().posterior(q.data(), 1, mean.data(), var.data()), std::logic_error,
+                       WhatContains("set_data first"));
 }
 
 TEST_CASE("log-EI, EI, PI and UCB equal their closed forms", "[tune][bayes][golden]") {
@@ -106,6 +167,97 @@ TEST_CASE("log-EI, EI, PI and UCB equal their closed forms", "[tune][bayes][gold
     CHECK(std::abs(probability_of_improvement(m.detach(), s, best).item<double>() - pi) <= 1e-15 + 1e-12 * pi);
     CHECK(close(upper_confidence_bound(m.detach(), s, 2.0).item<double>(), c["ucb_beta2"].value<double>().value(), 1e-14));
   }
+}
+
+TEST_CASE("acquisition_at equals the closed forms and their derivatives", "[tune][bayes][golden]") {
+  const auto g = trainkit::test::golden("bayes.toml");
+  auto near = [](double got, double want, double rel, double abs) {
+    return std::abs(got - want) <= abs + rel * std::abs(want);
+  };
+  for (const auto& node : *g["acquisition"].as_array()) {
+    const toml::node_view<const toml::node> c{node};
+    const double mu = c["mean"].value<double>().value();
+    const double var = std::pow(c["sigma"].value<double>().value(), 2);
+    const double best = c["best"].value<double>().value();
+    auto want = [&](const char* key) { return c[key].value<double>().value(); };
+    INFO("z = " << want("z"));
+    const auto log_ei = acquisition_at(mu, var, best, AcquisitionOptions());
+    CHECK(close(log_ei.value, want("log_ei"), 1e-12));
+    CHECK(near(log_ei.d_mean, want("log_ei_dmean"), 1e-12, 0));
+    // ∂/∂σ² = (1 − z Φ/h) / 2σ²: both terms are ~1/2σ² and cancel for large z, so the error is absolute.
+    CHECK(near(log_ei.d_var, want("log_ei_dvar"), 1e-12, 1e-12 / var));
+    const auto ei = acquisition_at(mu, var, best, AcquisitionOptions().name("ei"));
+    CHECK(near(ei.value, want("ei"), 1e-12, 1e-14));
+    CHECK(near(ei.d_mean, want("ei_dmean"), 1e-12, 1e-15));
+    CHECK(near(ei.d_var, want("ei_dvar"), 1e-12, 1e-15));
+    const auto pi = acquisition_at(mu, var, best, AcquisitionOptions().name("pi"));
+    CHECK(near(pi.value, want("pi"), 1e-12, 1e-15));
+    CHECK(near(pi.d_mean, want("pi_dmean"), 1e-12, 1e-15));
+    CHECK(near(pi.d_var, want("pi_dvar"), 1e-12, 1e-15));
+    const auto ucb = acquisition_at(mu, var, best, AcquisitionOptions().name("ucb").beta(2.0));
+    CHECK(close(ucb.value, want("ucb_beta2"), 1e-14));
+    CHECK(ucb.d_mean == -1);
+    CHECK(close(ucb.d_var, std::sqrt(2.0) / (2 * std::sqrt(var)), 1e-14));
+  }
+  CHECK_THROWS_MATCHES(acquisition_at(0, 1, 0, AcquisitionOptions().name("qei")), std::invalid_argument,
+                       WhatContains("unknown acquisition \"qei\""));
+}
+
+TEST_CASE("the L-BFGS follows torch.optim.LBFGS", "[tune][bayes][golden]") {
+  // Rosenbrock's function in three variables, with its gradient.
+  const trainkit::tune::detail::LbfgsObjective rosenbrock = [](const std::vector<double>& x, double& f,
+                                                               std::vector<double>& grad) {
+    f = 0;
+    std::fill(grad.begin(), grad.end(), 0.0);
+    for (size_t i = 0; i + 1 < x.size(); ++i) {
+      const double a = 1 - x[i], b = x[i + 1] - x[i] * x[i];
+      f += a * a + 100 * b * b;
+      grad[i] += -2 * a - 400 * b * x[i];
+      grad[i + 1] += 200 * b;
+    }
+    return true;
+  };
+  const auto g = trainkit::test::golden("bayes.toml");
+  for (const auto& node : *g["lbfgs"].as_array()) {
+    const toml::node_view<const toml::node> c{node};
+    const int64_t max_iter = c["max_iter"].value<int64_t>().value();
+    INFO("max_iter " << max_iter);
+    trainkit::tune::detail::LbfgsOptions o;
+    o.max_iter = max_iter;
+    const auto r = trainkit::tune::detail::lbfgs_minimize(rosenbrock, numbers(c["x0"]), o);
+    REQUIRE(r.ok);
+    const auto x = numbers(c["x"]);
+    for (size_t i = 0; i < x.size(); ++i) CHECK(std::abs(r.x[i] - x[i]) <= 1e-8);
+    CHECK(std::abs(r.f - c["f"].value<double>().value()) <= 1e-8 * std::max(1.0, std::abs(r.f)));
+    CHECK(r.evaluations == c["evaluations"].value<int64_t>().value());
+    CHECK(r.iterations == c["iterations"].value<int64_t>().value());
+  }
+  // An objective that cannot be evaluated ends the minimization as failed.
+  const auto failed = trainkit::tune::detail::lbfgs_minimize(
+      [](const std::vector<double>& x, double& f, std::vector<double>& grad) {
+        f = x[0] * x[0];
+        grad[0] = 2 * x[0];
+        return x[0] > 0.5;
+      },
+      {1.0}, trainkit::tune::detail::LbfgsOptions());
+  CHECK_FALSE(failed.ok);
+}
+
+TEST_CASE("a one-start GP fit equals PyTorch's LBFGS on the same objective", "[tune][bayes][golden]") {
+  const auto g = trainkit::test::golden("bayes.toml");
+  const toml::node_view<const toml::node> c{(*g["fit"].as_array())[0]};
+  const int64_t d = c["d"].value<int64_t>().value();
+  GaussianProcess gp(GaussianProcessOptions().restarts(1));  // the one start: the defaults
+  gp.set_data(f64(numbers(c["x"])).view({-1, d}), f64(numbers(c["y"])));
+  std::mt19937_64 rng(0);
+  const double lml = gp.fit(rng);
+  CHECK(close(lml, c["lml"].value<double>().value(), 1e-8));
+  const auto& h = gp.hyperparameters();
+  const auto ls = numbers(c["lengthscales"]);
+  for (size_t i = 0; i < ls.size(); ++i) CHECK(close(h.lengthscales[i], ls[i], 1e-5));
+  CHECK(close(h.outputscale, c["outputscale"].value<double>().value(), 1e-5));
+  CHECK(close(h.mean, c["mean"].value<double>().value(), 1e-5));
+  CHECK(std::abs(h.noise - c["noise"].value<double>().value()) <= 1e-9);
 }
 
 TEST_CASE("unscrambled Sobol points equal scipy's", "[tune][bayes][golden]") {
@@ -147,6 +299,8 @@ TEST_CASE("Cholesky escalates jitter and then fails clearly", "[tune][bayes]") {
   const auto bad = f64({1.0, 2.0, 2.0, 1.0}).view({2, 2});  // indefinite: eigenvalues 3 and -1
   CHECK_THROWS_MATCHES(cholesky_with_jitter(bad, 1e-4), std::runtime_error,
                        WhatContains("2x2 covariance matrix is not positive definite, even with jitter 0.0001"));
+  CHECK_THROWS_MATCHES(cholesky_with_jitter(f64({1.0, 2.0}), 1e-4), std::invalid_argument,
+                       WhatContains("expected a square matrix, got [2]"));
 }
 
 TEST_CASE("GP hyperparameter fit raises the likelihood and stays in bounds", "[tune][bayes]") {

@@ -1,9 +1,12 @@
 #include "trainkit/tune/acquisition.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 
+#include <ATen/native/Math.h>  // calc_erfcx: the erfcx that torch::special_erfcx computes
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -26,7 +29,93 @@ at::Tensor log1mexp(const at::Tensor& x) {
 
 at::Tensor z_score(const at::Tensor& mean, const at::Tensor& sigma, double best) { return (best - mean) / sigma; }
 
+// The scalar path (acquisition_at): the same formulas as the tensor functions above, on one double.
+double cdf_at(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+double pdf_at(double z) { return std::exp(-0.5 * z * z - kLogSqrt2Pi); }
+
+// log h(z) in log_h's three ranges and, into `dz`, its derivative h'(z)/h(z) = Φ(z)/h(z).
+double log_h_at(double z, double* dz) {
+  if (z >= -1.0) {
+    const double cdf = cdf_at(z);
+    const double h = pdf_at(z) + z * cdf;
+    *dz = cdf / h;
+    return std::log(h);
+  }
+  if (z < -100) {
+    // The asymptotic series of both tails (Mills' ratio): Φ(z) = φ(u)/u (1 − u⁻² + 3u⁻⁴ − 15u⁻⁶ + 105u⁻⁸ …),
+    // h(z) = φ(u)/u² (1 − 3u⁻² + 15u⁻⁴ − 105u⁻⁶ + 945u⁻⁸ …), u = −z; past u = 100 the next terms are below
+    // 1e-16, where the closed form loses z² ε to the cancellation in h.
+    const double w = 1 / (z * z);
+    *dz = -z * (1 + w * (-1 + w * (3 + w * (-15 + w * 105)))) / (1 + w * (-3 + w * (15 + w * (-105 + w * 945))));
+  }
+  if (z < -kInvSqrtEps) return -0.5 * z * z - kLogSqrt2Pi - 2 * std::log(std::abs(z));
+  // h(z) = φ(z) (1 − e^t), e^t = erfcx(−z/√2) |z| √(π/2) < 1; Φ(z) = φ(z) √(π/2) erfcx(−z/√2).
+  const double ex = calc_erfcx(-z / std::sqrt(2.0));
+  const double t = std::min(std::log(ex * std::abs(z)) + kLogSqrtHalfPi, -1e-300);
+  const double one_minus = -std::expm1(t);
+  if (z >= -100) *dz = std::exp(kLogSqrtHalfPi) * ex / one_minus;
+  const double log1mexp = t > -M_LN2 ? std::log(one_minus) : std::log1p(-std::exp(t));
+  return -0.5 * z * z - kLogSqrt2Pi + log1mexp;
+}
+
+enum class Kind { LogEi, Ei, Pi, Ucb };
+
+Kind kind_of(const std::string& name) {
+  if (name == "log_ei") return Kind::LogEi;
+  if (name == "ei") return Kind::Ei;
+  if (name == "pi") return Kind::Pi;
+  if (name == "ucb") return Kind::Ucb;
+  throw std::invalid_argument(fmt::format("unknown acquisition \"{}\"", name));
+}
+
+AcquisitionAt evaluate(Kind kind, double mean, double var, double best, double beta) {
+  const double sigma = std::sqrt(var);
+  const double z = (best - mean) / sigma;
+  AcquisitionAt a;
+  double d_sigma = 0;
+  switch (kind) {
+    case Kind::LogEi: {
+      double dz = 0;
+      a.value = std::log(sigma) + log_h_at(z, &dz);
+      a.d_mean = -dz / sigma;
+      d_sigma = (1 - dz * z) / sigma;
+      break;
+    }
+    case Kind::Ei: {
+      const double cdf = cdf_at(z), pdf = pdf_at(z);
+      a.value = sigma * (pdf + z * cdf);
+      a.d_mean = -cdf;
+      d_sigma = pdf;  // h(z) − z h'(z) = φ(z)
+      break;
+    }
+    case Kind::Pi: {
+      const double pdf = pdf_at(z);
+      a.value = cdf_at(z);
+      a.d_mean = -pdf / sigma;
+      d_sigma = -pdf * z / sigma;
+      break;
+    }
+    case Kind::Ucb:
+      a.value = -mean + std::sqrt(beta) * sigma;
+      a.d_mean = -1;
+      d_sigma = std::sqrt(beta);
+      break;
+  }
+  a.d_var = d_sigma / (2 * sigma);
+  return a;
+}
+
+// torch.nan_to_num(v, nan=−inf): what the optimizer ranks by.
+double rank_value(double v) {
+  if (std::isnan(v)) return -std::numeric_limits<double>::infinity();
+  return std::clamp(v, std::numeric_limits<double>::lowest(), std::numeric_limits<double>::max());
+}
+
 }  // namespace
+
+AcquisitionAt acquisition_at(double mean, double var, double best, const AcquisitionOptions& options) {
+  return evaluate(kind_of(options.name()), mean, var, best, options.beta());
+}
 
 at::Tensor log_h(const at::Tensor& z) {
   // Each branch sees z only where it is selected and a harmless constant elsewhere, so that the branch
@@ -78,18 +167,20 @@ void validate(const AcquisitionOptions& o) {
 at::Tensor acquisition_value(const GaussianProcess& gp, const at::Tensor& xq, double best, const AcquisitionOptions& o) {
   auto [mean, var] = gp.predict_standardized(xq);
   const auto sigma = torch::sqrt(var);
-  if (o.name() == "log_ei") return log_expected_improvement(mean, sigma, best);
-  if (o.name() == "ei") return expected_improvement(mean, sigma, best);
-  if (o.name() == "pi") return probability_of_improvement(mean, sigma, best);
-  if (o.name() == "ucb") return upper_confidence_bound(mean, sigma, o.beta());
-  throw std::invalid_argument(fmt::format("unknown acquisition \"{}\"", o.name()));
+  switch (kind_of(o.name())) {
+    case Kind::LogEi: return log_expected_improvement(mean, sigma, best);
+    case Kind::Ei: return expected_improvement(mean, sigma, best);
+    case Kind::Pi: return probability_of_improvement(mean, sigma, best);
+    case Kind::Ucb: break;
+  }
+  return upper_confidence_bound(mean, sigma, o.beta());
 }
 
 std::vector<double> maximize_acquisition(const GaussianProcess& gp, double best, const AcquisitionOptions& o,
                                          const std::vector<std::vector<double>>& anchors, std::mt19937_64& rng) {
   validate(o);
+  const Kind kind = kind_of(o.name());
   const int64_t d = gp.dims();
-  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   std::normal_distribution<double> gauss(0.0, 0.05);
   std::vector<double> raw;
@@ -104,40 +195,57 @@ std::vector<double> maximize_acquisition(const GaussianProcess& gp, double best,
       for (int64_t j = 0; j < d; ++j) raw.push_back(std::clamp(a[static_cast<size_t>(j)] + gauss(rng), 0.0, 1.0));
     }
   }
-  const auto candidates = torch::tensor(raw, opts).view({-1, d});
-  at::Tensor scores;
-  {
-    torch::NoGradGuard no_grad;
-    scores = acquisition_value(gp, candidates, best, o);
-    scores = torch::nan_to_num(scores, -std::numeric_limits<double>::infinity());
-  }
-  const int64_t k = std::min<int64_t>(o.num_restarts(), candidates.size(0));
-  const auto top = std::get<1>(scores.topk(k));
-  auto x = candidates.index_select(0, top).clone().requires_grad_(true);
-  at::Tensor best_x = candidates[top[0]].clone();
-  double best_v = scores[top[0]].item<double>();
+  const int64_t m = static_cast<int64_t>(raw.size()) / d;
+  std::vector<double> mean(static_cast<size_t>(m)), var(static_cast<size_t>(m)), scores(static_cast<size_t>(m));
+  gp.posterior(raw.data(), m, mean.data(), var.data());
+  for (int64_t c = 0; c < m; ++c) scores[c] = rank_value(evaluate(kind, mean[c], var[c], best, o.beta()).value);
+
+  const int64_t k = std::min<int64_t>(o.num_restarts(), m);
+  std::vector<int64_t> order(static_cast<size_t>(m));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int64_t a, int64_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
+  std::vector<double> x;
+  for (int64_t r = 0; r < k; ++r) x.insert(x.end(), raw.begin() + order[r] * d, raw.begin() + (order[r] + 1) * d);
+  std::vector<double> best_x(raw.begin() + order[0] * d, raw.begin() + (order[0] + 1) * d);
+  double best_v = scores[order[0]];
   if (o.steps() > 0) {
-    torch::optim::Adam adam({x}, torch::optim::AdamOptions(o.lr()));
+    // torch::optim::Adam (β = 0.9, 0.999, ε = 1e-8) on −Σ acquisition, every start in one batch.
+    constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8;
+    std::vector<double> exp_avg(x.size()), exp_avg_sq(x.size()), grad_mean(x.size()), grad_var(x.size());
     for (int64_t s = 0; s < o.steps(); ++s) {
       // The step size decays linearly to 0, so the ascent settles on the maximum instead of circling it.
-      static_cast<torch::optim::AdamOptions&>(adam.param_groups()[0].options())
-          .lr(o.lr() * (1.0 - static_cast<double>(s) / static_cast<double>(o.steps())));
-      adam.zero_grad();
-      const auto v = acquisition_value(gp, x, best, o);
-      (-v.sum()).backward();
-      adam.step();
-      torch::NoGradGuard no_grad;
-      x.clamp_(0.0, 1.0);
+      const double lr = o.lr() * (1.0 - static_cast<double>(s) / static_cast<double>(o.steps()));
+      gp.posterior(x.data(), k, mean.data(), var.data(), grad_mean.data(), grad_var.data());
+      const double bias1 = 1 - std::pow(kBeta1, static_cast<double>(s + 1));
+      const double bias2 = 1 - std::pow(kBeta2, static_cast<double>(s + 1));
+      for (int64_t c = 0; c < k; ++c) {
+        const auto a = evaluate(kind, mean[c], var[c], best, o.beta());
+        for (int64_t j = c * d; j < (c + 1) * d; ++j) {
+          const double g = -(a.d_mean * grad_mean[j] + a.d_var * grad_var[j]);
+          exp_avg[j] = exp_avg[j] * kBeta1 + g * (1 - kBeta1);
+          exp_avg_sq[j] = exp_avg_sq[j] * kBeta2 + g * g * (1 - kBeta2);
+          const double denom = std::sqrt(exp_avg_sq[j]) / std::sqrt(bias2) + kEps;
+          x[j] = std::clamp(x[j] - (lr / bias1) * exp_avg[j] / denom, 0.0, 1.0);
+        }
+      }
     }
-    torch::NoGradGuard no_grad;
-    const auto v = torch::nan_to_num(acquisition_value(gp, x, best, o), -std::numeric_limits<double>::infinity());
-    const int64_t i = v.argmax().item<int64_t>();
-    if (v[i].item<double>() > best_v) {
-      best_v = v[i].item<double>();
-      best_x = x[i].detach().clone();
+    gp.posterior(x.data(), k, mean.data(), var.data());
+    int64_t i = 0;
+    double v = -std::numeric_limits<double>::infinity();
+    for (int64_t c = 0; c < k; ++c) {
+      const double vc = rank_value(evaluate(kind, mean[c], var[c], best, o.beta()).value);
+      if (c == 0 || vc > v) {
+        v = vc;
+        i = c;
+      }
+    }
+    if (v > best_v) {
+      best_v = v;
+      best_x.assign(x.begin() + i * d, x.begin() + (i + 1) * d);
     }
   }
-  return std::vector<double>(best_x.data_ptr<double>(), best_x.data_ptr<double>() + d);
+  return best_x;
 }
 
 }  // namespace trainkit::tune

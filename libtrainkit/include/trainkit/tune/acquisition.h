@@ -6,8 +6,9 @@
 ///   without underflow for very negative z (Ament et al. 2023, "Unexpected improvements to expected
 ///   improvement", arXiv 2310.20708, eq. 9); PI = Φ(z) (Kushner 1964); UCB = −μ + √β σ (Srinivas et al. 2010,
 ///   here the lower confidence bound of a minimization, negated so that larger is better).
-/// All are differentiable tensors (float64), and maximize_acquisition finds a maximizer in the unit cube by
-/// multi-start projected gradient ascent.
+/// All are differentiable tensors (float64); acquisition_at is the same functions on one point in plain double
+/// precision with their derivatives, and maximize_acquisition finds a maximizer in the unit cube by
+/// multi-start projected gradient ascent on that path (all starts in one batch, no autograd).
 
 #include <cstdint>
 #include <random>
@@ -48,6 +49,19 @@ struct AcquisitionOptions {
   TORCH_ARG(double, lr) = 0.02;
 };
 
+/// An acquisition's value at one point and its partial derivatives in the posterior mean and variance.
+struct AcquisitionAt {
+  double value = 0;   ///< the acquisition
+  double d_mean = 0;  ///< ∂value/∂μ
+  double d_var = 0;   ///< ∂value/∂σ²
+};
+
+/// The acquisition `options.name()` from the posterior mean `mean` and latent variance `var` (> 0; standardized
+/// units, as GaussianProcess::posterior gives them) and `best`: acquisition_value on one point, in double
+/// precision with its derivatives (log-EI's derivative of log h is Φ(z)/h(z), evaluated in the same three
+/// ranges as log_h). Throws std::invalid_argument for an unknown name.
+AcquisitionAt acquisition_at(double mean, double var, double best, const AcquisitionOptions& options);
+
 /// Checks `options` (std::invalid_argument naming the field and the value).
 void validate(const AcquisitionOptions& options);
 
@@ -57,9 +71,10 @@ at::Tensor acquisition_value(const GaussianProcess& gp, const at::Tensor& xq, do
                              const AcquisitionOptions& options);
 
 /// A maximizer of the acquisition in [0, 1]^d: scores `raw_samples` uniform points and Gaussian perturbations
-/// (σ = 0.05) of `anchors` (e.g. the best points seen), then runs projected Adam (step size decaying
-/// linearly to 0) from the `num_restarts`
-/// best; returns the best point found, never worse than the best scored start.
+/// (σ = 0.05) of `anchors` (e.g. the best points seen), then runs projected Adam (torch::optim::Adam's update,
+/// step size decaying linearly to 0) from the `num_restarts` best (ties: the first drawn), all starts as one
+/// batch through GaussianProcess::posterior and acquisition_at; returns the best point found, never worse
+/// than the best scored start.
 std::vector<double> maximize_acquisition(const GaussianProcess& gp, double best, const AcquisitionOptions& options,
                                          const std::vector<std::vector<double>>& anchors, std::mt19937_64& rng);
 

@@ -5,6 +5,11 @@
 /// the unit cube and outputs standardized to mean 0 and standard deviation 1 (Rasmussen & Williams 2006,
 /// "Gaussian Processes for Machine Learning", ch. 2 and 5). Hyperparameters are fitted by maximizing the log
 /// marginal likelihood with L-BFGS from several starts, each hyperparameter inside bounds.
+///
+/// The model's own work (kernel matrices, Cholesky factorization, the likelihood's analytic gradient, the
+/// L-BFGS fit, batched posteriors) is hand-written double-precision loops: on matrices a few dozen wide a
+/// LibTorch op costs more in dispatch than in arithmetic. The tensor functions (predict_standardized,
+/// matern52) remain for callers that want autograd.
 
 #include <cstdint>
 #include <random>
@@ -39,9 +44,11 @@ struct GaussianProcessOptions {
   TORCH_ARG(double, noise_max) = 1.0;
   /// Bound of |constant mean| (standardized outputs).
   TORCH_ARG(double, mean_bound) = 3.0;
-  /// Starts of the L-BFGS fit: the previous optimum (when there is one), a default, then random points.
+  /// Starts of the L-BFGS fit: the previous optimum (when there is one), a default, then random points; a start
+  /// equal to an earlier one (a fresh model's previous optimum is the default) is not run twice.
   TORCH_ARG(int64_t, restarts) = 4;
-  /// L-BFGS iterations per start.
+  /// L-BFGS iterations per start (PyTorch's LBFGS: strong-Wolfe line search, at most 5/4 as many
+  /// likelihood evaluations).
   TORCH_ARG(int64_t, max_iter) = 60;
   /// Largest jitter, relative to the mean diagonal, added to the covariance before the Cholesky
   /// factorization is declared failed (tried: 0, then 1e-10, 1e-9, ... up to this).
@@ -72,10 +79,14 @@ class GaussianProcess {
   const GPHyperparameters& hyperparameters() const { return h_; }
   /// Log marginal likelihood of the standardized outputs under the current hyperparameters.
   double log_marginal_likelihood() const { return lml_; }
+  /// Its gradient in (log ℓ_1 … log ℓ_d, log s², log σ_n², m), d + 3 numbers:
+  /// ½ tr((ααᵀ − (K + σ_n² I)⁻¹) ∂K/∂θ) for the kernel's parameters (Rasmussen & Williams eq. 5.9) and Σ α_i
+  /// for the mean, α = (K + σ_n² I)⁻¹ (ỹ − m); any jitter of the factorization counts as part of K.
+  std::vector<double> log_marginal_likelihood_gradient() const;
   /// Jitter (absolute) that the last factorization needed; 0 when none.
   double jitter() const { return jitter_; }
-  int64_t dims() const { return x_.defined() ? x_.size(1) : 0; }
-  int64_t size() const { return x_.defined() ? x_.size(0) : 0; }
+  int64_t dims() const { return d_; }
+  int64_t size() const { return n_; }
   /// ȳ and sd(y) of the standardization.
   double y_mean() const { return y_mean_; }
   double y_std() const { return y_std_; }
@@ -85,6 +96,12 @@ class GaussianProcess {
   std::pair<at::Tensor, at::Tensor> predict_standardized(const at::Tensor& xq, bool with_noise = false) const;
   /// Posterior mean and variance in the units of y.
   std::pair<at::Tensor, at::Tensor> predict(const at::Tensor& xq, bool with_noise = false) const;
+  /// predict_standardized's mean and latent variance (clamped at 1e-30 likewise) at the `m` rows of `xq`
+  /// (row-major m × d), written to `mean` and `var` (m each), in plain double precision for the acquisition
+  /// optimizer: all rows in one pass over the Cholesky factor. With `grad_mean` and `grad_var` (m × d each),
+  /// also their gradients in xq (0 for the variance where it is clamped).
+  void posterior(const double* xq, int64_t m, double* mean, double* var, double* grad_mean = nullptr,
+                 double* grad_var = nullptr) const;
 
   /// The Matérn-5/2 cross-covariance s² k(a_i, b_j) (a: n × d, b: m × d); differentiable.
   static at::Tensor matern52(const at::Tensor& a, const at::Tensor& b, const at::Tensor& lengthscales,
@@ -94,8 +111,9 @@ class GaussianProcess {
   void factorize();
   GaussianProcessOptions options_;
   GPHyperparameters h_;
-  at::Tensor x_, y_;            // inputs, standardized outputs
-  at::Tensor chol_, alpha_;     // L, (K + σ_n² I)⁻¹ (ỹ − m)
+  int64_t n_ = 0, d_ = 0;
+  std::vector<double> x_, y_;       // inputs (row-major n × d), standardized outputs
+  std::vector<double> chol_, alpha_;  // L (row-major, lower) of K + σ_n² I (+ jitter), (K + σ_n² I)⁻¹ (ỹ − m)
   double y_mean_ = 0, y_std_ = 1, lml_ = 0, jitter_ = 0;
 };
 

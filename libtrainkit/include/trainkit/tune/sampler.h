@@ -56,8 +56,11 @@ struct GPSamplerOptions {
 /// is fitted to the observations (failed ones imputed with the worst finite value, so that the model learns to
 /// avoid them without a NaN in it) and each point maximizes the acquisition. For q > 1 points, and for points
 /// still pending, the constant liar (Ginsbourger et al. 2010) adds them with the best value seen as a fake
-/// observation, under the same hyperparameters, before choosing the next. The model's work runs on one
-/// intra-op thread (at::set_num_threads(1) for the call, restored after): its matrices are small.
+/// observation, under the same hyperparameters, before choosing the next. Each call fits the hyperparameters
+/// afresh from the defaults and random starts drawn from (seed, number of trials): no warm start from an
+/// earlier call's fit (as Optuna's GPSampler keeps), so that a study reloaded from a file asks exactly what the
+/// original would have. The model's work runs on one intra-op thread (at::set_num_threads(1) for the call,
+/// restored after): its matrices are small.
 class GPSampler : public Sampler {
  public:
   explicit GPSampler(GPSamplerOptions options = {});
