@@ -253,7 +253,13 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Partition partition, std::share
       factory_(std::move(partition.factory)),
       owner_(std::move(partition.owner)),
       local_groups_(std::move(partition.local_groups)),
-      local_(std::move(partition.local)) {}
+      local_(std::move(partition.local)) {
+  // LibTorch's Optimizer keeps a group's own options only for its own optimizer types (2.9+): put back each
+  // group's (layer-wise LRs, no weight decay for 1-d tensors), as optim::OptimizerBase does.
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    param_groups_[g].set_options(partition.groups[g].options().clone());
+  }
+}
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> params, std::shared_ptr<ProcessGroup> group,
                                                  const OptimizerFactory& factory, ZeroOptions options)

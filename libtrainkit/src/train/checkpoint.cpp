@@ -491,9 +491,9 @@ std::string CheckpointManager::save_shard(int64_t step, torch::serialize::Output
   const auto committed = group_.all_gather(status).at(0);
   if (committed.at(0) == 1) {
     throw CheckpointError(fmt::format(
-        "checkpoint step {} not committed: rank 0 does not see the shards of {} in {} ({} of them); {}", step,
-        rank_list(std::vector<int64_t>(committed.begin() + 1, committed.end())), dir_,
-        shard_name(step, committed.at(1), world), kSharedDirectoryHint));
+        "checkpoint step {} not committed: rank 0 does not see the shards of {} (such as {}); {}", step,
+        rank_list(std::vector<int64_t>(committed.begin() + 1, committed.end())), shard_name(step, committed.at(1), world),
+        kSharedDirectoryHint));
   }
   if (committed.at(0) == 2) {
     throw CheckpointError(fmt::format("checkpoint step {} not committed: rank 0 could not write {}{}", step, commit,
