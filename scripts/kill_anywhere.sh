@@ -121,13 +121,13 @@ while [ "$kills" -lt "$kills_wanted" ]; do
     if [ "$nproc" -gt 1 ]; then temporaries="$run/checkpoints/.ckpt-*.rank$rank-of-$nproc.tkpt.tmp.*"; fi
     delay_ms=$(( (RANDOM * 32768 + RANDOM) % (span_ms + 1) ))
     sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
+    victim=$pid
+    if [ "$nproc" -gt 1 ]; then victim=$(rank_pid "$pid" "$rank"); victim=${victim:-$pid}; fi
     if (( RANDOM % 2 )); then
       # Every other attempt waits from there for the next checkpoint's temporary file (of the rank to kill)
       # to appear and kills at once: inside the write, the fsyncs or just after the rename.
       while kill -0 "$pid" 2>/dev/null && ! compgen -G "$temporaries" >/dev/null; do :; done
     fi
-    victim=$pid
-    if [ "$nproc" -gt 1 ]; then victim=$(rank_pid "$pid" "$rank"); victim=${victim:-$pid}; fi
     kill -9 "$victim" 2>/dev/null || true
     rc=0
     { wait "$pid"; } 2>/dev/null || rc=$?

@@ -514,8 +514,9 @@ std::string CheckpointManager::save_shard(int64_t step, torch::serialize::Output
     if (seen[r].at(0) == 0) blind.push_back(static_cast<int64_t>(r));
   }
   if (!blind.empty()) {
-    throw CheckpointError(fmt::format("checkpoint step {}: {} do not see rank 0's commit record {}; {}", step,
-                                      rank_list(blind), commit, kSharedDirectoryHint));
+    throw CheckpointError(fmt::format("checkpoint step {}: {} {} not see rank 0's commit record {}; {}", step,
+                                      rank_list(blind), blind.size() == 1 ? "does" : "do", commit,
+                                      kSharedDirectoryHint));
   }
   return path;
 }
