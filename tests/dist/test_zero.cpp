@@ -461,15 +461,22 @@ TEST_CASE("trainkit train under the launcher with [zero] stage = 2: sharded stat
   CHECK(again.code == 0);
   CHECK_THAT(again.output, Contains("ckpt-000000050.tkpt at epoch 5, step 50 (saved by 1 rank, resharded onto 2)"));
   CHECK(summary_number(trainkit::test::read_text(tmp.str("sharded/summary.json")), "steps") == 60);
-  // Several param groups under ZeRO: layer decay gives the test loss of plain DDP with layer decay.
-  for (const std::string zero : {"0", "2"}) {
-    const Outcome out = train("layer_decay_" + zero, "--set optimizer.layer_decay=0.75 --set zero.stage=" + zero);
-    INFO(out.output);
-    REQUIRE(out.code == 0);
-    if (zero == "2") CHECK_THAT(out.output, Contains("param groups, rank 0 owns"));
-  }
+  // Several param groups under ZeRO (layer decay; LRs by name with the no-decay split inside them): the test
+  // loss of plain DDP with the same groups.
   const auto test_loss = [&tmp](const std::string& name) {
     return summary_number(trainkit::test::read_text(tmp.str(name + "/summary.json")), "test_loss");
   };
-  CHECK(std::abs(test_loss("layer_decay_2") - test_loss("layer_decay_0")) < 1e-4);
+  const std::vector<std::pair<std::string, std::string>> groupings = {
+      {"layer_decay", "--set optimizer.layer_decay=0.75"},
+      {"lr_by_name", "--set 'optimizer.lr_by_name=[{ pattern = \"0.*\", lr = 0.1 }]' --set optimizer.no_decay_1d=true"}};
+  for (const auto& [name, setting] : groupings) {
+    for (const std::string zero : {"0", "2"}) {
+      const Outcome out = train(name + "_" + zero, setting + " --set zero.stage=" + zero);
+      INFO(out.output);
+      REQUIRE(out.code == 0);
+      if (zero == "2") CHECK_THAT(out.output, Contains("param groups, rank 0 owns"));
+    }
+    INFO(name);
+    CHECK(std::abs(test_loss(name + "_2") - test_loss(name + "_0")) < 1e-4);
+  }
 }

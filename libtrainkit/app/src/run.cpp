@@ -427,7 +427,9 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
     // its part of every group.
     std::vector<torch::optim::OptimizerParamGroup> groups(run.optimizer->param_groups().begin(),
                                                           run.optimizer->param_groups().end());
-    const auto factory = [&spec = config.optimizer](std::vector<torch::optim::OptimizerParamGroup> shard) {
+    // By value: the factory lives in the optimizer, which may outlive `config` (it makes optimizers again
+    // when a checkpoint is resharded).
+    const auto factory = [spec = config.optimizer](std::vector<torch::optim::OptimizerParamGroup> shard) {
       return optim::make_optimizer(spec, shard);
     };
     std::unique_ptr<dist::ZeroRedundancyOptimizer> zero;
