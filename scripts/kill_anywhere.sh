@@ -2,10 +2,12 @@
 # Kill-anywhere check of `trainkit train`: SIGKILLs a small training run at random moments (start-up,
 # steps, checkpoint writes, the end), resumes it each time with `--resume auto`, and checks that the
 # run it finally completes ends bitwise equal to an uninterrupted one and that no damaged checkpoint was
-# ever met. Rounds (a fresh run each) repeat until --kills kills were made.
+# ever met. Rounds (a fresh run each) repeat until --kills kills were made. With --nproc N > 1 the run is
+# `trainkit launch --nproc N` with [zero] stage = 2 (every rank saves its shard, rank 0 commits the step)
+# and each kill hits one rank, chosen at random (the launcher then stops the others).
 #
 # Usage: scripts/kill_anywhere.sh --cli build/apps/trainkit [--kills 50] [--seed 1] [--work DIR]
-#                                 [--data-dir DIR]
+#                                 [--data-dir DIR] [--nproc N]
 # Prints one line per round and a summary; exits 1 (naming the round and the reason) on any departure.
 set -euo pipefail
 
@@ -14,6 +16,7 @@ kills_wanted=50
 seed=1
 work=""
 data_dir=""
+nproc=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --cli) cli="$2"; shift 2 ;;
@@ -21,7 +24,8 @@ while [ $# -gt 0 ]; do
     --seed) seed="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --data-dir) data_dir="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --nproc) nproc="$2"; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "kill_anywhere: unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -59,16 +63,32 @@ keep_last = 2
 every_steps = 5
 progress = "lines"
 TOML
+train=("$cli" train)
+if [ "$nproc" -gt 1 ]; then
+  printf '[zero]\nstage = 2\n[distributed]\nbackend = "gloo"\ntimeout = 20\n' >>"$config"
+  train=("$cli" launch --nproc "$nproc" --master-port 0 -- "$cli" train)
+fi
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-final_digest() {  # the digest of a run directory's newest checkpoint
+final_digest() {  # the digest of a run directory's newest checkpoint (sharded: rank 0's shard of the newest commit)
   local newest
-  newest=$(ls "$1"/checkpoints/ckpt-*.tkpt | sort | tail -n 1)
+  if [ "$nproc" -gt 1 ]; then
+    newest=$(ls "$1"/checkpoints/ckpt-*.commit | sort | tail -n 1)
+    newest="${newest%.commit}.rank0-of-$nproc.tkpt"
+  else
+    newest=$(ls "$1"/checkpoints/ckpt-*.tkpt | sort | tail -n 1)
+  fi
   "$cli" checkpoint "$newest" | sed 's/.*: ok, //'
+}
+rank_pid() {  # the pid of rank $2 among the children of launcher $1 (empty until it has started)
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do
+    if tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "RANK=$2"; then echo "$child"; return; fi
+  done
 }
 
 start=$(now_ms)
-"$cli" train --config "$config" --out "$work/reference" >"$work/reference.log" 2>&1 || {
+"${train[@]}" --config "$config" --out "$work/reference" >"$work/reference.log" 2>&1 || {
   echo "kill_anywhere: the uninterrupted reference run failed:" >&2
   cat "$work/reference.log" >&2
   exit 1
@@ -94,18 +114,27 @@ while [ "$kills" -lt "$kills_wanted" ]; do
   for attempt in $(seq 1 1000); do
     attempts_total=$((attempts_total + 1))
     attempt_start=$(now_ms)
-    "$cli" train --config "$config" --out "$run" --resume auto >>"$run.log" 2>&1 &
+    "${train[@]}" --config "$config" --out "$run" --resume auto >"$run.attempt.log" 2>&1 &
     pid=$!
+    rank=$(( RANDOM % nproc ))
+    temporaries="$run/checkpoints/.ckpt-*.tmp.*"
+    if [ "$nproc" -gt 1 ]; then temporaries="$run/checkpoints/.ckpt-*.rank$rank-of-$nproc.tkpt.tmp.*"; fi
     delay_ms=$(( (RANDOM * 32768 + RANDOM) % (span_ms + 1) ))
     sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
+    victim=$pid
+    if [ "$nproc" -gt 1 ]; then victim=$(rank_pid "$pid" "$rank"); victim=${victim:-$pid}; fi
     if (( RANDOM % 2 )); then
-      # Every other attempt waits from there for the next checkpoint's temporary file to appear and kills
-      # at once: inside the write, the fsyncs or just after the rename.
-      while kill -0 "$pid" 2>/dev/null && ! compgen -G "$run/checkpoints/.ckpt-*.tmp.*" >/dev/null; do :; done
+      # Every other attempt waits from there for the next checkpoint's temporary file (of the rank to kill)
+      # to appear and kills at once: inside the write, the fsyncs or just after the rename.
+      while kill -0 "$pid" 2>/dev/null && ! compgen -G "$temporaries" >/dev/null; do :; done
     fi
-    kill -9 "$pid" 2>/dev/null || true
+    kill -9 "$victim" 2>/dev/null || true
     rc=0
     { wait "$pid"; } 2>/dev/null || rc=$?
+    cat "$run.attempt.log" >>"$run.log"
+    if [ "$rc" -ne 0 ] && [ "$victim" != "$pid" ] && grep -q "was killed by signal 9" "$run.attempt.log"; then
+      rc=137  # the launcher reports the rank it lost and stops the others
+    fi
     if [ "$rc" -eq 0 ]; then
       elapsed_ms=$(( $(now_ms) - attempt_start ))
       if [ "$attempt" -eq 1 ] && [ "$elapsed_ms" -lt "$span_ms" ]; then
@@ -116,7 +145,7 @@ while [ "$kills" -lt "$kills_wanted" ]; do
     fi
     if [ "$rc" -ne 137 ]; then
       echo "kill_anywhere: round $round attempt $attempt: trainkit train exited $rc, not killed:" >&2
-      tail -n 20 "$run.log" >&2
+      tail -n 20 "$run.attempt.log" >&2
       exit 1
     fi
     kills=$((kills + 1))

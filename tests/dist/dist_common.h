@@ -8,7 +8,9 @@
 
 #include <torch/torch.h>
 
+#include "trainkit/optim/adam.h"
 #include "trainkit/optim/lamb.h"
+#include "trainkit/optim/param_groups.h"
 
 namespace trainkit::test::dist {
 
@@ -71,6 +73,22 @@ inline std::vector<at::Tensor> snapshot(const torch::nn::Module& m) {
   std::vector<at::Tensor> out;
   for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
   return out;
+}
+
+/// The layer-decay param groups of the ZeRO tests over `net` (a ChainNet: 13 layers by its children): LR
+/// 1e-2 x 0.75^(12 - layer), weight decay 0.05 for the weights and 0 for the biases, for trainkit's AdamW;
+/// 26 groups of one tensor, so each rank owns nothing of most of them.
+inline std::vector<torch::optim::OptimizerParamGroup> make_layer_decay_groups(const torch::nn::Module& net) {
+  const auto groups = trainkit::optim::layer_decay_groups(
+      net.named_parameters(), trainkit::optim::child_layer_ids(net),
+      trainkit::optim::LayerDecayOptions().layer_decay(0.75).weight_decay(0.05));
+  return trainkit::optim::to_param_groups(groups, trainkit::optim::AdamWOptions(1e-2));
+}
+
+/// trainkit's AdamW over param groups that carry their options (the ZeRO tests' grouped factory).
+inline std::unique_ptr<torch::optim::Optimizer> make_layer_decay_optimizer(
+    std::vector<torch::optim::OptimizerParamGroup> groups) {
+  return std::make_unique<trainkit::optim::AdamW>(groups, trainkit::optim::AdamWOptions(1e-2));
 }
 
 /// The optimizers of the ZeRO tests by name: "adam", "adamw", "sgd" (momentum 0.9) or "lamb" (weight decay

@@ -11,7 +11,10 @@
 //           and metrics through an all-reduce; prints them
 //   zero2  ZeroRedundancyOptimizer over the DDP (--stage 1|2, --optim adam|adamw|sgd|lamb) with accumulation,
 //          --clip (the norm over all ranks), --scaler (an inf in one gradient of rank 0's shard at step 2),
-//          --save-dir/--load-dir (sharded checkpoints; any world size); prints bytes per rank
+//          --save-dir/--load-dir (sharded checkpoints; any world size), --ckpt-dir/--resume (checkpoints
+//          committed across ranks after every step; --kill-step: a rank killed during a save;
+//          --ckpt-per-rank: directories the ranks do not share), --optim layer_decay (26 param groups);
+//          prints bytes per rank
 //   nccl_style  under TRAINKIT_DIST_BACKEND=testdev:refuse_cpu (a device backend that refuses CPU tensors, as
 //          NCCL does; tests/dist/refusing_backend.h): the CPU-side helpers, an all-reduce of a CPU and of a
 //          testdev tensor, and ZeRO-2's clip and found-inf reduction over a DDP on testdev:0; prints what each
@@ -38,6 +41,7 @@
 #include "dist/refusing_backend.h"
 #include "trainkit/amp/grad_scaler.h"
 #include "trainkit/app/cli.h"
+#include "trainkit/dist/checkpoint_group.h"
 #include "trainkit/dist/ddp.h"
 #include "trainkit/dist/pipeline.h"
 #include "trainkit/dist/process_group.h"
@@ -63,6 +67,12 @@ struct ZeroArgs {
   int64_t accum = 1;
   double bucket_kb = 1.0;
   std::string out = ".";
+  std::string ckpt_dir;      // checkpoints through a CheckpointManager (sharded, committed) after every step
+  bool ckpt_per_rank = false;  // rank r uses <ckpt_dir>/node<r>: a directory the ranks do not share
+  bool resume = false;         // continue from the newest checkpoint of ckpt_dir
+  int64_t keep = 3;
+  int64_t kill_step = -1;  // the rank kill_rank SIGKILLs itself while saving this step (before the rename)
+  int64_t kill_rank = 1;
 };
 
 /// Mode zero2: ChainNet with DDP + ZeroRedundancyOptimizer. A run that loads continues at the step saved.
@@ -73,12 +83,79 @@ int run_zero(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg, const Zero
   trainkit::dist::DistributedDataParallel ddp(
       net, pg,
       trainkit::dist::DistributedDataParallelOptions().bucket_cap_mb(a.bucket_kb / 1024.0).first_bucket_mb(a.bucket_kb / 1024.0));
-  trainkit::dist::ZeroRedundancyOptimizer zero(
-      ddp, [&a](std::vector<at::Tensor> params) { return td::make_zero_test_optimizer(a.optim, std::move(params)); },
-      trainkit::dist::ZeroOptions().stage(a.stage));
+  // "layer_decay": 26 param groups (td::make_layer_decay_groups) through the grouped constructor.
+  auto zero_ptr = a.optim == "layer_decay"
+                      ? std::make_unique<trainkit::dist::ZeroRedundancyOptimizer>(
+                            ddp, td::make_layer_decay_groups(*net), td::make_layer_decay_optimizer,
+                            trainkit::dist::ZeroOptions().stage(a.stage))
+                      : std::make_unique<trainkit::dist::ZeroRedundancyOptimizer>(
+                            ddp,
+                            [&a](std::vector<at::Tensor> params) {
+                              return td::make_zero_test_optimizer(a.optim, std::move(params));
+                            },
+                            trainkit::dist::ZeroOptions().stage(a.stage));
+  trainkit::dist::ZeroRedundancyOptimizer& zero = *zero_ptr;
   trainkit::amp::GradScaler scaler(c10::kCPU, trainkit::amp::GradScalerOptions().init_scale(1024.0).enabled(a.scaler));
   scaler.set_found_inf_reducer(zero.found_inf_reducer());
   int64_t start = 0;
+  // Committed checkpoints: the parameters, the step and this rank's ZeRO shard, one per step.
+  std::shared_ptr<trainkit::train::CheckpointManager> manager;
+  if (!a.ckpt_dir.empty()) {
+    manager = std::make_shared<trainkit::train::CheckpointManager>(
+        a.ckpt_per_rank ? a.ckpt_dir + "/node" + std::to_string(rank) : a.ckpt_dir, a.keep);
+    manager->set_sharded(trainkit::dist::checkpoint_group(pg));
+  }
+  if (manager && a.resume) {
+    const auto entry = manager->latest();
+    trainkit::train::check_same_checkpoint(entry ? entry->step : -1, manager->dir(),
+                                           trainkit::dist::checkpoint_group(pg));
+    if (entry) {
+      torch::serialize::InputArchive archive;
+      trainkit::train::load_checkpoint(entry->file_for(rank, world), archive);
+      const auto params = net->parameters();
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) {
+        at::Tensor saved;
+        archive.read("param" + std::to_string(i), saved);
+        params[i].copy_(saved);
+      }
+      at::Tensor step;
+      archive.read("step", step);
+      start = step.item<int64_t>();
+      zero.set_shard_reader([entry](int64_t r, int64_t w) -> std::unique_ptr<torch::serialize::InputArchive> {
+        if (w != entry->world_size()) return nullptr;
+        torch::serialize::InputArchive whole;
+        trainkit::train::load_checkpoint(entry->files.at(static_cast<size_t>(r)), whole);
+        auto optimizer = std::make_unique<torch::serialize::InputArchive>();
+        whole.read("optimizer", *optimizer);
+        return optimizer;
+      });
+      torch::serialize::InputArchive optimizer;
+      archive.read("optimizer", optimizer);
+      zero.load(optimizer);
+      zero.set_shard_reader(nullptr);
+      std::printf("rank %lld: resumed step %lld from %s (%lld ranks)\n", static_cast<long long>(rank),
+                  static_cast<long long>(start), entry->name().c_str(), static_cast<long long>(entry->world_size()));
+    }
+  }
+  const auto save = [&](int64_t step) {
+    if (!manager) return;
+    torch::serialize::OutputArchive archive;
+    const auto params = net->parameters();
+    for (size_t i = 0; i < params.size(); ++i) archive.write("param" + std::to_string(i), params[i]);
+    archive.write("step", at::tensor(step));
+    torch::serialize::OutputArchive optimizer;
+    zero.save(optimizer);
+    archive.write("optimizer", optimizer);
+    if (step == a.kill_step && rank == a.kill_rank) {
+      manager->set_before_rename([rank] {
+        std::printf("rank %lld: killing myself during a save\n", static_cast<long long>(rank));
+        std::fflush(stdout);
+        ::raise(SIGKILL);
+      });
+    }
+    manager->save(step, archive);
+  };
   if (!a.load_dir.empty()) {
     std::vector<at::Tensor> saved;
     torch::load(saved, a.load_dir + "/model.pt");
@@ -123,6 +200,7 @@ int run_zero(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg, const Zero
     }
     if (!scaler.step(zero)) skipped += " " + std::to_string(step);
     scaler.update();
+    save(step + 1);
   }
   std::printf("rank %lld: stage %lld: gradient bytes %lld, optimizer state bytes %lld, bucket bytes %lld, %zu of %zu "
               "parameters\n",
@@ -275,13 +353,19 @@ int main(int argc, char** argv) {
   cli.flag("--find-unused", find_unused, "DDP's find_unused_parameters");
   ZeroArgs za;
   cli.option("--stage", za.stage, "zero2: ZeRO stage").show_default();
-  cli.option("--optim", za.optim, "zero2: adam, adamw, sgd or lamb").show_default();
+  cli.option("--optim", za.optim, "zero2: adam, adamw, sgd, lamb or layer_decay (AdamW, 26 groups)").show_default();
   cli.option("--clip", za.clip, "zero2: clip the gradient norm to this (0 = off)").show_default();
   cli.flag("--scaler", za.scaler, "zero2: GradScaler, with an inf in one gradient of rank 0's shard at step 2");
   cli.option("--data-steps", za.data_steps, "zero2: generate the data of this many steps (0 = --steps)");
   cli.option("--micro", za.micro, "Rows per micro-batch and rank").show_default();
   cli.option("--save-dir", za.save_dir, "zero2: write the model and the shards there after the last step");
   cli.option("--load-dir", za.load_dir, "zero2: start from the model and the shards there");
+  cli.option("--ckpt-dir", za.ckpt_dir, "zero2: a committed checkpoint after every step (CheckpointManager)");
+  cli.flag("--ckpt-per-rank", za.ckpt_per_rank, "zero2: rank r checkpoints into <ckpt-dir>/node<r> (not shared)");
+  cli.flag("--resume", za.resume, "zero2: continue from the newest checkpoint of --ckpt-dir");
+  cli.option("--keep", za.keep, "zero2: checkpoints kept").show_default();
+  cli.option("--kill-step", za.kill_step, "zero2: --kill-rank SIGKILLs itself while saving this step");
+  cli.option("--kill-rank", za.kill_rank, "zero2: the rank that --kill-step kills").show_default();
   if (auto rc = cli.parse(argc, argv)) return *rc;
 
   int64_t rank = -1;

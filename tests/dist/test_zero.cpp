@@ -14,6 +14,7 @@
 
 #include "dist/dist_common.h"
 #include "support.h"
+#include "trainkit/dist/ddp.h"
 #include "trainkit/dist/zero.h"
 #include "trainkit/grad/clip.h"
 
@@ -84,7 +85,8 @@ Reference reference(const std::string& name, int64_t steps, int64_t accum, doubl
   auto net = td::make_chain_net(7);
   const int64_t global = 2 * accum * td::kMicro;
   const auto data = td::make_data(steps * global);
-  auto opt = td::make_zero_test_optimizer(name, net->parameters());
+  auto opt = name == "layer_decay" ? td::make_layer_decay_optimizer(td::make_layer_decay_groups(*net))
+                                   : td::make_zero_test_optimizer(name, net->parameters());
   Reference r;
   for (int64_t s = 0; s < steps; ++s) {
     opt->zero_grad();
@@ -115,15 +117,18 @@ int64_t reported(const std::string& output, int64_t rank, const std::string& key
 
 }  // namespace zero_test
 
-TEST_CASE("ZeRO-2 over 2 ranks equals DDP with the unsharded optimizer, with accumulation and global-norm clipping",
+TEST_CASE("ZeRO-2 over 2 ranks equals DDP with the unsharded optimizer, with accumulation, global-norm clipping and "
+          "layer-decay param groups",
           "[dist][zero]") {
   using namespace zero_test;
   struct Variant {
     const char* optim;
     int64_t stage;
   };
+  // layer_decay: trainkit's AdamW over 26 param groups (a learning rate per layer, no weight decay for the
+  // biases), most of them empty on each rank.
   for (const Variant v : {Variant{"adam", 2}, Variant{"adamw", 2}, Variant{"sgd", 2}, Variant{"lamb", 2},
-                          Variant{"adam", 1}}) {
+                          Variant{"adam", 1}, Variant{"layer_decay", 2}, Variant{"layer_decay", 1}}) {
     DYNAMIC_SECTION(v.optim << " stage " << v.stage) {
       TempDir tmp("zero2");
       const int64_t steps = 4;
@@ -234,7 +239,101 @@ TEST_CASE("ZeRO-2 sharded checkpoints: resume bitwise, 2 ranks into 1 and 1 into
   CHECK_THAT(missing.output, Contains("the shard of rank 1 of the 2-rank run"));
 }
 
-TEST_CASE("ZeRO: stage 2 needs the DDP, bad stages and too many ranks are refused", "[dist][zero]") {
+namespace zero_test {
+
+bool exists(const TempDir& tmp, const std::string& name) { return std::filesystem::exists(tmp.str(name)); }
+
+/// Copies the regular files of directory `from` into a new directory `to`, leaving out those named in `skip`.
+void copy_dir(const std::string& from, const std::string& to, const std::set<std::string>& skip = {}) {
+  std::filesystem::create_directories(to);
+  for (const auto& e : std::filesystem::directory_iterator(from)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && skip.count(name) == 0) std::filesystem::copy_file(e.path(), to + "/" + name);
+  }
+}
+
+}  // namespace zero_test
+
+TEST_CASE("ZeRO checkpoints committed across ranks: a rank killed during a save, resume bitwise, 2 -> 1 and 1 -> 2 "
+          "ranks with layer decay, directories the ranks do not share",
+          "[dist][zero][commit]") {
+  using namespace zero_test;
+  TempDir tmp("zero-commit");
+  // dist_worker --optim layer_decay on 2 ranks or 1 with `args`, rank<r>.pt into tmp/<name>.
+  const auto worker = [&tmp](bool two, const std::string& args, const std::string& name) {
+    std::filesystem::create_directories(tmp.str(name));
+    const std::string all = "--optim layer_decay --data-steps 8 --keep 10 " + args + " --out " + tmp.str(name);
+    const Outcome out = two ? two_ranks(all, tmp, name + ".txt") : one_rank(all, tmp, name + ".txt");
+    UNSCOPED_INFO(name << ":\n" << out.output);
+    return out;
+  };
+  // Both ranks stop with `message` (dist_worker prints "dist_worker: rank R: <what>"), before any resumes.
+  const auto both_fail = [](const Outcome& out, const std::string& message) {
+    CHECK(out.code != 0);
+    for (const char* rank : {"0", "1"}) {
+      CHECK_THAT(out.output, Contains(std::string("dist_worker: rank ") + rank + ": " + message));
+    }
+    CHECK_THAT(out.output, !Contains("resumed step"));
+  };
+  // A: 8 steps in one go, without checkpoints.
+  REQUIRE(worker(true, "--steps 8", "whole").code == 0);
+  const auto expected = params_of(tmp.str("whole/rank0.pt"));
+  CHECK(largest_difference(expected, reference("layer_decay", 8, 1, 0.0).params) <= 1e-10);
+  // Rank 1 is SIGKILLed while it saves step 5 (its shard written and fsync'ed, not yet renamed): rank 0 finds
+  // out at the all-gather of that save, so step 5 is never committed; steps 1-4 are.
+  const Outcome killed = worker(true, "--steps 8 --ckpt-dir " + tmp.str("ck") + " --kill-step 5", "killed");
+  REQUIRE(killed.code != 0);
+  CHECK_THAT(killed.output, Contains("rank 1: killing myself during a save"));
+  CHECK(exists(tmp, "ck/ckpt-000000004.commit"));
+  CHECK(exists(tmp, "ck/ckpt-000000004.rank0-of-2.tkpt"));
+  CHECK(exists(tmp, "ck/ckpt-000000004.rank1-of-2.tkpt"));
+  CHECK_FALSE(exists(tmp, "ck/ckpt-000000005.commit"));
+  CHECK_FALSE(exists(tmp, "ck/ckpt-000000005.rank1-of-2.tkpt"));
+  copy_dir(tmp.str("ck"), tmp.str("ck_two"));
+  // Resumed on 2 ranks: both take step 4 (rank 0's shard of step 5 has no commit) and end bitwise equal to A.
+  const Outcome resumed = worker(true, "--steps 8 --ckpt-dir " + tmp.str("ck") + " --resume", "resumed");
+  REQUIRE(resumed.code == 0);
+  for (const char* rank : {"0", "1"}) {
+    CHECK_THAT(resumed.output, Contains(std::string("rank ") + rank + ": resumed step 4 from " +
+                                        tmp.str("ck/ckpt-000000004.commit") + " (2 ranks)"));
+  }
+  CHECK(bitwise_equal(params_of(tmp.str("resumed/rank0.pt")), expected));
+  CHECK(exists(tmp, "ck/ckpt-000000008.commit"));
+  for (const auto& e : std::filesystem::directory_iterator(tmp.str("ck"))) {
+    CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);  // the killed writer's temporary
+  }
+  // The 2-rank checkpoint of step 4 resumed by 1 rank, and 1 rank's checkpoint of step 4 by 2 ranks: A to
+  // 1e-10 (float64 sums in another order).
+  const Outcome into_one = worker(false, "--steps 8 --ckpt-dir " + tmp.str("ck_two") + " --resume", "into_one");
+  REQUIRE(into_one.code == 0);
+  CHECK_THAT(into_one.output, Contains("rank 0: resumed step 4 from " + tmp.str("ck_two/ckpt-000000004.commit") +
+                                       " (2 ranks)"));
+  CHECK(largest_difference(params_of(tmp.str("into_one/rank0.pt")), expected) <= 1e-10);
+  REQUIRE(worker(false, "--steps 4 --ckpt-dir " + tmp.str("ck_one"), "one").code == 0);
+  CHECK(exists(tmp, "ck_one/ckpt-000000004.tkpt"));  // one process: whole checkpoints, no commit record
+  const Outcome into_two = worker(true, "--steps 8 --ckpt-dir " + tmp.str("ck_one") + " --resume", "into_two");
+  REQUIRE(into_two.code == 0);
+  CHECK_THAT(into_two.output, Contains("rank 1: resumed step 4 from " + tmp.str("ck_one/ckpt-000000004.tkpt") +
+                                       " (1 ranks)"));
+  CHECK(largest_difference(params_of(tmp.str("into_two/rank0.pt")), expected) <= 1e-10);
+  // Each rank in a directory of its own (machines without a shared filesystem): the first save fails on both
+  // ranks, naming what rank 0 cannot see, and nothing is committed.
+  const Outcome apart = worker(true, "--steps 2 --ckpt-dir " + tmp.str("apart") + " --ckpt-per-rank", "apart");
+  both_fail(apart, "checkpoint step 1 not committed: rank 0 does not see the shards of rank 1");
+  CHECK_THAT(apart.output, Contains("every rank must see the same checkpoint directory"));
+  CHECK_FALSE(exists(tmp, "apart/node0/ckpt-000000001.commit"));
+  // Directories that differ: rank 1's lacks the commits of steps 7 and 8. The ranks would resume steps 8 and
+  // 6: both stop before loading, naming every rank's step.
+  copy_dir(tmp.str("ck"), tmp.str("split/node0"));
+  copy_dir(tmp.str("ck"), tmp.str("split/node1"), {"ckpt-000000007.commit", "ckpt-000000008.commit"});
+  const Outcome split = worker(true, "--steps 8 --ckpt-dir " + tmp.str("split") + " --ckpt-per-rank --resume", "split");
+  both_fail(split, "resume: the ranks found different newest checkpoints");
+  CHECK_THAT(split.output, Contains("(rank 0: step 8, rank 1: step 6)"));
+}
+
+TEST_CASE("ZeRO: stage 2 needs the DDP, bad stages, too many ranks and param groups that do not cover the module are "
+          "refused",
+          "[dist][zero]") {
   auto pg = trainkit::dist::ProcessGroup::init(trainkit::dist::InitOptions());
   auto net = td::make_chain_net(1);
   const auto factory = [](std::vector<at::Tensor> p) { return td::make_zero_test_optimizer("sgd", std::move(p)); };
@@ -244,6 +343,23 @@ TEST_CASE("ZeRO: stage 2 needs the DDP, bad stages and too many ranks are refuse
   trainkit::dist::DistributedDataParallel ddp(net, pg);
   CHECK_THROWS_WITH(trainkit::dist::ZeroRedundancyOptimizer(ddp, factory, trainkit::dist::ZeroOptions().stage(3)),
                     Contains("invalid stage 3"));
+  // Param groups over the DDP's module must hold each of its parameters once, and nothing else.
+  {
+    using Group = torch::optim::OptimizerParamGroup;
+    const auto params = net->parameters();
+    const auto options = [] { return std::make_unique<trainkit::optim::AdamWOptions>(1e-2); };
+    std::vector<Group> missing{Group(std::vector<at::Tensor>(params.begin(), params.end() - 1), options())};
+    CHECK_THROWS_WITH(trainkit::dist::ZeroRedundancyOptimizer(ddp, missing, td::make_layer_decay_optimizer),
+                      Contains("parameter 'head.bias' is in no param group"));
+    std::vector<Group> twice{Group(params, options()), Group({params[0]}, options())};
+    CHECK_THROWS_WITH(trainkit::dist::ZeroRedundancyOptimizer(ddp, twice, td::make_layer_decay_optimizer),
+                      Contains("parameter 'layer0.weight' is in param groups 0 and 1"));
+    std::vector<at::Tensor> with_stranger = params;
+    with_stranger.push_back(torch::zeros({2}, torch::kFloat64).requires_grad_());
+    std::vector<Group> stranger{Group(with_stranger, options())};
+    CHECK_THROWS_WITH(trainkit::dist::ZeroRedundancyOptimizer(ddp, stranger, td::make_layer_decay_optimizer),
+                      Contains("param group 0 holds a tensor that is not a trainable parameter"));
+  }
   // World size 1: everything is rank 0's; the optimizer steps like the unsharded one.
   trainkit::dist::ZeroRedundancyOptimizer zero(ddp, factory, trainkit::dist::ZeroOptions().stage(2));
   CHECK(zero.shard(0).size() == net->parameters().size());
@@ -293,7 +409,7 @@ TEST_CASE("trainkit train under the launcher with [zero] stage = 2: sharded stat
   const Outcome sharded = train("sharded", "--set zero.stage=2");
   INFO(sharded.output);
   REQUIRE(sharded.code == 0);
-  CHECK_THAT(sharded.output, Contains("zero: stage 2, rank 0 owns"));
+  CHECK_THAT(sharded.output, Contains("zero: stage 2, 1 param group, rank 0 owns"));
   const std::string plain_summary = trainkit::test::read_text(tmp.str("plain/summary.json"));
   const std::string sharded_summary = trainkit::test::read_text(tmp.str("sharded/summary.json"));
   CHECK(summary_number(plain_summary, "zero_stage") == 0);
@@ -307,7 +423,8 @@ TEST_CASE("trainkit train under the launcher with [zero] stage = 2: sharded stat
   CHECK(shard > 0);
   CHECK(shard < full);
   CHECK(std::abs(summary_number(sharded_summary, "test_loss") - summary_number(plain_summary, "test_loss")) < 1e-4);
-  // Every rank writes its checkpoints: rank 1's shards beside rank 0's, and the run resumes from them.
+  // Every rank writes its shard of each checkpoint, and rank 0 a commit record naming both; the run
+  // resumes from them on 2 ranks, then on 1 (resharded), then on 2 again.
   const auto names = [](const std::string& dir) {
     std::set<std::string> out;
     for (const auto& e : std::filesystem::directory_iterator(dir)) {
@@ -315,18 +432,51 @@ TEST_CASE("trainkit train under the launcher with [zero] stage = 2: sharded stat
     }
     return out;
   };
-  const auto rank0_files = names(tmp.str("sharded/checkpoints"));
-  CHECK(!rank0_files.empty());
-  CHECK(names(tmp.str("sharded/checkpoints/rank1")) == rank0_files);
+  const auto files = names(tmp.str("sharded/checkpoints"));
+  size_t commits = 0;
+  for (const std::string& name : files) {
+    if (name.size() < 7 || name.compare(name.size() - 7, 7, ".commit") != 0) continue;
+    ++commits;
+    const std::string stem = name.substr(0, name.size() - 7);
+    CHECK(files.count(stem + ".rank0-of-2.tkpt") == 1);
+    CHECK(files.count(stem + ".rank1-of-2.tkpt") == 1);
+  }
+  CHECK(commits == 3);  // checkpoint.keep_last
+  CHECK(files.size() == 3 * commits);
   const Outcome resumed = train("sharded", "--set zero.stage=2 --resume auto --set train.epochs=3");
   INFO(resumed.output);
   CHECK(resumed.code == 0);
-  CHECK_THAT(resumed.output, Contains("resumed from"));
+  CHECK_THAT(resumed.output, Contains("resumed from " + tmp.str("sharded/checkpoints/ckpt-000000020.commit")));
   CHECK(summary_number(trainkit::test::read_text(tmp.str("sharded/summary.json")), "steps") == 30);
-  // Several param groups cannot be sharded as one: learning rates by name are refused with ZeRO.
-  const Outcome grouped =
-      train("grouped", "--set zero.stage=2 --set 'optimizer.lr_by_name=[{ pattern = \"0.*\", lr = 0.1 }]'");
-  INFO(grouped.output);
-  CHECK(grouped.code != 0);
-  CHECK_THAT(grouped.output, Contains("[zero] stage = 2 shards one param group; optimizer.lr_by_name makes several"));
+  // 2 ranks -> 1 process (20 steps per epoch of 25), then 1 -> 2 ranks.
+  const Outcome alone = run(cli + " train --config " + config + " --out " + tmp.str("sharded") +
+                                " --set zero.stage=2 --resume auto --set train.epochs=4",
+                            tmp, "alone.txt");
+  INFO(alone.output);
+  CHECK(alone.code == 0);
+  CHECK_THAT(alone.output, Contains("ckpt-000000030.commit at epoch 4, step 30 (saved by 2 ranks, resharded onto 1)"));
+  CHECK(summary_number(trainkit::test::read_text(tmp.str("sharded/summary.json")), "steps") == 50);
+  const Outcome again = train("sharded", "--set zero.stage=2 --resume auto --set train.epochs=5");
+  INFO(again.output);
+  CHECK(again.code == 0);
+  CHECK_THAT(again.output, Contains("ckpt-000000050.tkpt at epoch 5, step 50 (saved by 1 rank, resharded onto 2)"));
+  CHECK(summary_number(trainkit::test::read_text(tmp.str("sharded/summary.json")), "steps") == 60);
+  // Several param groups under ZeRO (layer decay; LRs by name with the no-decay split inside them): the test
+  // loss of plain DDP with the same groups.
+  const auto test_loss = [&tmp](const std::string& name) {
+    return summary_number(trainkit::test::read_text(tmp.str(name + "/summary.json")), "test_loss");
+  };
+  const std::vector<std::pair<std::string, std::string>> groupings = {
+      {"layer_decay", "--set optimizer.layer_decay=0.75"},
+      {"lr_by_name", "--set 'optimizer.lr_by_name=[{ pattern = \"0.*\", lr = 0.1 }]' --set optimizer.no_decay_1d=true"}};
+  for (const auto& [name, setting] : groupings) {
+    for (const std::string zero : {"0", "2"}) {
+      const Outcome out = train(name + "_" + zero, setting + " --set zero.stage=" + zero);
+      INFO(out.output);
+      REQUIRE(out.code == 0);
+      if (zero == "2") CHECK_THAT(out.output, Contains("param groups, rank 0 owns"));
+    }
+    INFO(name);
+    CHECK(std::abs(test_loss(name + "_2") - test_loss(name + "_0")) < 1e-4);
+  }
 }

@@ -25,6 +25,9 @@
 #include "trainkit/train/callback.h"
 #include "trainkit/train/checkpoint.h"
 #include "trainkit/train/summary.h"
+#if TRAINKIT_WITH_DISTRIBUTED
+#include "trainkit/dist/checkpoint_group.h"
+#endif
 
 namespace trainkit::app {
 namespace {
@@ -199,6 +202,34 @@ RunPlan plan_run(const TrainJobOptions& options) {
   return plan;
 }
 
+/// The checkpoint this rank resumes from: the file or commit record named by --resume, or with --resume auto
+/// the newest one of the run's checkpoints that verifies (none: a fresh run).
+std::optional<train::CheckpointEntry> resume_point(const RunPlan& plan, const TrainJobOptions& options,
+                                                   const std::string& checkpoints) {
+  if (!plan.resume_from.empty()) {
+    if (fs::path(plan.resume_from).extension() != ".commit") {
+      train::CheckpointEntry whole;
+      whole.files = {plan.resume_from};
+      return whole;  // any checkpoint file, by name
+    }
+    const std::string dir = fs::path(plan.resume_from).parent_path().string();
+    for (const auto& entry : train::CheckpointManager(dir.empty() ? "." : dir, 1).entries()) {
+      if (fs::equivalent(entry.name(), plan.resume_from)) return entry;
+    }
+    throw UsageError(fmt::format("--resume {}: not a complete checkpoint (a commit record whose shards are all "
+                                 "there with their recorded sizes)",
+                                 plan.resume_from));
+  }
+  if (options.resume != "auto") {
+    return std::nullopt;
+  }
+  auto latest = train::CheckpointManager(checkpoints, 1).latest();
+  if (!latest) {
+    spdlog::info("--resume auto: no usable checkpoint in {}, starting fresh", checkpoints);
+  }
+  return latest;
+}
+
 }  // namespace
 
 TrainJobResult run_train_job(const TrainJobOptions& options) {
@@ -206,50 +237,59 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   const Config config = load_config(options.config_path, options.overrides, options.catalog.extensions());
   const RunPlan plan = plan_run(options);
 
-  // The checkpoint is read before the run is built, so that the metrics files know whether they continue
+  // The checkpoint is chosen before the run is built, so that the metrics files know whether they continue
   // a run; it is restored after DDP's broadcast, so every rank loads the same state.
-  torch::serialize::InputArchive archive;
-  std::string resume_path = plan.resume_from;
-  if (!resume_path.empty()) {
-    train::load_checkpoint(resume_path, archive);
-  } else if (options.resume == "auto") {
-    train::CheckpointManager manager((fs::path(plan.dir) / "checkpoints").string(), 1);
-    resume_path = manager.load_latest(archive).value_or("");
-    if (resume_path.empty()) {
-      spdlog::info("--resume auto: no usable checkpoint in {}, starting fresh", manager.dir());
-    }
-  }
+  const std::string checkpoints = (fs::path(plan.dir) / "checkpoints").string();
+  const std::optional<train::CheckpointEntry> resume = resume_point(plan, options, checkpoints);
   Run run = build_run(config, options.config_path,
-                      RunOptions().dir(plan.dir).append_metrics(!resume_path.empty()).distributed(true),
+                      RunOptions().dir(plan.dir).append_metrics(resume.has_value()).distributed(true),
                       options.catalog);
   train::Trainer& trainer = *run.trainer;
-  if (!resume_path.empty()) {
-    const auto mismatch = [&resume_path](const char* why) {
+#if TRAINKIT_WITH_DISTRIBUTED
+  if (run.group && !(resume && resume->step < 0)) {
+    // Every rank chose on its own; a rank that sees other files (a directory the ranks do not share) must
+    // not resume another step than the others. (A whole file named by --resume has no step to compare.)
+    train::check_same_checkpoint(resume ? resume->step : -1, checkpoints, dist::checkpoint_group(run.group));
+  }
+#endif
+  if (resume) {
+    const std::string resume_path = resume->file_for(run.rank, run.world_size);
+    const auto mismatch = [&resume](const char* why) {
       return train::CheckpointError(
-          fmt::format("{}: does not match this config's model or optimizer: {}", resume_path, why));
+          fmt::format("{}: does not match this config's model or optimizer: {}", resume->name(), why));
     };
     try {
+      torch::serialize::InputArchive archive;
+      train::load_checkpoint(resume_path, archive);
 #if TRAINKIT_WITH_DISTRIBUTED
-      if (run.zero != nullptr && !run.main_rank()) {
-        // ZeRO: every rank saved its own shard beside rank 0's checkpoint (checkpoint_dir); it resumes from it.
-        resume_path = (fs::path(checkpoint_dir(plan.dir, run)) / fs::path(resume_path).filename()).string();
-        if (!fs::exists(resume_path)) {
-          throw train::CheckpointError(fmt::format(
-              "{}: rank {} has no ZeRO shard of this checkpoint (was it saved by another number of ranks, or "
-              "without [zero]?)",
-              resume_path, run.rank));
-        }
-        archive = torch::serialize::InputArchive();
-        train::load_checkpoint(resume_path, archive);
+      if (run.zero != nullptr) {
+        // A checkpoint of another number of ranks: the ZeRO shards this rank's parameters come from.
+        run.zero->set_shard_reader([entry = *resume](int64_t rank, int64_t world_size)
+                                       -> std::unique_ptr<torch::serialize::InputArchive> {
+          if (world_size != entry.world_size() || rank < 0 || rank >= world_size) return nullptr;
+          torch::serialize::InputArchive whole;
+          train::load_checkpoint(entry.files[static_cast<size_t>(rank)], whole);
+          auto optimizer = std::make_unique<torch::serialize::InputArchive>();
+          whole.read("optimizer", *optimizer);
+          return optimizer;
+        });
       }
 #endif
       trainer.load(archive);
+#if TRAINKIT_WITH_DISTRIBUTED
+      if (run.zero != nullptr) run.zero->set_shard_reader(nullptr);
+#endif
     } catch (const c10::Error& e) {  // LibTorch's archive reader (a missing key or a shape)
       throw mismatch(e.what_without_backtrace());
     } catch (const std::invalid_argument& e) {  // trainkit's own checks of the loaded state
       throw mismatch(e.what());
     }
-    spdlog::info("resumed from {} at epoch {}, step {}", resume_path, trainer.state().epoch + 1, trainer.state().step);
+    spdlog::info("resumed from {} at epoch {}, step {}{}", resume->name(), trainer.state().epoch + 1,
+                 trainer.state().step,
+                 resume->world_size() == run.world_size
+                     ? std::string()
+                     : fmt::format(" (saved by {} rank{}, resharded onto {})", resume->world_size(),
+                                   resume->world_size() == 1 ? "" : "s", run.world_size));
   }
   if (run.main_rank()) {
     train::write_file_atomic((fs::path(plan.dir) / "config.toml").string(), to_toml(config));

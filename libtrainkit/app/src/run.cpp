@@ -24,6 +24,9 @@
 #include "trainkit/train/callbacks/profiler_trace.h"
 #include "trainkit/train/callbacks/trainer_checkpoint.h"
 #include "trainkit/version.h"
+#if TRAINKIT_WITH_DISTRIBUTED
+#include "trainkit/dist/checkpoint_group.h"
+#endif
 
 namespace trainkit::app {
 namespace {
@@ -265,15 +268,19 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
   if (options.dir().empty()) {
     return;
   }
-  run.checkpoints = std::make_shared<train::CheckpointManager>(checkpoint_dir(options.dir(), run),
-                                                               config.checkpoint.keep_last);
-  if (!run.main_rank()) {
+  run.checkpoints = std::make_shared<train::CheckpointManager>(
+      (std::filesystem::path(options.dir()) / "checkpoints").string(), config.checkpoint.keep_last);
 #if TRAINKIT_WITH_DISTRIBUTED
-    if (run.zero != nullptr) {  // its shard of the optimizer state, at the same steps as rank 0
+  if (run.zero != nullptr && run.group) {
+    // Every rank saves its shard at the same steps; rank 0 commits each step once all are durable.
+    run.checkpoints->set_sharded(dist::checkpoint_group(run.group));
+    if (!run.main_rank()) {
       run.trainer->add_callback(
           std::make_shared<train::TrainerCheckpoint>(run.checkpoints, config.checkpoint.every_steps));
     }
+  }
 #endif
+  if (!run.main_rank()) {
     return;
   }
   std::filesystem::create_directories(options.dir());
@@ -319,17 +326,6 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
 }
 
 }  // namespace
-
-std::string checkpoint_dir(const std::string& dir, const Run& run) {
-  const auto base = std::filesystem::path(dir) / "checkpoints";
-#if TRAINKIT_WITH_DISTRIBUTED
-  if (run.zero != nullptr && !run.main_rank()) {
-    return (base / ("rank" + std::to_string(run.rank))).string();
-  }
-#endif
-  (void)run;
-  return base.string();
-}
 
 torch::Device choose_device(const std::string& setting, int64_t world_size, int64_t local_rank,
                             int64_t cuda_devices, const std::string& source) {
@@ -425,30 +421,39 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
 #endif
   run.optimizer = make_run_optimizer(run, config, source);
 #if TRAINKIT_WITH_DISTRIBUTED
-  if (run.group && config.distributed.zero.stage() > 0) {
-    const char* grouping = config.optimizer.layer_decay != 0      ? "layer_decay"
-                           : !config.optimizer.lr_by_name.empty() ? "lr_by_name"
-                           : config.optimizer.no_decay_1d         ? "no_decay_1d"
-                                                                  : nullptr;
-    if (grouping != nullptr) {
-      throw ConfigError(fmt::format("{}: [zero] stage = {} shards one param group; optimizer.{} makes several "
-                                    "(turn one of them off)",
-                                    source, config.distributed.zero.stage(), grouping));
-    }
+  if (options.distributed() && config.distributed.zero.stage() > 0) {
+    // The optimizer built above lays out the param groups (one, the no-decay split, layer decay or LRs by
+    // name, each with its options); ZeRO shards them and each rank's factory makes the same optimizer over
+    // its part of every group.
+    std::vector<torch::optim::OptimizerParamGroup> groups(run.optimizer->param_groups().begin(),
+                                                          run.optimizer->param_groups().end());
+    // By value: the factory lives in the optimizer, which may outlive `config` (it makes optimizers again
+    // when a checkpoint is resharded).
+    const auto factory = [spec = config.optimizer](std::vector<torch::optim::OptimizerParamGroup> shard) {
+      return optim::make_optimizer(spec, shard);
+    };
     std::unique_ptr<dist::ZeroRedundancyOptimizer> zero;
     try {
-      zero = std::make_unique<dist::ZeroRedundancyOptimizer>(
-          *run.ddp, [&config](std::vector<at::Tensor> params) { return optim::make_optimizer(config.optimizer, params); },
-          config.distributed.zero);
+      if (run.group) {
+        zero = std::make_unique<dist::ZeroRedundancyOptimizer>(*run.ddp, std::move(groups), factory,
+                                                               config.distributed.zero);
+      } else {
+        // One process: the whole state is the one rank's shard, so that more ranks can resume it.
+        zero = std::make_unique<dist::ZeroRedundancyOptimizer>(
+            std::move(groups), dist::ProcessGroup::init(dist::InitOptions()), factory,
+            dist::ZeroOptions(config.distributed.zero).stage(1));
+      }
     } catch (const std::invalid_argument& e) {
       throw ConfigError(fmt::format("{}: [zero] stage = {}: {}", source, config.distributed.zero.stage(), e.what()));
     }
-    spdlog::info("zero: stage {}, rank 0 owns {} of {} parameter tensors", zero->stage(), zero->shard(0).size(),
-                 zero->param_groups()[0].params().size());
+    size_t tensors = 0;
+    for (const auto& g : zero->param_groups()) tensors += g.params().size();
+    spdlog::info("zero: stage {}, {} param group{}, rank 0 owns {} of {} parameter tensors{}",
+                 config.distributed.zero.stage(), zero->param_groups().size(),
+                 zero->param_groups().size() == 1 ? "" : "s", zero->shard(0).size(), tensors,
+                 run.group ? "" : " (one process: its state is saved as a 1-rank shard)");
     run.zero = zero.get();
     run.optimizer = std::move(zero);
-  } else if (config.distributed.zero.stage() > 0) {
-    spdlog::info("zero: stage {} has no effect on one process", config.distributed.zero.stage());
   }
 #endif
   const int64_t accumulation = config.trainer.accumulation_steps();

@@ -4,6 +4,7 @@
 /// GPipe-style model parallelism
 /// (built when trainkit is configured with TRAINKIT_WITH_DISTRIBUTED, the default).
 #include "trainkit/dist/backend.h"
+#include "trainkit/dist/checkpoint_group.h"
 #include "trainkit/dist/ddp.h"
 #include "trainkit/dist/launch.h"
 #include "trainkit/dist/pipeline.h"

@@ -8,6 +8,9 @@
 #include <numeric>
 #include <sstream>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <torch/torch.h>
 
 #include "detail/check.h"
@@ -21,7 +24,7 @@ namespace trainkit::dist {
 
 namespace {
 
-constexpr int64_t kShardVersion = 2;
+constexpr int64_t kShardVersion = 3;  // 3: several param groups ("group_sizes", "options/group<g>"); 2: one
 
 int64_t tensor_bytes_in(torch::serialize::InputArchive& archive) {
   int64_t bytes = 0;
@@ -54,24 +57,42 @@ std::vector<int64_t> read_ints(torch::serialize::InputArchive& archive, const ch
 
 /// The metadata of one saved shard.
 struct ShardInfo {
+  int64_t version = 0;
   int64_t world = 0;
   int64_t rank = 0;
   std::vector<int64_t> owner;
   std::vector<int64_t> numel;
+  std::vector<int64_t> group_sizes;
   torch::serialize::InputArchive* archive = nullptr;
 };
 
 ShardInfo read_info(torch::serialize::InputArchive& archive) {
-  const int64_t version = read_int(archive, "zero_version");
-  TRAINKIT_CHECK_ARG(version == kShardVersion, "ZeroRedundancyOptimizer: shard format version {} (this build reads {})",
-                     version, kShardVersion);
   ShardInfo info;
+  info.version = read_int(archive, "zero_version");
+  TRAINKIT_CHECK_ARG(info.version == 2 || info.version == kShardVersion,
+                     "ZeroRedundancyOptimizer: shard format version {} (this build reads 2 and {})", info.version,
+                     kShardVersion);
   info.world = read_int(archive, "world_size");
   info.rank = read_int(archive, "rank");
   info.owner = read_ints(archive, "owner");
   info.numel = read_ints(archive, "numel");
+  info.group_sizes = info.version == 2 ? std::vector<int64_t>{static_cast<int64_t>(info.owner.size())}
+                                       : read_ints(archive, "group_sizes");
   info.archive = &archive;
   return info;
+}
+
+/// The saved options of param group `g` (version 2 shards hold one group's options directly).
+void read_group_options(const ShardInfo& info, size_t g, torch::optim::OptimizerOptions& options) {
+  torch::serialize::InputArchive all;
+  info.archive->read("options", all);
+  if (info.version == 2) {
+    options.serialize(all);
+    return;
+  }
+  torch::serialize::InputArchive one;
+  all.read("group" + std::to_string(g), one);
+  options.serialize(one);
 }
 
 }  // namespace
@@ -90,69 +111,164 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
 }
 
 struct ZeroRedundancyOptimizer::Partition {
-  std::vector<at::Tensor> params;
-  std::vector<int64_t> owner;
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  std::vector<int64_t> owner;         // by parameter, group by group
+  std::vector<int64_t> local_groups;  // the global group of each local group
   std::unique_ptr<torch::optim::Optimizer> local;
-  OptimizerFactory factory;
+  GroupedOptimizerFactory factory;
 
-  Partition(std::vector<at::Tensor> all, int64_t world, int64_t rank, const OptimizerFactory& make)
-      : params(std::move(all)), factory(make) {
+  Partition(std::vector<torch::optim::OptimizerParamGroup> all, int64_t world, int64_t rank,
+            const GroupedOptimizerFactory& make)
+      : groups(std::move(all)), factory(make) {
     TRAINKIT_CHECK_ARG(factory, "ZeroRedundancyOptimizer: optimizer factory is empty");
-    TRAINKIT_CHECK_ARG(!params.empty(), "ZeroRedundancyOptimizer: no parameters");
-    TRAINKIT_CHECK_ARG(static_cast<int64_t>(params.size()) >= world,
+    size_t total = 0;
+    for (const auto& g : groups) total += g.params().size();
+    TRAINKIT_CHECK_ARG(total > 0, "ZeroRedundancyOptimizer: no parameters");
+    TRAINKIT_CHECK_ARG(static_cast<int64_t>(total) >= world,
                        "ZeroRedundancyOptimizer: {} parameter tensors cannot be shared by {} ranks (each rank must own "
                        "one at least)",
-                       params.size(), world);
-    // PyTorch's partition: parameters by size, largest first, each to the rank with the smallest total.
-    std::vector<size_t> order(params.size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+                       total, world);
+    // PyTorch's partition: group by group, parameters by size, largest first, each to the rank with the
+    // smallest total so far (totals carried over from group to group).
     std::vector<int64_t> load(static_cast<size_t>(world), 0);
     std::vector<int64_t> count(static_cast<size_t>(world), 0);
-    owner.assign(params.size(), 0);
-    for (size_t i : order) {
-      const auto r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-      owner[i] = static_cast<int64_t>(r);
-      load[r] += params[i].numel();
-      ++count[r];
+    owner.assign(total, 0);
+    size_t offset = 0;
+    for (const auto& group : groups) {
+      const auto& params = group.params();
+      std::vector<size_t> order(params.size());
+      std::iota(order.begin(), order.end(), size_t{0});
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+      for (size_t i : order) {
+        const auto r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        owner[offset + i] = static_cast<int64_t>(r);
+        load[r] += params[i].numel();
+        ++count[r];
+      }
+      offset += params.size();
     }
     const auto idle = std::find(count.begin(), count.end(), 0);
     TRAINKIT_CHECK_ARG(idle == count.end(),
                        "ZeroRedundancyOptimizer: rank {} of {} would own no parameter (empty tensors?)",
                        idle - count.begin(), world);
-    std::vector<at::Tensor> mine;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (owner[i] == rank) mine.push_back(params[i]);
-    }
-    local = factory(std::move(mine));
+    local = factory(shard_groups(groups, owner, rank, &local_groups));
     TRAINKIT_CHECK_ARG(local, "ZeroRedundancyOptimizer: the factory returned no optimizer");
-    TRAINKIT_CHECK_ARG(local->param_groups().size() == 1,
-                       "ZeroRedundancyOptimizer: the factory's optimizer has {} param groups; it must make one",
-                       local->param_groups().size());
+    TRAINKIT_CHECK_ARG(local->param_groups().size() == local_groups.size(),
+                       "ZeroRedundancyOptimizer: the factory's optimizer has {} param groups; it must make one of each "
+                       "group it is given ({})",
+                       local->param_groups().size(), local_groups.size());
     if (world > 1) {
-      if (const auto* lamb = dynamic_cast<const optim::LambOptions*>(&local->defaults())) {
-        TRAINKIT_CHECK_ARG(lamb->max_grad_norm().value_or(0.0) == 0,
+      for (const auto& group : local->param_groups()) {
+        const auto* lamb = dynamic_cast<const optim::LambOptions*>(&group.options());
+        TRAINKIT_CHECK_ARG(lamb == nullptr || lamb->max_grad_norm().value_or(0.0) == 0,
                            "ZeroRedundancyOptimizer: Lamb's max_grad_norm = {} would clip by the norm of this rank's "
                            "shard only; set it to none and clip with ZeroRedundancyOptimizer::clip_grad_norm_ (the "
                            "norm over all ranks)",
-                           *lamb->max_grad_norm());
+                           lamb != nullptr ? lamb->max_grad_norm().value_or(0.0) : 0.0);
       }
     }
+    // A group given without options (the one group of the parameter-list constructors) gets the options the
+    // factory gave it.
+    for (size_t j = 0; j < local_groups.size(); ++j) {
+      auto& g = groups[static_cast<size_t>(local_groups[j])];
+      if (!g.has_options()) g.set_options(local->param_groups()[j].options().clone());
+    }
+    for (size_t g = 0; g < groups.size(); ++g) {
+      TRAINKIT_CHECK_ARG(groups[g].has_options(),
+                         "ZeroRedundancyOptimizer: param group {} has no options (give every group its options)", g);
+    }
+  }
+
+  /// The groups that hold a parameter owned by `rank` (each with those parameters and its options), and in
+  /// `which` the global index of each.
+  static std::vector<torch::optim::OptimizerParamGroup> shard_groups(
+      const std::vector<torch::optim::OptimizerParamGroup>& groups, const std::vector<int64_t>& owner, int64_t rank,
+      std::vector<int64_t>* which) {
+    std::vector<torch::optim::OptimizerParamGroup> out;
+    size_t offset = 0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      std::vector<at::Tensor> mine;
+      for (size_t i = 0; i < groups[g].params().size(); ++i) {
+        if (owner[offset + i] == rank) mine.push_back(groups[g].params()[i]);
+      }
+      offset += groups[g].params().size();
+      if (mine.empty()) continue;
+      out.emplace_back(std::move(mine), groups[g].has_options() ? groups[g].options().clone() : nullptr);
+      if (which != nullptr) which->push_back(static_cast<int64_t>(g));
+    }
+    return out;
   }
 };
 
+namespace {
+
+/// The factory of the parameter-list constructors, over the one group.
+GroupedOptimizerFactory one_group(const OptimizerFactory& factory) {
+  TRAINKIT_CHECK_ARG(factory, "ZeroRedundancyOptimizer: optimizer factory is empty");
+  return [factory](std::vector<torch::optim::OptimizerParamGroup> groups) {
+    return factory(groups.empty() ? std::vector<at::Tensor>{} : groups.front().params());
+  };
+}
+
+std::vector<at::Tensor> trainable(const DistributedDataParallel& ddp) {
+  std::vector<at::Tensor> params;
+  for (const auto& p : ddp.module()->parameters()) {
+    if (p.requires_grad()) params.push_back(p);
+  }
+  return params;
+}
+
+/// Checks that `groups` hold each trainable parameter of `ddp` exactly once and nothing else.
+void check_covers(const DistributedDataParallel& ddp, const std::vector<torch::optim::OptimizerParamGroup>& groups) {
+  std::map<const void*, std::string> names;
+  for (const auto& item : ddp.module()->named_parameters()) {
+    if (item.value().requires_grad()) names[item.value().unsafeGetTensorImpl()] = item.key();
+  }
+  std::map<const void*, size_t> seen;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& p : groups[g].params()) {
+      const void* key = p.unsafeGetTensorImpl();
+      TRAINKIT_CHECK_ARG(names.count(key) != 0,
+                         "ZeroRedundancyOptimizer: param group {} holds a tensor that is not a trainable parameter "
+                         "of the DistributedDataParallel's module",
+                         g);
+      const auto [it, fresh] = seen.emplace(key, g);
+      TRAINKIT_CHECK_ARG(fresh, "ZeroRedundancyOptimizer: parameter '{}' is in param groups {} and {}", names[key],
+                         it->second, g);
+    }
+  }
+  for (const auto& [key, name] : names) {
+    TRAINKIT_CHECK_ARG(seen.count(key) != 0, "ZeroRedundancyOptimizer: parameter '{}' is in no param group", name);
+  }
+}
+
+}  // namespace
+
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Partition partition, std::shared_ptr<ProcessGroup> group,
                                                  ZeroOptions options)
-    : torch::optim::Optimizer(partition.params, partition.local->param_groups()[0].options().clone()),
+    : torch::optim::Optimizer(partition.groups, partition.groups.front().options().clone()),
       group_(std::move(group)),
       options_(options),
       factory_(std::move(partition.factory)),
       owner_(std::move(partition.owner)),
-      local_(std::move(partition.local)) {}
+      local_groups_(std::move(partition.local_groups)),
+      local_(std::move(partition.local)) {
+  // LibTorch's Optimizer keeps a group's own options only for its own optimizer types (2.9+): put back each
+  // group's (layer-wise LRs, no weight decay for 1-d tensors), as optim::OptimizerBase does.
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    param_groups_[g].set_options(partition.groups[g].options().clone());
+  }
+}
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> params, std::shared_ptr<ProcessGroup> group,
                                                  const OptimizerFactory& factory, ZeroOptions options)
+    : ZeroRedundancyOptimizer({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(group),
+                              one_group(factory), options) {}
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<torch::optim::OptimizerParamGroup> groups,
+                                                 std::shared_ptr<ProcessGroup> group,
+                                                 const GroupedOptimizerFactory& factory, ZeroOptions options)
     : ZeroRedundancyOptimizer(
           [&] {
             TRAINKIT_CHECK_ARG(group, "ZeroRedundancyOptimizer: process group is null");
@@ -160,27 +276,47 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> params,
                                "ZeroRedundancyOptimizer: stage {} over a parameter list (stage 2 needs the "
                                "DistributedDataParallel constructor, which owns the gradient hooks)",
                                options.stage());
-            return Partition(std::move(params), group->world_size(), group->rank(), factory);
+            return Partition(std::move(groups), group->world_size(), group->rank(), factory);
           }(),
           group, options) {}
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp, const OptimizerFactory& factory,
                                                  ZeroOptions options)
+    : ZeroRedundancyOptimizer(ddp, {torch::optim::OptimizerParamGroup(trainable(ddp))}, one_group(factory), options) {}
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp,
+                                                 std::vector<torch::optim::OptimizerParamGroup> groups,
+                                                 const GroupedOptimizerFactory& factory, ZeroOptions options)
     : ZeroRedundancyOptimizer(
           [&] {
             TRAINKIT_CHECK_ARG(options.stage() == 1 || options.stage() == 2,
                                "ZeroRedundancyOptimizer: invalid stage {} (1 or 2)", options.stage());
-            std::vector<at::Tensor> params;
-            for (const auto& p : ddp.module()->parameters()) {
-              if (p.requires_grad()) params.push_back(p);
-            }
+            check_covers(ddp, groups);
             const auto& group = ddp.process_group();
-            return Partition(std::move(params), group->world_size(), group->rank(), factory);
+            return Partition(std::move(groups), group->world_size(), group->rank(), factory);
           }(),
           ddp.process_group(), options) {
   if (options_.stage() == 2) {
-    ddp.reduce_to_owners(owner_);
+    // The DDP's buckets go by its own parameter order: each parameter's owner there.
+    std::map<const void*, int64_t> owner_of;
+    const auto params = all_params();
+    for (size_t i = 0; i < params.size(); ++i) owner_of[params[i].unsafeGetTensorImpl()] = owner_[i];
+    std::vector<int64_t> ddp_owner;
+    for (const auto& p : trainable(ddp)) ddp_owner.push_back(owner_of.at(p.unsafeGetTensorImpl()));
+    ddp.reduce_to_owners(ddp_owner);
   }
+}
+
+std::vector<at::Tensor> ZeroRedundancyOptimizer::all_params() const {
+  std::vector<at::Tensor> out;
+  for (const auto& g : param_groups_) out.insert(out.end(), g.params().begin(), g.params().end());
+  return out;
+}
+
+std::vector<int64_t> ZeroRedundancyOptimizer::group_sizes() const {
+  std::vector<int64_t> out;
+  for (const auto& g : param_groups_) out.push_back(static_cast<int64_t>(g.params().size()));
+  return out;
 }
 
 std::vector<int64_t> ZeroRedundancyOptimizer::shard(int64_t rank) const {
@@ -199,9 +335,11 @@ at::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
   }
   // A scheduler sets this object's options: the shard's optimizer steps with them (Python's ZeRO syncs the
   // param groups the same way).
-  local_->param_groups()[0].set_options(param_groups_[0].options().clone());
+  for (size_t j = 0; j < local_groups_.size(); ++j) {
+    local_->param_groups()[j].set_options(param_groups_[static_cast<size_t>(local_groups_[j])].options().clone());
+  }
   local_->step();
-  const auto& params = param_groups_[0].params();
+  const auto params = all_params();
   for (int64_t r = 0; r < group_->world_size() && group_->world_size() > 1; ++r) {
     std::vector<at::Tensor> owned;
     for (size_t i = 0; i < params.size(); ++i) {
@@ -215,7 +353,7 @@ at::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
 at::Tensor ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, double norm_type) {
   TRAINKIT_CHECK_ARG(max_norm >= 0, "ZeroRedundancyOptimizer::clip_grad_norm_: invalid max_norm {}", max_norm);
   TRAINKIT_CHECK_ARG(norm_type > 0, "ZeroRedundancyOptimizer::clip_grad_norm_: invalid norm_type {}", norm_type);
-  const auto& params = param_groups_[0].params();
+  const auto params = all_params();
   if (options_.stage() == 1 || group_->world_size() == 1) {
     return grad::clip_grad_norm_(params, max_norm, norm_type);
   }
@@ -245,36 +383,70 @@ int64_t ZeroRedundancyOptimizer::local_state_bytes() const { return optimizer_st
 
 int64_t ZeroRedundancyOptimizer::local_gradient_bytes() const {
   int64_t bytes = 0;
-  for (const auto& p : param_groups_[0].params()) {
+  for (const auto& p : all_params()) {
     if (p.grad().defined()) bytes += static_cast<int64_t>(p.grad().nbytes());
   }
   return bytes;
 }
 
 void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& archive) const {
-  const auto& params = param_groups_[0].params();
   std::vector<int64_t> numel;
-  for (const auto& p : params) numel.push_back(p.numel());
+  for (const auto& p : all_params()) numel.push_back(p.numel());
   archive.write("zero_version", at::tensor(kShardVersion));
   archive.write("stage", at::tensor(options_.stage()));
   archive.write("world_size", at::tensor(group_->world_size()));
   archive.write("rank", at::tensor(group_->rank()));
   archive.write("owner", at::tensor(owner_));
   archive.write("numel", at::tensor(numel));
+  archive.write("group_sizes", at::tensor(group_sizes()));
   archive.write("indices", at::tensor(shard(group_->rank())));
   torch::serialize::OutputArchive options_archive;
-  param_groups_[0].options().serialize(options_archive);
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    torch::serialize::OutputArchive one;
+    param_groups_[g].options().serialize(one);
+    options_archive.write("group" + std::to_string(g), one);
+  }
   archive.write("options", options_archive);
   torch::serialize::OutputArchive shard_archive;
   local_->save(shard_archive);
   archive.write("shard", shard_archive);
 }
 
-void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) { load_shards({&archive}); }
+void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
+  const ShardInfo info = read_info(archive);
+  if ((info.world == group_->world_size() && info.rank == group_->rank()) || !shard_reader_) {
+    load_shards({&archive});
+    return;
+  }
+  load_with(archive, shard_reader_);
+}
+
+void ZeroRedundancyOptimizer::load_with(torch::serialize::InputArchive& first, const ShardReader& read) {
+  const ShardInfo info = read_info(first);
+  const auto& saved_owner = info.owner;
+  std::map<int64_t, std::unique_ptr<torch::serialize::InputArchive>> opened;
+  std::vector<torch::serialize::InputArchive*> needed{&first};
+  for (int64_t i : shard(group_->rank())) {
+    TRAINKIT_CHECK_ARG(static_cast<size_t>(i) < saved_owner.size(),
+                       "ZeroRedundancyOptimizer: the checkpoint holds a partition of {} parameters, this model has {}",
+                       saved_owner.size(), owner_.size());
+    const int64_t from = saved_owner[static_cast<size_t>(i)];
+    if (from == info.rank || opened.count(from) != 0) continue;
+    auto archive = read(from, info.world);
+    TRAINKIT_CHECK_ARG(archive != nullptr,
+                       "ZeroRedundancyOptimizer: rank {} of {} needs the shard of rank {} of the {}-rank run, which "
+                       "the checkpoint does not hold",
+                       group_->rank(), group_->world_size(), from, info.world);
+    needed.push_back(archive.get());
+    opened[from] = std::move(archive);
+  }
+  load_shards(needed);
+}
 
 void ZeroRedundancyOptimizer::load_shards(const std::vector<torch::serialize::InputArchive*>& shards) {
   TRAINKIT_CHECK_ARG(!shards.empty(), "ZeroRedundancyOptimizer::load_shards: no shard given");
-  const auto& params = param_groups_[0].params();
+  const auto params = all_params();
+  const auto sizes = group_sizes();
   std::map<int64_t, ShardInfo> by_rank;
   int64_t world = -1;
   for (auto* archive : shards) {
@@ -286,6 +458,10 @@ void ZeroRedundancyOptimizer::load_shards(const std::vector<torch::serialize::In
                        "ZeroRedundancyOptimizer: the shard of rank {} of {} holds a partition of {} parameters, this "
                        "model has {}",
                        info.rank, info.world, info.owner.size(), params.size());
+    TRAINKIT_CHECK_ARG(info.group_sizes == sizes,
+                       "ZeroRedundancyOptimizer: the shard of rank {} of {} holds param groups of {} parameters, this "
+                       "optimizer's have {}",
+                       info.rank, info.world, fmt::join(info.group_sizes, "/"), fmt::join(sizes, "/"));
     for (size_t i = 0; i < params.size(); ++i) {
       TRAINKIT_CHECK_ARG(info.numel[i] == params[i].numel(),
                          "ZeroRedundancyOptimizer: parameter {} has {} elements in the shard of rank {} of {}, {} here",
@@ -300,7 +476,8 @@ void ZeroRedundancyOptimizer::load_shards(const std::vector<torch::serialize::In
                        reference.rank, r);
   }
   // The saved shards this rank's parameters come from, each loaded into a fresh optimizer of the factory
-  // over copies of that shard's parameters (which gives the optimizer's own ParamState types).
+  // over copies of that shard's parameters, in that shard's groups (which gives the optimizer's own
+  // ParamState types).
   const auto mine = shard(group_->rank());
   std::map<int64_t, std::unique_ptr<torch::optim::Optimizer>> sources;
   std::map<int64_t, std::vector<at::Tensor>> source_params;
@@ -313,20 +490,27 @@ void ZeroRedundancyOptimizer::load_shards(const std::vector<torch::serialize::In
                        "this state (it owned parameter {}); {}",
                        group_->rank(), group_->world_size(), from, world, i,
                        world == group_->world_size() ? "the partition differs" : "load it with load_shards");
-    std::vector<at::Tensor> copies;
-    for (size_t j = 0; j < params.size(); ++j) {
-      if (reference.owner[j] == from) copies.push_back(params[j].detach().clone());
+    std::vector<torch::optim::OptimizerParamGroup> copies;
+    for (const auto& g : param_groups_) {
+      std::vector<at::Tensor> c;
+      for (const auto& p : g.params()) c.push_back(p.detach().clone());
+      copies.emplace_back(std::move(c), g.options().clone());
     }
-    auto optimizer = factory_(copies);
+    auto source_groups = Partition::shard_groups(copies, reference.owner, from, nullptr);
+    std::vector<at::Tensor> flat;
+    for (const auto& g : source_groups) flat.insert(flat.end(), g.params().begin(), g.params().end());
+    auto optimizer = factory_(std::move(source_groups));
     torch::serialize::InputArchive shard_archive;
     it->second.archive->read("shard", shard_archive);
     optimizer->load(shard_archive);
     sources[from] = std::move(optimizer);
-    source_params[from] = std::move(copies);
+    source_params[from] = std::move(flat);
   }
+  // Every group's options as saved (what a scheduler had set).
+  for (size_t g = 0; g < param_groups_.size(); ++g) read_group_options(reference, g, param_groups_[g].options());
   // The first source becomes the shard's optimizer: it keeps what its type saves besides the per-parameter
-  // state (e.g. LAMB's step count), which every rank's shard holds alike. Its parameters become this rank's
-  // and every parameter's state moves to its new key.
+  // state (e.g. LAMB's step count), which every rank's shard holds alike. Its param groups become this
+  // rank's and every parameter's state moves to its new key.
   const int64_t first_source = sources.begin()->first;
   auto local = std::move(sources.begin()->second);
   sources.erase(sources.begin());
@@ -342,14 +526,8 @@ void ZeroRedundancyOptimizer::load_shards(const std::vector<torch::serialize::In
       moved.emplace(compat::param_state_key(params[static_cast<size_t>(i)]), found->second->clone());
     }
   }
-  std::vector<at::Tensor> mine_params;
-  for (int64_t i : mine) mine_params.push_back(params[static_cast<size_t>(i)]);
-  local->param_groups()[0].params() = std::move(mine_params);
+  local->param_groups() = Partition::shard_groups(param_groups_, owner_, group_->rank(), nullptr);
   local->state() = std::move(moved);
-  torch::serialize::InputArchive options_archive;
-  reference.archive->read("options", options_archive);
-  param_groups_[0].options().serialize(options_archive);
-  local->param_groups()[0].set_options(param_groups_[0].options().clone());
   local_ = std::move(local);
 }
 
@@ -380,31 +558,18 @@ void ZeroRedundancyOptimizer::load_sharded(const std::string& dir) {
   }
   TRAINKIT_CHECK_ARG(!ec, "ZeroRedundancyOptimizer: cannot read the shard directory {}: {}", dir, ec.message());
   TRAINKIT_CHECK_ARG(world > 0, "ZeroRedundancyOptimizer: {} holds no zero_shard_<rank>_of_<world>.pt file", dir);
-  // This rank's parameters, by their owner in the saved partition: read the owner from any shard first.
-  std::vector<std::unique_ptr<torch::serialize::InputArchive>> archives(static_cast<size_t>(world));
-  const auto open = [&](int64_t r) -> torch::serialize::InputArchive& {
-    auto& slot = archives[static_cast<size_t>(r)];
-    if (!slot) {
-      const std::string path = (std::filesystem::path(dir) / shard_file_name(r, world)).string();
-      TRAINKIT_CHECK_ARG(std::filesystem::exists(path),
-                         "ZeroRedundancyOptimizer: rank {} of {} needs {} (the shard of rank {} of the {}-rank run), "
-                         "which does not exist",
-                         group_->rank(), group_->world_size(), path, r, world);
-      slot = std::make_unique<torch::serialize::InputArchive>();
-      train::load_checkpoint(path, *slot);
-    }
-    return *slot;
+  const ShardReader read = [&](int64_t r, int64_t w) {
+    const std::string path = (std::filesystem::path(dir) / shard_file_name(r, w)).string();
+    TRAINKIT_CHECK_ARG(std::filesystem::exists(path),
+                       "ZeroRedundancyOptimizer: rank {} of {} needs {} (the shard of rank {} of the {}-rank run), "
+                       "which does not exist",
+                       group_->rank(), group_->world_size(), path, r, w);
+    auto archive = std::make_unique<torch::serialize::InputArchive>();
+    train::load_checkpoint(path, *archive);
+    return archive;
   };
-  const auto saved_owner = read_ints(open(0), "owner");
-  std::vector<torch::serialize::InputArchive*> needed{&open(0)};
-  for (int64_t i : shard(group_->rank())) {
-    TRAINKIT_CHECK_ARG(static_cast<size_t>(i) < saved_owner.size(),
-                       "ZeroRedundancyOptimizer: {} holds a partition of {} parameters, this model has {}", dir,
-                       saved_owner.size(), owner_.size());
-    auto* archive = &open(saved_owner[static_cast<size_t>(i)]);
-    if (std::find(needed.begin(), needed.end(), archive) == needed.end()) needed.push_back(archive);
-  }
-  load_shards(needed);
+  auto first = read(0, world);
+  load_with(*first, read);
 }
 
 }  // namespace trainkit::dist

@@ -17,8 +17,10 @@
 ///     }, trainkit::dist::ZeroOptions().stage(2));
 ///     zero.zero_grad(); loss.backward(); zero.clip_grad_norm_(1.0); zero.step();
 ///
-/// The object is a torch::optim::Optimizer: its one param group holds every parameter, and its options
-/// (what a scheduler sets) are copied to the shard's optimizer before each step, as Python's ZeRO does.
+/// The object is a torch::optim::Optimizer with the param groups it was given (one holding every parameter, or
+/// several: layer decay, LRs by name, no decay for 1-d tensors); each group's options (what a scheduler sets)
+/// are copied to the shard's optimizer before each step, as Python's ZeRO does. The partition is Python's:
+/// group by group, largest tensor first, each to the rank with the fewest elements so far (over all groups).
 /// Under stage 2 the gradient norm and a GradScaler's inf check must span every rank's shard: use
 /// clip_grad_norm_() here and GradScaler::set_found_inf_reducer(found_inf_reducer()); both reduce on the
 /// parameters' (and the scaler's) device, through the group's backend for it, and read nothing to the host.
@@ -51,6 +53,14 @@ class DistributedDataParallel;
 
 /// Makes the local optimizer for one rank's shard of the parameters (one param group).
 using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor>)>;
+/// Makes the local optimizer for one rank's shard of several param groups: it gets the groups that hold a
+/// parameter of the shard (in the original order, each with its group's options) and must make one param
+/// group of each, in that order.
+using GroupedOptimizerFactory =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::optim::OptimizerParamGroup>)>;
+/// The optimizer archive that rank `rank` of a `world_size`-rank run saved in the same checkpoint as the one
+/// being loaded (ZeroRedundancyOptimizer::save's output); load() asks it for the shards it needs.
+using ShardReader = std::function<std::unique_ptr<torch::serialize::InputArchive>(int64_t rank, int64_t world_size)>;
 
 /// Options of ZeroRedundancyOptimizer.
 struct ZeroOptions {
@@ -80,6 +90,14 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   /// Stage 1 or 2 over `ddp`'s parameters (`module()->parameters()` that require grad). Stage 2 switches
   /// `ddp`'s buckets to reduce-to-owner (DistributedDataParallel::reduce_to_owners); keep `ddp` alive.
   ZeroRedundancyOptimizer(DistributedDataParallel& ddp, const OptimizerFactory& factory, ZeroOptions options = {});
+  /// Stage 1 over several param groups (each must carry its options), whose gradients something else averages.
+  ZeroRedundancyOptimizer(std::vector<torch::optim::OptimizerParamGroup> groups, std::shared_ptr<ProcessGroup> group,
+                          const GroupedOptimizerFactory& factory, ZeroOptions options = {});
+  /// Stage 1 or 2 over several param groups of `ddp`'s parameters: together the groups hold each of them
+  /// (`module()->parameters()` that require grad) exactly once; std::invalid_argument naming a parameter that
+  /// is in no group, in two, or not `ddp`'s.
+  ZeroRedundancyOptimizer(DistributedDataParallel& ddp, std::vector<torch::optim::OptimizerParamGroup> groups,
+                          const GroupedOptimizerFactory& factory, ZeroOptions options = {});
 
   /// Copies the param group's options to the shard's optimizer, steps it (`closure` runs first when given),
   /// then broadcasts every parameter from its owner (one message per rank and dtype). Returns the loss.
@@ -97,7 +115,7 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   int64_t stage() const { return options_.stage(); }
   /// The optimizer of this rank's shard.
   torch::optim::Optimizer* local_optimizer() { return local_.get(); }
-  /// Owner rank of parameter `index` (constructor order).
+  /// Owner rank of parameter `index` (constructor order: group by group).
   int64_t owner(int64_t index) const { return owner_.at(static_cast<size_t>(index)); }
   /// Parameter indices owned by `rank`.
   std::vector<int64_t> shard(int64_t rank) const;
@@ -106,12 +124,16 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   /// Bytes of the gradients this rank holds now (stage 2 after backward: its shard's only).
   int64_t local_gradient_bytes() const;
 
-  /// Saves this rank's shard: the partition, the indices it owns, the param group's options and the shard
-  /// optimizer's state. Every rank saves its own (sharded checkpoints, one file per rank).
+  /// Saves this rank's shard: the partition, the sizes of the param groups, the indices it owns, every
+  /// group's options and the shard optimizer's state. Every rank saves its own (one file per rank).
   void save(torch::serialize::OutputArchive& archive) const override;
   /// Loads a shard saved by this rank of a group with the same partition (the same world size and
-  /// parameters); otherwise std::invalid_argument naming the shards needed (use load_shards).
+  /// parameters). A shard of another rank or world size (a run resumed on another number of ranks) needs
+  /// the other shards of its checkpoint: with a set_shard_reader() they are read through it and resharded
+  /// as load_shards does; without one, std::invalid_argument naming the shards needed.
   void load(torch::serialize::InputArchive& archive) override;
+  /// Sets (or clears, with nullptr) where load() reads the other shards of the checkpoint it loads.
+  void set_shard_reader(ShardReader reader) { shard_reader_ = std::move(reader); }
   /// Loads from the shards of a run of any world size: `shards[k]` is the archive saved by some rank;
   /// the shards of every rank that owned one of this rank's parameters must be among them. Every
   /// parameter's state moves to its new owner (2 ranks → 1, 1 → 2, ...). std::invalid_argument naming the
@@ -128,12 +150,18 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
  private:
   struct Partition;
   ZeroRedundancyOptimizer(Partition partition, std::shared_ptr<ProcessGroup> group, ZeroOptions options);
+  std::vector<at::Tensor> all_params() const;
+  std::vector<int64_t> group_sizes() const;
+  /// load_shards over `first` and the shards of the same checkpoint that this rank's parameters need.
+  void load_with(torch::serialize::InputArchive& first, const ShardReader& read);
 
   std::shared_ptr<ProcessGroup> group_;
   ZeroOptions options_;
-  OptimizerFactory factory_;
+  GroupedOptimizerFactory factory_;
   std::vector<int64_t> owner_;
+  std::vector<int64_t> local_groups_;  // the global group of each of the shard optimizer's groups
   std::unique_ptr<torch::optim::Optimizer> local_;
+  ShardReader shard_reader_;
 };
 
 /// Bytes of the tensors in an optimizer's state, as serialized (what ZeRO divides among ranks).

@@ -72,19 +72,70 @@ CheckpointDigest digest_checkpoint(const std::string& path);
 /// from its own batch.
 uint64_t digest_parameters(const torch::nn::Module& module);
 
-/// Keeps numbered checkpoints `ckpt-<step>.tkpt` in one directory and deletes all but the newest K.
+/// The ranks that write one checkpoint together, and how they exchange numbers (dist::checkpoint_group
+/// makes one from a dist::ProcessGroup). The default is a single process.
+struct CheckpointGroup {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  /// Every rank's `values` (any length), in rank order, on every rank; a collective: every rank calls it
+  /// at the same point. Unset for a single process.
+  std::function<std::vector<std::vector<int64_t>>(const std::vector<int64_t>& values)> all_gather;
+};
+
+/// One complete checkpoint of a directory: a whole checkpoint file, or the shards of every rank of a step
+/// under the commit record that rank 0 wrote once every shard was durable.
+struct CheckpointEntry {
+  int64_t step = -1;
+  /// By rank: the one file of a whole checkpoint, or every rank's shard.
+  std::vector<std::string> files;
+  /// The commit record (`ckpt-<step>.commit`); empty for a whole checkpoint.
+  std::string commit;
+  /// The number of ranks that wrote it (1 for a whole checkpoint).
+  int64_t world_size() const { return static_cast<int64_t>(files.size()); }
+  /// The file rank `rank` of a `world_size`-rank run restores from: its own shard when the world sizes
+  /// are equal, else rank 0's (whose model, position and RNG every rank then shares).
+  const std::string& file_for(int64_t rank, int64_t world_size) const {
+    return files.at(static_cast<size_t>(world_size == this->world_size() ? rank : 0));
+  }
+  /// What a log names: the commit record, or the file.
+  const std::string& name() const { return commit.empty() ? files.front() : commit; }
+};
+
+/// Keeps numbered checkpoints in one directory and deletes all but the newest K: whole checkpoints
+/// `ckpt-<step>.tkpt`, or (sharded, several ranks) each rank's shard `ckpt-<step>.rank<r>-of-<W>.tkpt`
+/// under a commit record `ckpt-<step>.commit`.
+///
+/// A sharded save is a two-phase commit: every rank writes its shard atomically (fsync'ed), the ranks
+/// all-gather (step, size, CRC-32), rank 0 checks that it sees every shard with that size and writes the
+/// commit record atomically (step, world size, a random token, each shard's name, size and CRC), and every
+/// other rank checks that it sees that record with that token. A step without its commit record does not
+/// count; shards older than the newest commit and not kept are deleted. The ranks must share the
+/// directory: one that they do not share makes the first save fail on every rank with an error naming the
+/// ranks that do not see the others' files.
 class CheckpointManager {
  public:
   /// Checkpoints go to `dir` (created on first save); `keep_last` >= 1 of them are kept.
   CheckpointManager(std::string dir, int64_t keep_last);
 
-  /// Saves the checkpoint of `step` atomically, then prunes old ones and the temporary files that writers
-  /// killed mid-save left behind (those of processes that no longer run). Returns its path.
+  /// Makes every save a shard of `group`'s rank, committed across the ranks (see above); every rank then
+  /// calls save() at the same steps. A group of one process keeps whole checkpoints.
+  void set_sharded(CheckpointGroup group);
+
+  /// Saves the checkpoint of `step` atomically (sharded: this rank's shard, then the commit), then prunes
+  /// old ones and the temporary files that writers killed mid-save left behind (those of processes that no
+  /// longer run). Returns the path of the file written.
   std::string save(int64_t step, torch::serialize::OutputArchive& archive);
-  /// Checkpoint files in the directory, oldest step first (temporary files are ignored).
+  /// Whole checkpoint files and commit records in the directory, oldest step first (temporary files and
+  /// uncommitted shards are ignored).
   std::vector<std::string> list() const;
-  /// Loads the newest checkpoint that verifies into `archive` and returns its path, skipping (and
-  /// logging) damaged ones; std::nullopt when there is none.
+  /// The complete checkpoints, oldest step first: whole files and commit records whose shards exist with
+  /// the recorded sizes (files are not read; latest() verifies them).
+  std::vector<CheckpointEntry> entries() const;
+  /// The newest checkpoint whose every file verifies (size, CRC-32 against the commit record), skipping
+  /// (and logging) damaged ones; std::nullopt when there is none.
+  std::optional<CheckpointEntry> latest() const;
+  /// Loads the newest checkpoint that verifies into `archive` (a sharded one: rank 0's shard) and returns
+  /// its path, skipping (and logging) damaged ones; std::nullopt when there is none.
   std::optional<std::string> load_latest(torch::serialize::InputArchive& archive) const;
   /// Sets a hook run before each rename (see write_file_atomic); for fault-injection tests.
   void set_before_rename(std::function<void()> hook) { before_rename_ = std::move(hook); }
@@ -93,10 +144,19 @@ class CheckpointManager {
 
  private:
   void remove_stale_temporaries() const;
+  std::string save_shard(int64_t step, torch::serialize::OutputArchive& archive);
+  void prune(const std::vector<std::string>& keep_names) const;
 
   std::string dir_;
   int64_t keep_last_;
   std::function<void()> before_rename_;
+  CheckpointGroup group_;
+  bool sharded_ = false;
 };
+
+/// Checks that every rank of `group` resumes from the same checkpoint step (`step` = -1: none found):
+/// all-gathers the steps and throws CheckpointError naming each rank's step when they differ (on every
+/// rank alike, before any of them loads). `dir` is named in the message. No-op for a single process.
+void check_same_checkpoint(int64_t step, const std::string& dir, const CheckpointGroup& group);
 
 }  // namespace trainkit::train

@@ -81,7 +81,8 @@ struct Run : RunData {
 #if TRAINKIT_WITH_DISTRIBUTED
   std::shared_ptr<dist::ProcessGroup> group;               ///< set when distributed
   std::unique_ptr<dist::DistributedDataParallel> ddp;     ///< set when distributed
-  /// `optimizer` itself when distributed with `[zero] stage` 1 or 2 (each rank steps and saves its shard).
+  /// `optimizer` itself with `[zero] stage` 1 or 2 in a training job (each rank steps and saves its shard; one
+  /// process keeps the state as a 1-rank shard, so that more ranks can resume it).
   dist::ZeroRedundancyOptimizer* zero = nullptr;
 #endif
   /// True on the rank that logs and writes files.
@@ -96,10 +97,6 @@ struct Run : RunData {
 /// when the device does not exist (no CUDA device, a local rank or index >= the device count). Pure.
 torch::Device choose_device(const std::string& setting, int64_t world_size, int64_t local_rank,
                             int64_t cuda_devices, const std::string& source);
-
-/// The checkpoint directory of `run`'s rank in the run directory `dir`: `<dir>/checkpoints`, and for the
-/// other ranks of a ZeRO run (each saves its own shard of the optimizer state) `<dir>/checkpoints/rank<r>`.
-std::string checkpoint_dir(const std::string& dir, const Run& run);
 
 /// Loads the data (catalog's provider of data.dataset), seeds, builds the model (provider of model.name),
 /// optimizer, scheduler and Trainer of `config` and attaches what the config asks for; errors name `source`
