@@ -112,7 +112,7 @@ def gen_parzen(f, tv):
 _TPE = [
     ("minimize: complete, pruned, failed, running", [P_LR, P_WIDTH, P_ACT, P_X], "minimize", 12, 5, 2, 1, 12, 10),
     ("maximize, 40 trials (weight ramp in g)", [P_LR, P_X, P_ACT], "maximize", 30, 10, 0, 0, 16, 11),
-    ("pruned trials fill l(x)", [P_X, P_UNITS], "minimize", 2, 20, 1, 2, 10, 12),
+    ("pruned trials fill l(x), ranked by step then value", [P_X, P_LR, P_ACT], "minimize", 1, 60, 1, 2, 10, 12),
 ]
 
 
