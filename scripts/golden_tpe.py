@@ -287,4 +287,10 @@ if __name__ == "__main__":
     import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gen_golden import toml_value  # noqa: E402
-    gen_tpe_golden(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"), toml_value)
+    from golden_common import generated_on  # noqa: E402
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden")
+    gen_tpe_golden(out, toml_value)
+    with open(os.path.join(out, "tpe.toml")) as f:  # the CPU on the second line, as gen_golden.py writes it
+        first, rest = f.readline(), f.read()
+    with open(os.path.join(out, "tpe.toml"), "w") as f:
+        f.write(first + generated_on() + rest)
