@@ -100,6 +100,39 @@ def main():
                                                                   float(np.median(times))), flush=True)
             med = np.median(np.array(curves), axis=0)
             rows += ["{},{},{},{:.6g}".format(name, "optuna_" + method, i + 1, v) for i, v in enumerate(med)]
+    # ---- Optuna's TPE beside trainkit's (bench_tune's TPE table): median regret and the time of one suggestion
+    # when the study holds `evals` and 4 x `evals` observations (50 and 200).
+    marks = [args.evals, 4 * args.evals]
+    print("\n{:<10} {:<10} {:>12} {:>22} {:>26} {:>14}".format("problem", "method", "observations", "median regret",
+                                                               "regret quartiles (25/75%)", "s/suggestion"))
+    for name, f, fmin in (("branin", branin, BRANIN_MIN), ("hartmann6", hartmann6, HARTMANN6_MIN)):
+        regret, seconds, curves = [[] for _ in marks], [[] for _ in marks], []
+        for seed in range(args.seeds):
+            study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
+            best, curve = math.inf, []
+            for i in range(marks[-1] + 1):
+                start = time.perf_counter()
+                t = study.ask()
+                y = f(t)  # the parameters are drawn by f
+                s = time.perf_counter() - start
+                for m, mark in enumerate(marks):
+                    if i == mark:
+                        seconds[m].append(s)
+                        regret[m].append(best - fmin)
+                if i == marks[-1]:
+                    break
+                study.tell(t, y)
+                best = min(best, y)
+                curve.append(best - fmin)
+            curves.append(curve)
+        for m, mark in enumerate(marks):
+            ordered = sorted(regret[m])
+            print("{:<10} {:<10} {:>12} {:>22.4g} {:>26} {:>14.4f}".format(
+                name, "optuna_tpe", mark, float(np.median(regret[m])),
+                "{:.3g} / {:.3g}".format(ordered[len(ordered) // 4], ordered[3 * len(ordered) // 4]),
+                float(np.median(seconds[m]))), flush=True)
+        med = np.median(np.array(curves), axis=0)
+        rows += ["{},{},{},{:.6g}".format(name, "optuna_tpe_long", i + 1, v) for i, v in enumerate(med)]
     if args.csv:
         with open(args.csv, "w") as out:
             out.write("problem,method,evaluation,median_regret\n" + "\n".join(rows) + "\n")

@@ -28,6 +28,7 @@ from golden_bayes import gen_bayes
 from golden_layer_decay import gen_layer_decay
 from golden_interop import gen_interop
 from golden_optuna import gen_optuna
+from golden_tpe import gen_tpe_golden
 from golden_torchscript import gen_torchscript
 from golden_common import generated_on
 
@@ -339,6 +340,7 @@ def main():
     gen_layer_decay(args.out, HEADER, toml_value)
     gen_interop(args.out, toml_value)
     gen_optuna(args.out, toml_value)
+    gen_tpe_golden(args.out, toml_value)
     gen_torchscript(args.out, args.data_dir, toml_value)
     record_cpu(args.out)
 

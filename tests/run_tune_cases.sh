@@ -14,6 +14,10 @@
 #                directories), one more runs, study.jsonl is left as it was, and a re-run reads nothing again
 #   prune        a study continued from 5 complete trials (written as Optuna template trials) whose epoch-0
 #                value is 0.01: --prune stops the new trial after its first epoch (PRUNED)
+#   tpe_halving  as prune, with the space file choosing sampler = "tpe" (2 startup trials: the new trial is
+#                TPE's) and pruner = "successive_halving" (min_resource 1, reduction_factor 2): the new trial,
+#                worse than the 5 at epoch 1, is pruned there, and the journal records it PRUNED with its
+#                epoch-1 value (Optuna's rule), not null
 #   two_studies  two studies in one --out at once (--study-name a and b, 2 trials each, so that both number
 #                trials 0 and 1): every trial keeps a run directory of its own, complete, whose effective config
 #                holds the values the journal records for that trial (none removed or overwritten by the other
@@ -28,6 +32,16 @@ mkdir -p "$out"
 journal=$out/study.journal
 fail() { echo "app_tune_case_$case_name: $*"; for log in "$out"/*.log; do echo "--- $log"; cat "$log"; done; exit 1; }
 tune() { "$cli" tune --config "$config" --out "$out" --jobs 1 "$@" > "$out/tune.log" 2>&1 || fail "tune exited $?"; }
+# A study continued from 5 complete trials written as Optuna template trials, each 0.01 at epochs 0 and 1.
+template_study() {
+  name=$(basename "$out")
+  dist_lr='{\"name\":\"FloatDistribution\",\"attributes\":{\"step\":null,\"low\":0.0001,\"high\":0.01,\"log\":true}}'
+  dist_wd='{\"name\":\"FloatDistribution\",\"attributes\":{\"step\":null,\"low\":0.0,\"high\":0.001,\"log\":false}}'
+  echo "{\"op_code\":0,\"worker_id\":\"w\",\"study_name\":\"$name\",\"directions\":[1]}" > "$journal"
+  for i in 0 1 2 3 4; do
+    echo "{\"op_code\":4,\"worker_id\":\"w\",\"study_id\":0,\"datetime_start\":\"2026-01-01T00:00:0$i.000000+00:00\",\"datetime_complete\":\"2026-01-01T00:00:0$i.500000+00:00\",\"state\":1,\"value\":0.01,\"values\":[0.01],\"distributions\":{\"optimizer.lr\":\"$dist_lr\",\"optimizer.weight_decay\":\"$dist_wd\"},\"params\":{\"optimizer.lr\":0.00$((i + 1)),\"optimizer.weight_decay\":0.0},\"user_attrs\":{},\"system_attrs\":{},\"intermediate_values\":{\"0\":0.01,\"1\":0.01}}" >> "$journal"
+  done
+}
 ends() { grep '"op_code":6,' "$journal" | grep -c "\"state\":$1," || true; }
 
 case $case_name in
@@ -90,16 +104,19 @@ case $case_name in
     [ "$(grep -c '"op_code":4,' "$journal")" -eq 3 ] || fail "a re-run read study.jsonl again"
     ;;
   prune)
-    name=$(basename "$out")
-    dist_lr='{\"name\":\"FloatDistribution\",\"attributes\":{\"step\":null,\"low\":0.0001,\"high\":0.01,\"log\":true}}'
-    dist_wd='{\"name\":\"FloatDistribution\",\"attributes\":{\"step\":null,\"low\":0.0,\"high\":0.001,\"log\":false}}'
-    echo "{\"op_code\":0,\"worker_id\":\"w\",\"study_name\":\"$name\",\"directions\":[1]}" > "$journal"
-    for i in 0 1 2 3 4; do
-      echo "{\"op_code\":4,\"worker_id\":\"w\",\"study_id\":0,\"datetime_start\":\"2026-01-01T00:00:0$i.000000+00:00\",\"datetime_complete\":\"2026-01-01T00:00:0$i.500000+00:00\",\"state\":1,\"value\":0.01,\"values\":[0.01],\"distributions\":{\"optimizer.lr\":\"$dist_lr\",\"optimizer.weight_decay\":\"$dist_wd\"},\"params\":{\"optimizer.lr\":0.00$((i + 1)),\"optimizer.weight_decay\":0.0},\"user_attrs\":{},\"system_attrs\":{},\"intermediate_values\":{\"0\":0.01,\"1\":0.01}}" >> "$journal"
-    done
+    template_study
     tune --space "$space" --trials 6 --prune "$@" --set train.epochs=2
     grep '"op_code":6,' "$journal" | grep -q '"trial_id":5,"state":2,' || fail "trial 5 was not pruned"
     grep -q "trial 5 pruned at epoch 0" "$out/tune.log" || fail "the pruning is not reported"
+    ;;
+  tpe_halving)
+    template_study
+    { printf 'sampler = "tpe"\npruner = "successive_halving"\n[tpe]\nn_startup_trials = 2\n'
+      printf '[successive_halving]\nmin_resource = 1\nreduction_factor = 2\n'; cat "$space"; } > "$out/space.toml"
+    tune --space "$out/space.toml" --trials 6 "$@" --set train.epochs=2
+    grep '"op_code":6,' "$journal" | grep -q '"trial_id":5,"state":2,"values":\[[0-9]' ||
+      fail "trial 5 was not pruned with its last value"
+    grep -q "trial 5 pruned at epoch 1" "$out/tune.log" || fail "the pruning at epoch 1 is not reported"
     ;;
   two_studies)
     study() {

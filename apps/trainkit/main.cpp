@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   trainkit::app::TuneJobOptions tune_options;
   auto& tune = cli.subcommand(
       "tune", "Hyperparameter search: each trial is a `trainkit train` run of --config with the tuned keys of "
-              "--space set (Bayesian optimization with a Gaussian process, or random search)");
+              "--space set (Bayesian optimization with a Gaussian process, TPE, or random search)");
   tune.option("--config", tune_options.config_path, "Base TOML config of every trial").required();
   tune.option("--space", tune_options.space_path, "Search-space TOML file (see docs/tuning.md)").required();
   tune.option("--out", tune_options.out_dir, "Study directory (a re-run continues the study in it)").required();
@@ -60,12 +60,16 @@ int main(int argc, char** argv) {
       .show_default();
   tune.option("--direction", tune_options.direction,
               "minimize or maximize (default: maximize for accuracy metrics, else minimize)");
-  tune.option("--sampler", tune_options.sampler, "gp or random").show_default();
+  tune.option("--sampler", tune_options.sampler,
+              "gp, tpe or random (default: the space file's `sampler`, else gp)");
   tune.option("--startup-trials", tune_options.startup_trials,
-              "gp: trials of the initial design (Sobol) before the Gaussian process takes over")
+              "gp, tpe: trials of the initial design (Sobol; tpe: random) before the model takes over (tpe: "
+              "unless the space file sets tpe.n_startup_trials)")
       .show_default();
   tune.option("--seed", tune_options.seed, "Study seed").show_default();
-  tune.flag("--prune", tune_options.prune, "Median-stop trials from their per-epoch validation metric");
+  tune.flag("--prune", tune_options.prune,
+            "Median-stop trials from their per-epoch validation metric (the space file's `pruner` chooses "
+            "successive_halving or hyperband)");
   tune.option("--log-level", log_level, "trace, debug, info, warn, error or off")
       .one_of({"trace", "debug", "info", "warn", "error", "off"});
 

@@ -436,7 +436,8 @@ TEST_CASE("Python Optuna reads the study trainkit wrote, and extends it", "[.jou
                                                                  {tune::OptunaTrialState::Pruned, NAN},
                                                                  {tune::OptunaTrialState::Complete, NAN},
                                                                  {tune::OptunaTrialState::Fail, NAN},
-                                                                 {tune::OptunaTrialState::Complete, 1e-7}};
+                                                                 {tune::OptunaTrialState::Complete, 1e-7},
+                                                                 {tune::OptunaTrialState::Pruned, NAN}};
   for (size_t i = 0; i < ends.size(); ++i) {
     const auto t = study.ask(100, [&](const trainkit::tune::Trial&) {
       return std::vector<std::string>{"train.epochs=" + std::to_string(i)};
@@ -444,17 +445,22 @@ TEST_CASE("Python Optuna reads the study trainkit wrote, and extends it", "[.jou
     REQUIRE(t);
     nlohmann::json params = nlohmann::json::object(), intermediate = nlohmann::json::object();
     for (const auto& [name, value] : t->trial.params) std::visit([&params, &key = name](const auto& v) { params[key] = v; }, value);
+    double last = NAN;
     for (int64_t step = 0; step < 3; ++step) {
-      const double v = step == 2 && i == 1 ? NAN : 1.0 / static_cast<double>(step + i + 1);
-      study.report(t->trial.number, step, v);
-      intermediate[std::to_string(step)] = v;  // NaN: null
+      last = step == 2 && i == 1 ? NAN : 1.0 / static_cast<double>(step + i + 1);
+      study.report(t->trial.number, step, last);
+      intermediate[std::to_string(step)] = last;  // NaN: null
     }
     study.finish(t->trial.number, ends[i].first, ends[i].second);
     const bool complete = ends[i].first == tune::OptunaTrialState::Complete && std::isfinite(ends[i].second);
-    const char* state = complete ? "COMPLETE" : ends[i].first == tune::OptunaTrialState::Pruned ? "PRUNED" : "FAIL";
+    const bool pruned = ends[i].first == tune::OptunaTrialState::Pruned;
+    const char* state = complete ? "COMPLETE" : pruned ? "PRUNED" : "FAIL";
+    // A pruned trial's value is its last reported one when finite (Optuna's rule), else null.
     expected["trials"].push_back({{"number", t->trial.number},
                                   {"state", state},
-                                  {"values", complete ? nlohmann::json::array({ends[i].second}) : nlohmann::json()},
+                                  {"values", complete                       ? nlohmann::json::array({ends[i].second})
+                                             : pruned && std::isfinite(last) ? nlohmann::json::array({last})
+                                                                             : nlohmann::json()},
                                   {"params", params},
                                   {"intermediate", intermediate},
                                   {"user_attrs",
@@ -501,7 +507,7 @@ TEST_CASE("optuna-dashboard serves the study trainkit wrote", "[.journal-dashboa
     study.finish(t->trial.number, pruned ? tune::OptunaTrialState::Pruned : tune::OptunaTrialState::Complete, 0.5 + i);
     expected["trials"].push_back({{"number", t->trial.number},
                                   {"state", pruned ? "PRUNED" : "COMPLETE"},
-                                  {"values", pruned ? nlohmann::json() : nlohmann::json::array({0.5 + i})},
+                                  {"values", nlohmann::json::array({0.5 + i})},  // pruned: its last report
                                   {"params", params}});
   }
   std::ofstream(tmp.str("expected.json")) << expected.dump(1);

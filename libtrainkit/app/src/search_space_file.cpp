@@ -1,8 +1,12 @@
 #include "trainkit/app/search_space_file.h"
 
+#include <algorithm>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -74,8 +78,12 @@ void add_param(SearchSpace& space, const std::string& path, const std::string& n
   }
 }
 
+// Top-level keys of a search-space file that choose the sampler and pruner rather than name a tuned key.
+const std::set<std::string> kChoiceKeys = {"sampler", "pruner", "tpe", "successive_halving", "hyperband"};
+
 void walk_space(SearchSpace& space, const std::string& path, const std::string& prefix, const ArgTable& table) {
   for (const auto& [key, value] : table) {
+    if (prefix.empty() && kChoiceKeys.count(key)) continue;
     const std::string name = prefix.empty() ? key : prefix + "." + key;
     const auto* t = value.get_if<ArgTable>();
     if (!t) {
@@ -90,15 +98,148 @@ void walk_space(SearchSpace& space, const std::string& path, const std::string& 
   }
 }
 
-}  // namespace
-
-tune::SearchSpace load_search_space(const std::string& path) {
+ArgTable read_space_file(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw ConfigError(fmt::format("{}: cannot open the search-space file", path));
   std::stringstream ss;
   ss << f.rdbuf();
+  return parse_toml(ss.str(), path);
+}
+
+/// Reads the options of table `section` (`[tpe]`, ...) through `fields` (key -> setter that returns false for
+/// a value of the wrong type, with what was expected).
+using FieldSetter = std::function<bool(const ArgValue&)>;
+void read_section(const std::string& path, const std::string& section, const ArgValue& value,
+                  const std::vector<std::tuple<std::string, std::string, FieldSetter>>& fields) {
+  const auto* table = value.get_if<ArgTable>();
+  if (!table) space_error(path, section, fmt::format("expected a table, got {}", value.to_string()));
+  for (const auto& [key, v] : *table) {
+    const auto field = std::find_if(fields.begin(), fields.end(), [&, &k = key](const auto& f) {
+      return std::get<0>(f) == k;
+    });
+    if (field == fields.end()) {
+      std::string known;
+      for (const auto& f : fields) known += (known.empty() ? "" : ", ") + std::get<0>(f);
+      space_error(path, section + "." + key, fmt::format("unknown option (known: {})", known));
+    }
+    if (!std::get<2>(*field)(v)) {
+      space_error(path, section + "." + key, fmt::format("expected {}, got {}", std::get<1>(*field), v.to_string()));
+    }
+  }
+}
+
+/// A value of TOML type T (int64_t: an integer, bool: true or false).
+template <class T, class Set>
+FieldSetter typed(Set set) {
+  return [set](const ArgValue& v) {
+    const auto* x = v.get_if<T>();
+    if (x) set(*x);
+    return x != nullptr;
+  };
+}
+
+template <class Set>
+FieldSetter integer(Set set) {
+  return typed<int64_t>(set);
+}
+
+template <class Set>
+FieldSetter boolean(Set set) {
+  return typed<bool>(set);
+}
+
+template <class Set>
+FieldSetter number(Set set) {
+  return [set](const ArgValue& v) {
+    const auto n = v.as_number();
+    if (n) set(*n);
+    return n.has_value();
+  };
+}
+
+/// An integer, or "auto" (empty).
+template <class Set>
+FieldSetter integer_or_auto(Set set) {
+  return [set](const ArgValue& v) {
+    if (const auto* s = v.get_if<std::string>(); s && *s == "auto") {
+      set(std::optional<int64_t>());
+      return true;
+    }
+    const auto* i = v.get_if<int64_t>();
+    if (i) set(std::optional<int64_t>(*i));
+    return i != nullptr;
+  };
+}
+
+std::string string_choice(const std::string& path, const std::string& key, const ArgValue& v,
+                          const std::vector<std::string>& allowed) {
+  const auto* s = v.get_if<std::string>();
+  if (!s || std::find(allowed.begin(), allowed.end(), *s) == allowed.end()) {
+    space_error(path, key, fmt::format("expected \"{}\", got {}", fmt::join(allowed, "\", \""), v.to_string()));
+  }
+  return *s;
+}
+
+}  // namespace
+
+TuneChoices load_tune_choices(const std::string& path) {
+  TuneChoices c;
+  auto& tpe = c.tpe;
+  auto& sh = c.successive_halving;
+  auto& hb = c.hyperband;
+  for (const auto& [key, value] : read_space_file(path)) {
+    if (key == "sampler") {
+      c.sampler = string_choice(path, key, value, {"gp", "tpe", "random"});
+    } else if (key == "pruner") {
+      c.pruner = string_choice(path, key, value, {"none", "median", "successive_halving", "hyperband"});
+    } else if (key == "tpe") {
+      auto parzen = tpe.parzen();
+      read_section(path, key, value,
+                   {{"n_startup_trials", "an integer", integer([&](int64_t v) {
+                       tpe.n_startup_trials(v);
+                       c.tpe_startup_set = true;
+                     })},
+                    {"n_ei_candidates", "an integer", integer([&](int64_t v) { tpe.n_ei_candidates(v); })},
+                    {"multivariate", "true or false", boolean([&](bool v) { tpe.multivariate(v); })},
+                    {"constant_liar", "true or false", boolean([&](bool v) { tpe.constant_liar(v); })},
+                    {"prior_weight", "a number", number([&](double v) { parzen.prior_weight(v); })},
+                    {"consider_magic_clip", "true or false", boolean([&](bool v) { parzen.consider_magic_clip(v); })},
+                    {"consider_endpoints", "true or false", boolean([&](bool v) { parzen.consider_endpoints(v); })}});
+      tpe.parzen(parzen);
+    } else if (key == "successive_halving") {
+      read_section(path, key, value,
+                   {{"min_resource", "an integer or \"auto\"",
+                     integer_or_auto([&](std::optional<int64_t> v) { sh.min_resource(v); })},
+                    {"reduction_factor", "an integer", integer([&](int64_t v) { sh.reduction_factor(v); })},
+                    {"min_early_stopping_rate", "an integer",
+                     integer([&](int64_t v) { sh.min_early_stopping_rate(v); })},
+                    {"bootstrap_count", "an integer", integer([&](int64_t v) { sh.bootstrap_count(v); })}});
+    } else if (key == "hyperband") {
+      read_section(path, key, value,
+                   {{"min_resource", "an integer", integer([&](int64_t v) { hb.min_resource(v); })},
+                    {"max_resource", "an integer or \"auto\"",
+                     integer_or_auto([&](std::optional<int64_t> v) { hb.max_resource(v); })},
+                    {"reduction_factor", "an integer", integer([&](int64_t v) { hb.reduction_factor(v); })},
+                    {"bootstrap_count", "an integer", integer([&](int64_t v) { hb.bootstrap_count(v); })}});
+    }
+  }
+  // The options' own rules, reported against the file's table.
+  const auto check = [&](const char* section, const auto& make) {
+    try {
+      make();
+    } catch (const std::invalid_argument& e) {
+      space_error(path, section, e.what());
+    }
+  };
+  check("tpe", [&] { tune::TPESampler{tpe}; });
+  check("successive_halving", [&] { tune::SuccessiveHalvingPruner{sh}; });
+  check("hyperband", [&] { tune::HyperbandPruner{hb}; });
+  return c;
+}
+
+tune::SearchSpace load_search_space(const std::string& path) {
   SearchSpace space;
-  walk_space(space, path, "", parse_toml(ss.str(), path));
+  walk_space(space, path, "", read_space_file(path));
   if (space.empty()) throw ConfigError(fmt::format("{}: no parameters (expected tables like [optimizer.lr])", path));
   return space;
 }

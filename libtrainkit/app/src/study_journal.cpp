@@ -381,12 +381,15 @@ bool StudyJournal::report(int64_t number, int64_t step, double value) {
 
 void StudyJournal::finish(int64_t number, OptunaTrialState state, double value, const std::string& uncounted) {
   const int64_t id = trial(number).trial_id;
+  const std::vector<double> pruned = tune::pruned_values(trial(number).intermediate);
   journal_.transaction([&](JournalBatch& batch) {
     if (!uncounted.empty()) {
       batch.set_trial_system_attr(id, kUncountedAttr, json_text(uncounted));
       batch.set_trial_state_values(id, OptunaTrialState::Fail, {});
     } else if (state == OptunaTrialState::Complete && std::isfinite(value)) {
       batch.set_trial_state_values(id, OptunaTrialState::Complete, {value});
+    } else if (state == OptunaTrialState::Pruned) {
+      batch.set_trial_state_values(id, OptunaTrialState::Pruned, pruned);  // Optuna: the last reported value
     } else {
       // Optuna's own rule: a NaN or infinite objective fails the trial, its value left null.
       batch.set_trial_state_values(id, state == OptunaTrialState::Complete ? OptunaTrialState::Fail : state, {});
@@ -420,8 +423,10 @@ void StudyJournal::import(const std::vector<TrialRecord>& records) {
       const OptunaTrialState state = r.trial.state == TrialState::Complete ? OptunaTrialState::Complete
                                      : r.trial.state == TrialState::Pruned ? OptunaTrialState::Pruned
                                                                            : OptunaTrialState::Fail;
-      batch.set_trial_state_values(id, state, state == OptunaTrialState::Complete ? std::vector<double>{r.trial.value}
-                                                                                  : std::vector<double>{});
+      batch.set_trial_state_values(id, state,
+                                   state == OptunaTrialState::Complete ? std::vector<double>{r.trial.value}
+                                   : state == OptunaTrialState::Pruned ? tune::pruned_values(r.trial.intermediate)
+                                                                       : std::vector<double>{});
       ++id;
     }
   });

@@ -45,22 +45,56 @@ void check_options(const TuneJobOptions& o) {
   if (o.metric.rfind("val_", 0) != 0 && o.metric.rfind("test_", 0) != 0) {
     throw UsageError(fmt::format("tune: --metric must start with val_ or test_, got \"{}\"", o.metric));
   }
-  if (o.prune && o.metric.rfind("val_", 0) != 0) {
-    throw UsageError("tune: --prune needs a val_ metric (the per-epoch validation rows are what it compares)");
+  if (!o.sampler.empty() && o.sampler != "gp" && o.sampler != "tpe" && o.sampler != "random") {
+    throw UsageError(fmt::format("tune: --sampler must be gp, tpe or random, got \"{}\"", o.sampler));
   }
-  if (o.sampler != "gp" && o.sampler != "random") {
-    throw UsageError(fmt::format("tune: --sampler must be gp or random, got \"{}\"", o.sampler));
+}
+
+/// The sampler: --sampler, else the space file's, else gp.
+std::shared_ptr<tune::Sampler> make_sampler(const TuneJobOptions& o, const TuneChoices& choices) {
+  const std::string name = !o.sampler.empty() ? o.sampler : !choices.sampler.empty() ? choices.sampler : "gp";
+  if (name == "random") return std::make_shared<tune::RandomSampler>();
+  if (name == "tpe") {
+    auto tpe = choices.tpe;
+    if (!choices.tpe_startup_set) tpe.n_startup_trials(o.startup_trials);
+    return std::make_shared<tune::TPESampler>(tpe);
+  }
+  return std::make_shared<tune::GPSampler>(tune::GPSamplerOptions().n_startup_trials(o.startup_trials));
+}
+
+/// The pruner (null: none): --prune (median), else the space file's. Hyperband's max_resource "auto" is the
+/// config's epochs (the steps are epochs), unless the space tunes them.
+std::shared_ptr<tune::Pruner> make_pruner(const TuneJobOptions& o, const TuneChoices& choices, const SearchSpace& space,
+                                          const std::string& study_name) {
+  if (o.prune && !choices.pruner.empty() && choices.pruner != "median") {
+    throw UsageError(fmt::format("tune: --prune (median) and {} choosing pruner = \"{}\": use one", o.space_path,
+                                 choices.pruner));
+  }
+  const std::string name = o.prune ? "median" : choices.pruner;
+  if (name.empty() || name == "none") return nullptr;
+  if (o.metric.rfind("val_", 0) != 0) {
+    throw UsageError(fmt::format("tune: pruner {} needs a val_ metric (the per-epoch validation rows are what it "
+                                 "compares)", name));
+  }
+  if (name == "median") return std::make_shared<tune::MedianPruner>();
+  if (name == "successive_halving") return std::make_shared<tune::SuccessiveHalvingPruner>(choices.successive_halving);
+  auto hb = choices.hyperband;
+  hb.study_name(study_name);
+  const bool epochs_tuned = std::any_of(space.params().begin(), space.params().end(),
+                                        [](const tune::Param& p) { return p.name == "train.epochs"; });
+  if (!hb.max_resource() && !epochs_tuned) {
+    hb.max_resource(load_config(o.config_path, o.overrides).trainer.epochs());
+  }
+  try {
+    return std::make_shared<tune::HyperbandPruner>(hb);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(fmt::format("{}: hyperband: {}", o.space_path, e.what()), "hyperband");
   }
 }
 
 std::string direction_of(const TuneJobOptions& o) {
   if (!o.direction.empty()) return o.direction;
   return o.metric.find("accuracy") != std::string::npos ? "maximize" : "minimize";
-}
-
-std::shared_ptr<tune::Sampler> make_sampler(const TuneJobOptions& o) {
-  if (o.sampler == "random") return std::make_shared<tune::RandomSampler>();
-  return std::make_shared<tune::GPSampler>(tune::GPSamplerOptions().n_startup_trials(o.startup_trials));
 }
 
 std::string shown_overrides(const tune::ParamSet& params, const char* before) {
@@ -256,9 +290,9 @@ TuneJobResult run_tune_job(const TuneJobOptions& o) {
   if (!fs::exists(journal_path) && fs::exists(old_path)) {
     old_study = read_study_file(old_path, space, {space.fingerprint(), o.metric, direction, o.seed}, o.space_path);
   }
-  std::shared_ptr<tune::Pruner> pruner;
-  if (o.prune) pruner = std::make_shared<tune::MedianPruner>();
-  const auto sampler = make_sampler(o);
+  const TuneChoices choices = load_tune_choices(o.space_path);
+  const auto pruner = make_pruner(o, choices, space, study_name_of(o));
+  const auto sampler = make_sampler(o, choices);
   const auto options = tune::StudyOptions().direction(direction).seed(o.seed);
   StudyJournal study(journal_path, space, {study_name_of(o), o.metric, direction, o.space_path},
                      [&] { return tune::Study(space, sampler, options, pruner); });
@@ -295,7 +329,7 @@ TuneJobResult run_tune_job(const TuneJobOptions& o) {
     if (runner.size() == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     study.refresh();
-    for (const RunningTrial& r : runner.poll(study, o.prune)) {
+    for (const RunningTrial& r : runner.poll(study, pruner != nullptr)) {
       finish_trial(study, r, o, out);
       if (!r.pruned && r.process.status()->shell_code() == kExitUsage) {
         if (config_failure.empty()) {

@@ -668,6 +668,11 @@ std::string space_mismatch(const OptunaJournal& journal, const JournalTrial& t, 
 
 }  // namespace
 
+std::vector<double> pruned_values(const std::map<int64_t, double>& intermediate) {
+  if (intermediate.empty() || !std::isfinite(intermediate.rbegin()->second)) return {};
+  return {intermediate.rbegin()->second};
+}
+
 std::vector<Trial> study_trials(const OptunaJournal& journal, int64_t study_id, const SearchSpace& space) {
   std::vector<Trial> trials;
   for (const JournalTrial* t : journal.trials_of(study_id)) {
@@ -680,7 +685,9 @@ std::vector<Trial> study_trials(const OptunaJournal& journal, int64_t study_id, 
       case OptunaTrialState::Fail: trial.state = TrialState::Failed; break;
       default: trial.state = TrialState::Running;
     }
-    if (trial.state == TrialState::Complete) trial.value = t->values.empty() ? NAN : t->values.front();
+    if (trial.state == TrialState::Complete || trial.state == TrialState::Pruned) {
+      trial.value = t->values.empty() ? NAN : t->values.front();
+    }
     trial.intermediate = t->intermediate;
     for (const auto& p : space.params()) {
       const auto v = t->params.find(p.name);

@@ -69,7 +69,15 @@ std::vector<Trial> Study::ask(int64_t q) {
     if (t.state == TrialState::Running) {
       pending.push_back(std::move(u));
     } else {
-      observed.push_back({std::move(u), t.state == TrialState::Complete ? sign * t.value : NAN});
+      Observation o{std::move(u), t.state == TrialState::Complete ? sign * t.value : NAN};
+      if (t.state == TrialState::Pruned) {
+        o.pruned = true;
+        if (!t.intermediate.empty()) {
+          o.last_step = t.intermediate.rbegin()->first;
+          o.last_value = sign * t.intermediate.rbegin()->second;
+        }
+      }
+      observed.push_back(std::move(o));
     }
   }
   // As Optuna: sampled without the journal's lock (a GP fit may outlast the lock's grace period), the trials
@@ -134,8 +142,12 @@ bool Study::report(int64_t number, int64_t step, double value) {
 
 void Study::prune(int64_t number) {
   auto& t = running(number, "prune");
-  write(number, [](JournalBatch& batch, int64_t id) { batch.set_trial_state_values(id, OptunaTrialState::Pruned, {}); });
+  const std::vector<double> values = pruned_values(t.intermediate);
+  write(number, [&](JournalBatch& batch, int64_t id) {
+    batch.set_trial_state_values(id, OptunaTrialState::Pruned, values);
+  });
   t.state = TrialState::Pruned;
+  t.value = values.empty() ? NAN : values.front();
 }
 
 void Study::add_trial(Trial trial) {
@@ -159,7 +171,9 @@ void Study::add_trial(Trial trial) {
     for (const auto& [step, v] : trial.intermediate) batch.set_trial_intermediate_value(id, step, v);
     switch (trial.state) {
       case TrialState::Complete: batch.set_trial_state_values(id, OptunaTrialState::Complete, {trial.value}); break;
-      case TrialState::Pruned: batch.set_trial_state_values(id, OptunaTrialState::Pruned, {}); break;
+      case TrialState::Pruned:
+        batch.set_trial_state_values(id, OptunaTrialState::Pruned, pruned_values(trial.intermediate));
+        break;
       case TrialState::Failed: batch.set_trial_state_values(id, OptunaTrialState::Fail, {}); break;
       case TrialState::Running: break;
     }

@@ -176,8 +176,12 @@ double optuna_internal(const Param& param, const ParamValue& value);
 /// The value an internal one stands for (std::invalid_argument for a categorical index out of range).
 ParamValue optuna_external(const Param& param, double internal);
 
-/// The trials of study `study_id` as a Study's trials over `space` (Optuna's states; a Complete trial's first
-/// value), numbered as Optuna numbers them. A trial without every parameter of the space (a Python trial still
+/// The values Optuna records for a trial pruned after reporting `intermediate`: its last reported value when
+/// finite, else none (null).
+std::vector<double> pruned_values(const std::map<int64_t, double>& intermediate);
+
+/// The trials of study `study_id` as a Study's trials over `space` (Optuna's states; a Complete or Pruned trial's
+/// first value), numbered as Optuna numbers them. A trial without every parameter of the space (a Python trial still
 /// suggesting, one that failed first, one whose CREATE_TRIAL was damaged) holds the parameters it has, Running or
 /// Failed. std::invalid_argument "<path>:<line>: the study was run on another search space: ..." naming the line
 /// for a parameter whose distribution is not the space's, one the space does not have, or a Complete or Pruned

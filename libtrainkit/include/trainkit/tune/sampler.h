@@ -6,6 +6,7 @@
 /// answer depends only on its arguments, so a study reloaded from a file continues exactly.
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include <torch/arg.h>
@@ -20,6 +21,12 @@ namespace trainkit::tune {
 struct Observation {
   std::vector<double> u;
   double value = 0;
+  /// Stopped by the pruner (value NaN): TPE ranks such points by how far they got and how well.
+  bool pruned = false;
+  /// Pruned: the last step reported, -1 when none.
+  int64_t last_step = -1;
+  /// Pruned: the value reported at last_step, to minimize (NaN when none or NaN).
+  double last_value = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// What proposes points. `suggest` returns `q` points (space.dims() coordinates in [0, 1] each, snapped to

@@ -70,7 +70,8 @@ class Study {
   /// Records `value` at `step` for running trial `number` and returns whether the pruner says to stop it
   /// (the caller then calls prune()).
   bool report(int64_t number, int64_t step, double value);
-  /// Finishes trial `number` as Pruned.
+  /// Finishes trial `number` as Pruned, its value the last reported one (Optuna's rule; none when that is
+  /// not finite).
   void prune(int64_t number);
   /// Appends a trial restored from a file: its number must be trials().size() (with a journal: the number the
   /// journal gives the next trial), its params must encode in the space (std::invalid_argument naming the

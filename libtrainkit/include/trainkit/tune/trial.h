@@ -31,7 +31,8 @@ struct Trial {
   int64_t number = 0;                                     ///< 0, 1, 2 ... in the order asked
   ParamSet params;                                        ///< the point evaluated
   TrialState state = TrialState::Running;                 ///< see TrialState
-  double value = std::numeric_limits<double>::quiet_NaN(); ///< objective as told (Complete only)
+  /// objective as told (Complete); Pruned: the last reported value, as Optuna records it (NaN when none)
+  double value = std::numeric_limits<double>::quiet_NaN();
   std::map<int64_t, double> intermediate;                 ///< step -> value reported during the trial
 };
 

@@ -14,17 +14,48 @@
 /// type = "categorical"
 /// choices = ["adam", "adamw"]
 /// ```
+/// Top-level keys beside the tables choose the sampler and the pruner, and their options (Optuna's names):
+/// ```
+/// sampler = "tpe"       # gp, tpe or random
+/// pruner = "hyperband"  # none, median, successive_halving or hyperband
+/// [tpe]
+/// n_startup_trials = 10
+/// [hyperband]
+/// max_resource = "auto" # or an integer; auto: the config's epochs
+/// ```
 
 #include <string>
 #include <vector>
 
+#include "trainkit/tune/hyperband.h"
 #include "trainkit/tune/search_space.h"
+#include "trainkit/tune/tpe_sampler.h"
 
 namespace trainkit::app {
 
 /// Reads a search-space file. Throws ConfigError naming the file, the parameter and the problem (unknown
 /// field, missing bound, empty range, log range with low <= 0, unknown type).
 tune::SearchSpace load_search_space(const std::string& path);
+
+/// The sampler, pruner and options a search-space file chooses (its keys sampler, pruner and tables tpe,
+/// successive_halving, hyperband; none of them is a tuned key).
+struct TuneChoices {
+  std::string sampler;  ///< gp, tpe or random; empty: the file does not say
+  std::string pruner;   ///< none, median, successive_halving or hyperband; empty: the file does not say
+  /// `[tpe]`: n_startup_trials, n_ei_candidates, multivariate, constant_liar, prior_weight,
+  /// consider_magic_clip, consider_endpoints
+  tune::TPESamplerOptions tpe;
+  bool tpe_startup_set = false;  ///< tpe.n_startup_trials was given (else --startup-trials applies)
+  /// `[successive_halving]`: min_resource ("auto" or an integer), reduction_factor, min_early_stopping_rate,
+  /// bootstrap_count
+  tune::SuccessiveHalvingPrunerOptions successive_halving;
+  /// `[hyperband]`: min_resource, max_resource ("auto" or an integer), reduction_factor, bootstrap_count
+  tune::HyperbandPrunerOptions hyperband;
+};
+
+/// The choices of a search-space file. Throws ConfigError `PATH: KEY: ...` naming the key for an unknown
+/// sampler, pruner or option, a value of the wrong type, or one the sampler or pruner rejects.
+TuneChoices load_tune_choices(const std::string& path);
 
 /// The `--set` overrides that give a config the values of `params`, in the params' order:
 /// `optimizer.lr=0.001`, `model.hidden=64`, `optimizer.name="adam"` (choices quoted as TOML strings).

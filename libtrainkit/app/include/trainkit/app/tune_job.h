@@ -35,11 +35,15 @@ struct TuneJobOptions {
   int64_t jobs = 1;                    ///< trials run at once (child processes)
   std::string metric = "val_loss";     ///< objective: val_loss, val_<metric>, test_loss or test_<metric>
   std::string direction;               ///< minimize or maximize; empty: maximize for accuracy, else minimize
-  std::string sampler = "gp";          ///< gp (Bayesian) or random
-  /// gp: trials of the initial design (Sobol) before the Gaussian process takes over
+  /// gp (Bayesian, Gaussian process), tpe (Parzen estimators) or random; empty: the space file's `sampler`,
+  /// else gp
+  std::string sampler;
+  /// gp, tpe: trials of the initial design (Sobol; tpe: random) before the model takes over (tpe: the space
+  /// file's tpe.n_startup_trials first)
   int64_t startup_trials = tune::GPSamplerOptions().n_startup_trials();
   uint64_t seed = 0;                   ///< study seed
-  bool prune = false;                  ///< median-stop trials from their per-epoch validation metric
+  /// median-stop trials from their per-epoch validation metric (the space file's `pruner` chooses others)
+  bool prune = false;
   std::string study_name;              ///< the study's name in the journal; empty: the --out directory's name
   std::string executable;              ///< the trainkit program that runs `train` (the CLI passes itself)
 };
