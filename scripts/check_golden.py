@@ -90,9 +90,13 @@ def _tensor_differences(want_path, got_path):
     want, got = _load_tensors(want_path), _load_tensors(got_path)
     out = []
     for key in sorted(set(want) | set(got)):
-        w, g = want.get(key), got.get(key)
+        if key not in want or key not in got:
+            out.append("{}: {}".format(key, "committed, not regenerated" if key not in got else "regenerated, not committed"))
+            continue
+        w, g = want[key], got[key]
         if w is None or g is None:
-            out.append("{}: {}".format(key, "committed, not regenerated" if g is None else "regenerated, not committed"))
+            if w is not g:
+                out.append("{}: committed {!r}, regenerated {!r}".format(key, w, g))
         elif not isinstance(w, torch.Tensor) or not isinstance(g, torch.Tensor):
             if w != g:
                 out.append("{}: committed {!r}, regenerated {!r}".format(key, w, g))

@@ -35,7 +35,7 @@ at::Tensor python_loss(const std::vector<at::Tensor>& params) {
 }
 
 /// The golden problem's parameters (shapes of optim.toml) holding `values`, requiring grad.
-std::vector<at::Tensor> params_of(const toml::node& values) {
+std::vector<at::Tensor> golden_params(const toml::node& values) {
   const auto shapes = trainkit::test::golden("optim.toml");
   std::vector<at::Tensor> out;
   size_t k = 0;
@@ -77,7 +77,7 @@ TEST_CASE("torch.optim state saved in Python continues its trajectory in trainki
     const auto& records = *c["record"].as_array();
     DYNAMIC_SECTION(name) {
       REQUIRE(records.get(0)->as_table()->get("step")->value<int64_t>().value() == steps_before);
-      auto params = params_of(*records.get(0)->as_table()->get("params"));
+      auto params = golden_params(*records.get(0)->as_table()->get("params"));
       auto opt = make_default(c["optimizer"].value<std::string>().value(), params);
       load_torch_state(*opt, state_file(name));
       for (size_t r = 1; r < records.size(); ++r) {
@@ -85,7 +85,7 @@ TEST_CASE("torch.optim state saved in Python continues its trajectory in trainki
         opt->zero_grad();
         python_loss(params).backward();
         opt->step();
-        const auto want = params_of(*record.get("params"));
+        const auto want = golden_params(*record.get("params"));
         for (size_t k = 0; k < params.size(); ++k) {
           INFO(name << " step " << record["step"].value<int64_t>().value() << " param " << k);
           CHECK(torch::allclose(params[k].detach(), want[k], 1e-12, 1e-12));
@@ -98,7 +98,7 @@ TEST_CASE("torch.optim state saved in Python continues its trajectory in trainki
 }
 
 TEST_CASE("load_torch_state loads each group's options from the file", "[optim][torch_state]") {
-  auto params = params_of(*trainkit::test::golden("optim.toml")["initial"].node());
+  auto params = golden_params(*trainkit::test::golden("optim.toml")["initial"].node());
   auto opt = make_default("adam", params);
   load_torch_state(*opt, state_file("adam_amsgrad"));
   const auto& g0 = static_cast<const AdamOptions&>(opt->param_groups()[0].options());
@@ -113,7 +113,7 @@ TEST_CASE("load_torch_state loads each group's options from the file", "[optim][
 
 TEST_CASE("load_torch_state refuses a file that does not fit the optimizer, naming group, parameter and key",
           "[optim][torch_state][errors]") {
-  auto params = params_of(*trainkit::test::golden("optim.toml")["initial"].node());
+  auto params = golden_params(*trainkit::test::golden("optim.toml")["initial"].node());
   SECTION("another optimizer's file") {
     auto adam = make_default("adam", params);
     CHECK_THROWS_WITH(load_torch_state(*adam, state_file("sgd")),
