@@ -59,7 +59,22 @@ def _load_tensors(path):
             out = {key: f.get_tensor(key) for key in f.keys()}
             out["(metadata)"] = f.metadata()
         return out
-    return dict(torch.load(path, weights_only=True))
+    return _flatten(torch.load(path, weights_only=True))
+
+
+def _flatten(obj, prefix=""):
+    """A torch.load object as one level of name -> leaf: nested dicts, lists and tuples (an optimizer's
+    state_dict) under dotted names ("state.0.exp_avg", "param_groups.1.lr")."""
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)) and prefix:
+        items = enumerate(obj)
+    else:
+        return {prefix: obj} if prefix else dict(obj)
+    out = {}
+    for key, value in items:
+        out.update(_flatten(value, "{}{}".format(prefix + "." if prefix else "", key)))
+    return out
 
 
 def _tensor_differences(want_path, got_path):
@@ -75,9 +90,13 @@ def _tensor_differences(want_path, got_path):
     want, got = _load_tensors(want_path), _load_tensors(got_path)
     out = []
     for key in sorted(set(want) | set(got)):
-        w, g = want.get(key), got.get(key)
+        if key not in want or key not in got:
+            out.append("{}: {}".format(key, "committed, not regenerated" if key not in got else "regenerated, not committed"))
+            continue
+        w, g = want[key], got[key]
         if w is None or g is None:
-            out.append("{}: {}".format(key, "committed, not regenerated" if g is None else "regenerated, not committed"))
+            if w is not g:
+                out.append("{}: committed {!r}, regenerated {!r}".format(key, w, g))
         elif not isinstance(w, torch.Tensor) or not isinstance(g, torch.Tensor):
             if w != g:
                 out.append("{}: committed {!r}, regenerated {!r}".format(key, w, g))

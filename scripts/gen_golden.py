@@ -331,6 +331,8 @@ def main():
     gen_tune(args.out, HEADER)
     gen_amp(args.out)
     gen_optim(args.out, HEADER)
+    from golden_optim_state import gen_optim_state  # torch.optim state_dict files for load_torch_state
+    gen_optim_state(args.out, HEADER)
     gen_dist(args.out)
     gen_log(args.out, HEADER, toml_value)
     gen_nn(args.out, HEADER, toml_value)

@@ -29,3 +29,5 @@
 #include "trainkit/optim/adagrad.h"
 #include "trainkit/optim/asgd.h"
 #include "trainkit/optim/rprop.h"
+// Python torch.optim state_dict files loaded into these optimizers.
+#include "trainkit/optim/torch_state.h"

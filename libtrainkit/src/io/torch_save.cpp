@@ -218,7 +218,7 @@ void save_pt(const std::string& path, const TensorDict& tensors) {
 
 void save_pt(const std::string& path, const torch::nn::Module& module) { save_pt(path, state_dict(module)); }
 
-TensorDict load_pt(const std::string& path) {
+c10::IValue load_pt_object(const std::string& path) {
   if (!std::ifstream(path, std::ios::binary)) {
     throw IoError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   }
@@ -249,6 +249,11 @@ TensorDict load_pt(const std::string& path) {
   } catch (const c10::Error& e) {
     throw IoError(fmt::format("{}: not a readable torch.save file: {}", path, e.what_without_backtrace()));
   }
+  return value;
+}
+
+TensorDict load_pt(const std::string& path) {
+  const c10::IValue value = load_pt_object(path);
   if (!value.isGenericDict()) {
     throw IoError(fmt::format("{}: holds a {}, not a dict of tensors", path, value.tagKind()));
   }

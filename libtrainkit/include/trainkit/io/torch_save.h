@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include <ATen/core/ivalue.h>
 #include <torch/nn/module.h>
 
 #include "trainkit/io/state_dict.h"
@@ -24,6 +25,11 @@ void save_pt(const std::string& path, const TensorDict& tensors);
 
 /// Writes the parameters and buffers of `module` (state_dict(module)) as save_pt does.
 void save_pt(const std::string& path, const torch::nn::Module& module);
+
+/// Reads the object of a `torch.save` file (a dict, list, tuple, number, string or tensor, nested; tensors on
+/// the CPU), with a top-level OrderedDict read as a dict; the whole file is read into memory. Throws IoError
+/// naming the file for an unreadable archive.
+c10::IValue load_pt_object(const std::string& path);
 
 /// Reads a `torch.save` file whose object is a dict (or OrderedDict) of string → tensor, in the file's
 /// order; the whole file is read into memory. Throws IoError naming the file for an unreadable archive
