@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "detail/kernels.h"
+#include "optim/golden_problem.h"
 #include "support.h"
 #include "trainkit/optim.h"
 #include "trainkit/sched/cyclic.h"
@@ -53,18 +54,6 @@ std::vector<int64_t> shape_of(const toml::node& node) {
 }
 
 std::vector<double> doubles_of(const toml::node& node) { return trainkit::test::values_of<double>(node); }
-
-/// The golden problem's loss (scripts/golden_optim.py): Σ w(p - t)² + 0.3 Σ sin(2p).
-at::Tensor golden_loss(const std::vector<at::Tensor>& params) {
-  at::Tensor total = torch::zeros({}, torch::kFloat64);
-  for (const auto& p : params) {
-    const int64_t n = p.numel();
-    const auto w = torch::linspace(0.5, 2.0, n, torch::kFloat64).view(p.sizes());
-    const auto t = torch::linspace(-1.0, 1.0, n, torch::kFloat64).view(p.sizes());
-    total = total + (w * (p - t).pow(2)).sum() + 0.3 * torch::sin(2 * p).sum();
-  }
-  return total;
-}
 
 /// A golden case's scalar or array of numbers as an ArgValue.
 trainkit::ArgValue arg_of(const toml::node& node) {
@@ -377,7 +366,7 @@ std::pair<std::vector<at::Tensor>, OptimizerPtr> run_golden_case(
   }
   for (int64_t step = 1; step <= steps; ++step) {
     opt->zero_grad();
-    golden_loss(params).backward();
+    trainkit::test::golden_loss(params).backward();
     opt->step();
     if (step == resume_at) {
       auto [fresh, resumed] = golden_setup(c, shapes, initial, groups, dtype, path);
@@ -503,7 +492,7 @@ TEST_CASE("a state_dict round trip after 10 steps continues the trajectory (floa
     resume(*first, a, *second, b);
     for (int step = 11; step <= 20; ++step) {
       second->zero_grad();
-      golden_loss(b).backward();
+      trainkit::test::golden_loss(b).backward();
       second->step();
     }
     for (size_t i = 0; i < b.size(); ++i) {

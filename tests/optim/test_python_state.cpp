@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "optim/golden_problem.h"
 #include "support.h"
 #include "trainkit/io/torch_save.h"
 #include "trainkit/optim.h"
@@ -22,21 +23,9 @@ std::string state_file(const std::string& name) {
   return trainkit::test::source_path("tests/golden/optim_state/" + name + ".pt");
 }
 
-/// The loss of scripts/golden_optim.py: Σ w(p - t)² + 0.3 Σ sin(2p), w and t linspaces in the parameter's shape.
-at::Tensor python_loss(const std::vector<at::Tensor>& params) {
-  at::Tensor total = torch::zeros({}, torch::kFloat64);
-  for (const auto& p : params) {
-    const auto n = p.numel();
-    const auto w = torch::linspace(0.5, 2.0, n, torch::kFloat64).view(p.sizes());
-    const auto t = torch::linspace(-1.0, 1.0, n, torch::kFloat64).view(p.sizes());
-    total = total + (w * (p - t).pow(2)).sum() + 0.3 * torch::sin(2 * p).sum();
-  }
-  return total;
-}
-
 /// The golden problem's parameters (shapes of optim.toml) holding `values`, requiring grad.
 std::vector<at::Tensor> golden_params(const toml::node& values) {
-  const auto shapes = trainkit::test::golden("optim.toml");
+  const auto& shapes = trainkit::test::golden("optim.toml");
   std::vector<at::Tensor> out;
   size_t k = 0;
   for (const auto& shape : *shapes["shapes"].as_array()) {
@@ -68,7 +57,7 @@ OptimizerPtr make_default(const std::string& name, const std::vector<at::Tensor>
 
 TEST_CASE("torch.optim state saved in Python continues its trajectory in trainkit (float64, two param groups)",
           "[optim][torch_state]") {
-  const auto g = trainkit::test::golden("optim_state.toml");
+  const auto& g = trainkit::test::golden("optim_state.toml");
   const int64_t steps_before = g["steps_before"].value<int64_t>().value();
   size_t n_cases = 0;
   for (const auto& node : *g["case"].as_array()) {
@@ -83,7 +72,7 @@ TEST_CASE("torch.optim state saved in Python continues its trajectory in trainki
       for (size_t r = 1; r < records.size(); ++r) {
         const auto& record = *records.get(r)->as_table();
         opt->zero_grad();
-        python_loss(params).backward();
+        trainkit::test::golden_loss(params).backward();
         opt->step();
         const auto want = golden_params(*record.get("params"));
         for (size_t k = 0; k < params.size(); ++k) {

@@ -94,7 +94,7 @@ TEST_CASE("GP posterior and log marginal likelihood equal scikit-learn's", "[tun
 }
 
 TEST_CASE("the GP's likelihood gradient equals scikit-learn's", "[tune][bayes][golden]") {
-  const auto g = trainkit::test::golden("bayes.toml");
+  const auto& g = trainkit::test::golden("bayes.toml");
   for (const auto& node : *g["gp"].as_array()) {
     const toml::node_view<const toml::node> c{node};
     INFO(c["name"].value<std::string>().value());
@@ -113,7 +113,7 @@ TEST_CASE("the GP's likelihood gradient equals scikit-learn's", "[tune][bayes][g
 }
 
 TEST_CASE("the double-precision posterior equals the tensor path and its autograd", "[tune][bayes]") {
-  const auto g = trainkit::test::golden("bayes.toml");
+  const auto& g = trainkit::test::golden("bayes.toml");
   const toml::node_view<const toml::node> c{(*g["gp"].as_array())[2]};  // 6-d, tiny noise, mean -0.3
   const int64_t d = c["d"].value<int64_t>().value();
   const auto gp = golden_gp(c);
@@ -170,7 +170,7 @@ TEST_CASE("log-EI, EI, PI and UCB equal their closed forms", "[tune][bayes][gold
 }
 
 TEST_CASE("acquisition_at equals the closed forms and their derivatives", "[tune][bayes][golden]") {
-  const auto g = trainkit::test::golden("bayes.toml");
+  const auto& g = trainkit::test::golden("bayes.toml");
   auto near = [](double got, double want, double rel, double abs) {
     return std::abs(got - want) <= abs + rel * std::abs(want);
   };
@@ -217,7 +217,7 @@ TEST_CASE("the L-BFGS follows torch.optim.LBFGS", "[tune][bayes][golden]") {
     }
     return true;
   };
-  const auto g = trainkit::test::golden("bayes.toml");
+  const auto& g = trainkit::test::golden("bayes.toml");
   for (const auto& node : *g["lbfgs"].as_array()) {
     const toml::node_view<const toml::node> c{node};
     const int64_t max_iter = c["max_iter"].value<int64_t>().value();
@@ -244,7 +244,7 @@ TEST_CASE("the L-BFGS follows torch.optim.LBFGS", "[tune][bayes][golden]") {
 }
 
 TEST_CASE("a one-start GP fit equals PyTorch's LBFGS on the same objective", "[tune][bayes][golden]") {
-  const auto g = trainkit::test::golden("bayes.toml");
+  const auto& g = trainkit::test::golden("bayes.toml");
   const toml::node_view<const toml::node> c{(*g["fit"].as_array())[0]};
   const int64_t d = c["d"].value<int64_t>().value();
   GaussianProcess gp(GaussianProcessOptions().restarts(1));  // the one start: the defaults

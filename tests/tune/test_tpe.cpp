@@ -77,7 +77,7 @@ double bowl(const ParamSet& p) {
 }  // namespace
 
 TEST_CASE("Parzen estimators' weights and densities equal Optuna's", "[tune][tpe][golden]") {
-  const auto g = trainkit::test::golden("tpe.toml");
+  const auto& g = trainkit::test::golden("tpe.toml");
   const auto& cases = *g["parzen"].as_array();
   REQUIRE(cases.size() == 8);
   for (const auto& node : cases) {
@@ -102,7 +102,7 @@ TEST_CASE("Parzen estimators' weights and densities equal Optuna's", "[tune][tpe
 }
 
 TEST_CASE("TPE's split, log l, log g and winning candidate equal Optuna's", "[tune][tpe][golden]") {
-  const auto g = trainkit::test::golden("tpe.toml");
+  const auto& g = trainkit::test::golden("tpe.toml");
   const auto& cases = *g["tpe"].as_array();
   REQUIRE(cases.size() == 3);
   for (const auto& node : cases) {
@@ -166,7 +166,7 @@ TEST_CASE("gamma and weights are Optuna's default_gamma and default_weights", "[
 }
 
 TEST_CASE("successive-halving and Hyperband decisions equal Optuna's", "[tune][tpe][pruner][golden]") {
-  const auto g = trainkit::test::golden("tpe.toml");
+  const auto& g = trainkit::test::golden("tpe.toml");
   const auto& cases = *g["pruner"].as_array();
   REQUIRE(cases.size() == 5);
   for (const auto& node : cases) {
@@ -213,7 +213,7 @@ TEST_CASE("successive-halving and Hyperband decisions equal Optuna's", "[tune][t
 }
 
 TEST_CASE("crc32 and Hyperband's brackets equal Optuna's", "[tune][tpe][pruner][golden]") {
-  const auto g = trainkit::test::golden("tpe.toml");
+  const auto& g = trainkit::test::golden("tpe.toml");
   for (const auto& node : *g["crc32"].as_array()) {
     const View c{node};
     CHECK(crc32(c["text"].value<std::string>().value()) == c["crc"].value<int64_t>().value());
