@@ -14,25 +14,35 @@ function(trainkit_sources_setup target)
   endif()
 endfunction()
 
-# The one precompiled header of all apps, benchmarks and tests: an object library that only builds it.
-function(_trainkit_executable_pch)
-  if(TARGET trainkit_exe_pch)
+# The one precompiled header of all apps and benchmarks (`pch` trainkit_exe_pch), or of all test programs
+# (trainkit_test_pch, compiled with TRAINKIT_TEST_CXX_FLAGS): an object library that only builds it.
+function(_trainkit_executable_pch pch)
+  if(TARGET ${pch})
     return()
   endif()
-  add_library(trainkit_exe_pch OBJECT "${PROJECT_SOURCE_DIR}/cmake/pch_anchor.cpp")
-  target_link_libraries(trainkit_exe_pch PRIVATE trainkit::app ${TRAINKIT_FMT} ${TRAINKIT_SPDLOG})
-  trainkit_sources_setup(trainkit_exe_pch)
+  add_library(${pch} OBJECT "${PROJECT_SOURCE_DIR}/cmake/pch_anchor.cpp")
+  target_link_libraries(${pch} PRIVATE trainkit::app ${TRAINKIT_FMT} ${TRAINKIT_SPDLOG})
+  if(pch STREQUAL "trainkit_test_pch")
+    target_compile_options(${pch} PRIVATE ${TRAINKIT_TEST_CXX_FLAGS})
+  endif()
+  trainkit_sources_setup(${pch})
 endfunction()
 
-# trainkit_executable(name SOURCES...): an app, bench or test program linked to trainkit and its
-# application layer.
+# trainkit_executable(name [TEST] SOURCES...): an app, bench or (TEST) test program linked to trainkit and its
+# application layer. A test program compiles with TRAINKIT_TEST_CXX_FLAGS (the tests' precompiled header too).
 function(trainkit_executable name)
-  add_executable(${name} ${ARGN})
+  cmake_parse_arguments(ARG "TEST" "" "" ${ARGN})
+  set(pch trainkit_exe_pch)
+  add_executable(${name} ${ARG_UNPARSED_ARGUMENTS})
+  if(ARG_TEST)
+    set(pch trainkit_test_pch)
+    target_compile_options(${name} PRIVATE ${TRAINKIT_TEST_CXX_FLAGS})
+  endif()
   target_link_libraries(${name} PRIVATE trainkit::app ${TRAINKIT_FMT} ${TRAINKIT_SPDLOG})
   set_target_properties(${name} PROPERTIES BUILD_RPATH "${TRAINKIT_TORCH_LIB_DIR}")
   if(TRAINKIT_USE_PCH)
-    _trainkit_executable_pch()
-    trainkit_sources_setup(${name} REUSE_FROM trainkit_exe_pch)
+    _trainkit_executable_pch(${pch})
+    trainkit_sources_setup(${name} REUSE_FROM ${pch})
   else()
     trainkit_sources_setup(${name})
   endif()

@@ -68,20 +68,32 @@ fi
 if ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
   echo "setup: installing torch==$torch_version into $venv (a few GB, once)"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q "torch==$torch_version"
+  "$venv/bin/python" -m pip install -q --no-compile "torch==$torch_version"
 else
   echo "setup: torch $torch_version present"
 fi
 
-for spec in "${python_oracles[@]}"; do
-  pkg=${spec%%==*}
-  want=${spec#*==}
-  if [ "$("$venv/bin/python" -c "import importlib.metadata as m; print(m.version('$pkg'))" 2>/dev/null)" != "$want" ]; then
-    echo "setup: installing $spec"
-    # Naming the pinned torch beside the oracle keeps pip from replacing it.
-    "$venv/bin/python" -m pip install -q "$spec" "torch==$torch_version"
-  fi
-done
+# The oracles not yet at their pinned versions, installed by one pip call (one resolution). --no-compile: pip
+# would byte-compile every module of every package (most never imported by a test); Python compiles and caches
+# the ones imported on first use.
+missing_oracles=$("$venv/bin/python" - "${python_oracles[@]}" <<'PY'
+import importlib.metadata as m, sys
+for spec in sys.argv[1:]:
+    name, want = spec.split("==")
+    try:
+        have = m.version(name)
+    except m.PackageNotFoundError:
+        have = None
+    if have != want:
+        print(spec)
+PY
+)
+if [ -n "$missing_oracles" ]; then
+  echo "setup: installing" $missing_oracles
+  # Naming the pinned torch beside the oracles keeps pip from replacing it.
+  # shellcheck disable=SC2086  # one spec per word
+  "$venv/bin/python" -m pip install -q --no-compile $missing_oracles "torch==$torch_version"
+fi
 # DeepSpeed compiles its CPU Adam op on first use (into the torch extensions cache) with the C++ compiler.
 if [[ " $* " == *" --bench-peers "* ]] && ! "$venv/bin/python" -c "import deepspeed" 2>/dev/null; then
   echo "setup: installing deepspeed (bench_optim --deepspeed)"

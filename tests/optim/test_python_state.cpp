@@ -142,7 +142,7 @@ TEST_CASE("load_torch_state refuses a file that does not fit the optimizer, nami
     const std::string source = state_file("adam_amsgrad");
     c10::IValue sd = trainkit::io::load_pt_object(source);
     auto state = sd.toGenericDict().at(c10::IValue("state")).toGenericDict();
-    state.at(c10::IValue(int64_t{3})).toGenericDict().erase(c10::IValue("max_exp_avg_sq"));
+    REQUIRE(state.at(c10::IValue(int64_t{3})).toGenericDict().erase(c10::IValue("max_exp_avg_sq")));
     auto opt = make_default("adam", params);
     CHECK_THROWS_WITH(load_torch_state(*opt, sd, source),
                       Catch::Contains("param group 1, parameter 1 (id 3): missing state key 'max_exp_avg_sq'"));
