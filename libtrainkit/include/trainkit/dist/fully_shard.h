@@ -46,6 +46,10 @@
 /// micro-batches), so memory is sharded again once the last micro-batch is reduced.
 /// Parameters that do not require grad and buffers are not sharded: they are broadcast from rank 0 at
 /// construction (DDP) and kept in full on every rank.
+///
+/// Outside run() a parameter that this rank does not own has its shape but no storage (a null data
+/// pointer): code that reads every parameter (an EMA of the weights, `model->save`, an export) must use
+/// full_state_dict() or save() instead.
 
 #include <cstdint>
 #include <functional>
