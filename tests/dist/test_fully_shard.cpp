@@ -69,6 +69,11 @@ TEST_CASE("ZeRO-3 over 2 ranks equals DDP with the unsharded optimizer, with acc
         CHECK(reported(out.output, r, "peak ") > params);
         CHECK(reported(out.output, r, "units left gathered ") == 0);
       }
+      // An evaluation forward (no autograd) frees every unit it gathered and gives the unsharded model's
+      // logits; the full state dict lands on rank 0 only.
+      CHECK_THAT(out.output, Contains("rank 0: evaluation: units left gathered 0, largest difference from the "
+                                      "unsharded model 0\n"));
+      CHECK_THAT(out.output, Contains("[rank 1] rank 1: full state dict entries 0"));
     }
   }
 }
