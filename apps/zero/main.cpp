@@ -1,11 +1,13 @@
-// zero: gradient and optimizer-state memory per rank with ZeRO stages 1 and 2. Trains an MLP on Fashion-MNIST
-// with DistributedDataParallel and a ZeroRedundancyOptimizer(Adam) under the launcher, once per stage, then
-// prints for every rank the parameters it owns and the bytes of gradients and Adam state it holds, against
-// the unsharded run, and checks that both stages trained the same model:
+// zero: parameter, gradient and optimizer-state memory per rank with plain DDP (stage 0) and ZeRO stages 1, 2
+// and 3. Trains an MLP on Fashion-MNIST under the launcher with Adam, once per stage (stage 3: each Linear a
+// unit of a FullyShardedDataParallel), then prints for every rank the parameters it owns and the bytes of
+// parameters, gradients and Adam state it holds, against the unsharded run, and checks that every stage
+// trained the same model:
 //   trainkit launch --nproc 2 -- build/apps/zero --steps 20
-// --device cuda trains rank r on cuda:<LOCAL_RANK>: ZeRO-2's reduces and broadcasts then go through NCCL,
+// --device cuda trains rank r on cuda:<LOCAL_RANK>: ZeRO's reduces and broadcasts then go through NCCL,
 // the loss mean and the barriers through Gloo.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <regex>
 
@@ -17,12 +19,13 @@
 #include "trainkit/data/idx.h"
 #include "trainkit/data/tensor_loader.h"
 #include "trainkit/dist/ddp.h"
+#include "trainkit/dist/fully_shard.h"
 #include "trainkit/dist/process_group.h"
 #include "trainkit/dist/zero.h"
 #include "trainkit/nn/models.h"
 
 int main(int argc, char** argv) {
-  trainkit::app::Cli cli{"ZeRO stages 1 and 2: gradient and Adam state memory per rank vs unsharded (run under `trainkit launch` or torchrun)"};
+  trainkit::app::Cli cli{"DDP and ZeRO stages 1-3: parameter, gradient and Adam state memory per rank vs unsharded (run under `trainkit launch` or torchrun)"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t steps = 20;
   int64_t batch_size = 128;
@@ -75,59 +78,112 @@ int main(int argc, char** argv) {
     const double full_state = static_cast<double>(trainkit::dist::optimizer_state_bytes(full));
     double full_grads = 0;
     for (const auto& p : copy->parameters()) full_grads += static_cast<double>(p.grad().nbytes());
-    std::vector<at::Tensor> finals[2];
-    for (const int64_t stage : {int64_t{1}, int64_t{2}}) {
+    double full_params = 0;
+    for (const auto& p : copy->parameters()) full_params += static_cast<double>(p.nbytes());
+    const double unsharded = full_params + full_grads + full_state;
+    const auto make_adam = [lr](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+      return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(lr));
+    };
+    std::vector<at::Tensor> finals[4];
+    for (const int64_t stage : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}}) {
       torch::manual_seed(0);
       auto model = trainkit::nn::make_mlp(trainkit::nn::MlpOptions().hidden({hidden, hidden}));
       model->to(device);
-      trainkit::dist::DistributedDataParallel ddp(model.ptr(), pg);
-      trainkit::dist::ZeroRedundancyOptimizer zero(
-          ddp,
-          [lr](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
-            return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(lr));
-          },
-          trainkit::dist::ZeroOptions().stage(stage));
+      // Stage 0: DDP and Adam; 1-2: DDP and ZeRO; 3: FullyShardedDataParallel (its own DDP and ZeRO).
+      std::unique_ptr<trainkit::dist::DistributedDataParallel> ddp;
+      std::unique_ptr<trainkit::dist::FullyShardedDataParallel> fsdp;
+      std::unique_ptr<torch::optim::Optimizer> plain;
+      std::unique_ptr<trainkit::dist::ZeroRedundancyOptimizer> zero;
+      if (stage == 3) {
+        fsdp = std::make_unique<trainkit::dist::FullyShardedDataParallel>(
+            model.ptr(), trainkit::dist::sequential_units(model), pg, make_adam);
+      } else {
+        ddp = std::make_unique<trainkit::dist::DistributedDataParallel>(model.ptr(), pg);
+        if (stage == 0) {
+          plain = make_adam(model->parameters());
+        } else {
+          zero = std::make_unique<trainkit::dist::ZeroRedundancyOptimizer>(*ddp, make_adam,
+                                                                          trainkit::dist::ZeroOptions().stage(stage));
+        }
+      }
+      torch::optim::Optimizer& opt = fsdp ? fsdp->optimizer() : zero ? *zero : *plain;
+      // What a rank holds: every parameter below stage 3; its own (between passes) at stage 3.
+      const auto parameter_bytes = [&] {
+        if (fsdp) return static_cast<double>(fsdp->local_parameter_bytes());
+        double bytes = 0;
+        for (const auto& p : model->parameters()) bytes += static_cast<double>(p.nbytes());
+        return bytes;
+      };
       at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
       double grads = 0;
+      double params = 0;
+      pg->barrier();
+      const auto started = std::chrono::steady_clock::now();
       for (int64_t step = 0; step < steps; ++step) {
         const auto batch = loader.batch(step % loader.num_batches());
-        zero.zero_grad();
-        const auto loss = torch::nn::functional::cross_entropy(model->forward(batch.input().to(device)),
-                                                               batch.target().to(device));
+        opt.zero_grad();
+        const at::Tensor x = batch.input().to(device);
+        const at::Tensor logits = fsdp ? trainkit::dist::forward_sequential(*fsdp, model, x) : model->forward(x);
+        const auto loss = torch::nn::functional::cross_entropy(logits, batch.target().to(device));
         loss.backward();
-        grads = static_cast<double>(zero.local_gradient_bytes());  // after backward: stage 2 holds its shard only
-        zero.step();
+        // After backward: stages 2-3 hold the gradients of their shard only, stage 3 its own parameters.
+        grads = 0;
+        for (const auto& p : model->parameters()) grads += p.grad().defined() ? static_cast<double>(p.grad().nbytes()) : 0.0;
+        params = parameter_bytes();
+        opt.step();
         loss_sum += loss.detach().to(torch::kFloat64);  // on the device: no read per step
       }
       const double mean_loss = pg->all_reduce_mean(loss_sum.item<double>() / static_cast<double>(steps));
-      const double state = static_cast<double>(zero.local_state_bytes());
+      const double ms_per_step = pg->all_reduce_mean(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count() /
+          static_cast<double>(steps));
+      const double state = static_cast<double>(trainkit::dist::optimizer_state_bytes(
+          fsdp ? *fsdp->optimizer().local_optimizer() : zero ? *zero->local_optimizer() : *plain));
+      const size_t owned = fsdp ? fsdp->optimizer().shard(rank).size()
+                           : zero ? zero->shard(rank).size()
+                                  : model->parameters().size();
       for (int64_t r = 0; r < world; ++r) {
         pg->barrier();
         if (r == rank) {
-          std::printf("stage %lld rank %lld: %zu of %zu parameter tensors; gradients %.2f MiB, Adam state %.2f MiB: "
-                      "%.1f%% of the unsharded %.2f MiB\n",
-                      static_cast<long long>(stage), static_cast<long long>(rank), zero.shard(rank).size(),
-                      model->parameters().size(), grads / 1048576.0, state / 1048576.0,
-                      100.0 * (grads + state) / (full_grads + full_state), (full_grads + full_state) / 1048576.0);
+          std::printf("stage %lld rank %lld: %zu of %zu parameter tensors; parameters %.2f MiB, gradients %.2f MiB, "
+                      "Adam state %.2f MiB: %.1f%% of the unsharded %.2f MiB\n",
+                      static_cast<long long>(stage), static_cast<long long>(rank), owned, model->parameters().size(),
+                      params / 1048576.0, grads / 1048576.0, state / 1048576.0,
+                      100.0 * (params + grads + state) / unsharded, unsharded / 1048576.0);
           std::fflush(stdout);
         }
       }
       if (pg->is_main()) {
-        std::printf("stage %lld, %lld rank(s): mean training loss over %lld steps %.4f\n", static_cast<long long>(stage),
-                    static_cast<long long>(world), static_cast<long long>(steps), mean_loss);
+        std::printf("stage %lld, %lld rank(s): mean training loss over %lld steps %.4f, %.1f ms per step\n",
+                    static_cast<long long>(stage), static_cast<long long>(world), static_cast<long long>(steps),
+                    mean_loss, ms_per_step);
       }
-      for (const auto& p : model->parameters()) finals[stage - 1].push_back(p.detach().clone());
-    }
-    double diff = 0;
-    for (size_t i = 0; i < finals[0].size(); ++i) {
-      diff = std::max(diff, (finals[0][i] - finals[1][i]).abs().max().item<double>());
+      if (fsdp) {
+        const auto full = fsdp->full_state_dict();  // on rank 0 only
+        for (const auto& item : full) {
+          if (model->named_parameters().contains(item.key())) finals[stage].push_back(item.value());
+        }
+      } else {
+        for (const auto& p : model->parameters()) finals[stage].push_back(p.detach().clone());
+      }
     }
     if (pg->is_main()) {
-      std::printf("largest parameter difference between stage 1 and stage 2: %.3g (float32 sums in another order)\n", diff);
-    }
-    if (!(diff < 1e-4)) {
-      std::fprintf(stderr, "zero: stages 1 and 2 trained different models (difference %g)\n", diff);
-      return 1;
+      const auto difference = [&](int64_t a, int64_t b) {
+        double d = 0;
+        for (size_t i = 0; i < finals[a].size(); ++i) {
+          d = std::max(d, (finals[a][i] - finals[b][i]).abs().max().item<double>());
+        }
+        return d;
+      };
+      const double diff12 = difference(1, 2);
+      const double diff03 = difference(0, 3);
+      std::printf("largest parameter difference between stage 1 and stage 2: %.3g (float32 sums in another order)\n",
+                  diff12);
+      std::printf("largest parameter difference between stage 0 and stage 3: %.3g\n", diff03);
+      if (!(diff12 < 1e-4) || !(diff03 < 1e-4) || finals[3].size() != finals[0].size()) {
+        std::fprintf(stderr, "zero: the stages trained different models (differences %g, %g)\n", diff12, diff03);
+        return 1;
+      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zero: rank %lld: %s\n", static_cast<long long>(rank), e.what());

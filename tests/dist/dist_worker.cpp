@@ -15,6 +15,9 @@
 //          committed across ranks after every step; --kill-step: a rank killed during a save;
 //          --ckpt-per-rank: directories the ranks do not share), --optim layer_decay (26 param groups);
 //          prints bytes per rank
+//   fsdp   ChainNet under FullyShardedDataParallel (ZeRO-3), each of its 13 layers a unit; the zero2 options
+//          (--optim, --accum, --clip, --scaler, --save-dir/--load-dir with any world size); rank 0 writes the
+//          full parameters; prints the parameter, gradient and optimizer-state bytes per rank
 //   nccl_style  under TRAINKIT_DIST_BACKEND=testdev:refuse_cpu (a device backend that refuses CPU tensors, as
 //          NCCL does; tests/dist/refusing_backend.h): the CPU-side helpers, an all-reduce of a CPU and of a
 //          testdev tensor, and ZeRO-2's clip and found-inf reduction over a DDP on testdev:0; prints what each
@@ -43,6 +46,7 @@
 #include "trainkit/app/cli.h"
 #include "trainkit/dist/checkpoint_group.h"
 #include "trainkit/dist/ddp.h"
+#include "trainkit/dist/fully_shard.h"
 #include "trainkit/dist/pipeline.h"
 #include "trainkit/dist/process_group.h"
 #include "trainkit/dist/zero.h"
@@ -229,6 +233,135 @@ int run_zero(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg, const Zero
   return 0;
 }
 
+/// Mode fsdp: ChainNet under FullyShardedDataParallel, one unit per layer (what mode zero2 does otherwise).
+int run_fsdp(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg, const ZeroArgs& a) {
+  namespace dist = trainkit::dist;
+  const int64_t rank = pg->rank();
+  const int64_t world = pg->world_size();
+  auto net = td::make_chain_net(7 + static_cast<uint64_t>(rank));
+  std::vector<std::string> units;
+  for (size_t i = 0; i < net->layers.size(); ++i) units.push_back("layer" + std::to_string(i));
+  units.push_back("head");
+  const auto options = dist::FullyShardOptions().ddp(
+      dist::DistributedDataParallelOptions().bucket_cap_mb(a.bucket_kb / 1024.0).first_bucket_mb(a.bucket_kb / 1024.0));
+  auto fsdp = a.optim == "layer_decay"
+                  ? std::make_unique<dist::FullyShardedDataParallel>(net, units, pg, td::make_layer_decay_groups(*net),
+                                                                     td::make_layer_decay_optimizer, options)
+                  : std::make_unique<dist::FullyShardedDataParallel>(
+                        net, units, pg,
+                        [&a](std::vector<at::Tensor> params) {
+                          return td::make_zero_test_optimizer(a.optim, std::move(params));
+                        },
+                        options);
+  auto& opt = fsdp->optimizer();
+  trainkit::amp::GradScaler scaler(c10::kCPU, trainkit::amp::GradScalerOptions().init_scale(1024.0).enabled(a.scaler));
+  scaler.set_found_inf_reducer(opt.found_inf_reducer());
+  // The most trainable-parameter bytes held while a unit ran (its parameters gathered).
+  int64_t peak = 0;
+  const auto unit = [&](size_t i, const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x) {
+    return fsdp->run(i, [&, fn](const at::Tensor& in) {
+      peak = std::max(peak, fsdp->local_parameter_bytes());
+      return fn(in);
+    }, x);
+  };
+  const auto forward = [&](at::Tensor x) {
+    for (size_t i = 0; i < net->layers.size(); ++i) {
+      x = torch::tanh(unit(i, [&net, i](const at::Tensor& in) { return net->layers[i]->forward(in); }, x));
+    }
+    return unit(net->layers.size(), [&net](const at::Tensor& in) { return net->head->forward(in); }, x);
+  };
+  const auto shard_path = [](const std::string& dir, int64_t r, int64_t w) {
+    return dir + "/fsdp_shard_" + std::to_string(r) + "_of_" + std::to_string(w) + ".pt";
+  };
+  int64_t start = 0;
+  if (!a.load_dir.empty()) {
+    int64_t saved_world = 1;
+    while (!std::filesystem::exists(shard_path(a.load_dir, 0, saved_world)) && saved_world < 64) ++saved_world;
+    const auto read = [&](int64_t r, int64_t w) -> std::unique_ptr<torch::serialize::InputArchive> {
+      if (!std::filesystem::exists(shard_path(a.load_dir, r, w))) return nullptr;
+      auto archive = std::make_unique<torch::serialize::InputArchive>();
+      trainkit::train::load_checkpoint(shard_path(a.load_dir, r, w), *archive);
+      return archive;
+    };
+    auto first = read(saved_world == world ? rank : 0, saved_world);
+    fsdp->set_shard_reader(read);
+    fsdp->load(*first);
+    fsdp->set_shard_reader(nullptr);
+    at::Tensor step;
+    first->read("step", step);
+    start = step.item<int64_t>();
+  }
+  const auto data = td::make_data((a.data_steps > 0 ? a.data_steps : a.steps) * world * a.accum * a.micro);
+  std::string skipped;
+  int64_t after_forward = -1, after_backward = -1, grad_bytes = 0, gathered = 0;
+  for (int64_t step = start; step < a.steps; ++step) {
+    opt.zero_grad();
+    for (int64_t k = 0; k < a.accum; ++k) {
+      auto x = td::rows(data.first, step, k, rank, world, a.accum, a.micro);
+      auto y = td::rows(data.second, step, k, rank, world, a.accum, a.micro);
+      std::optional<dist::DistributedDataParallel::NoSyncGuard> guard;
+      if (k + 1 < a.accum) guard.emplace(fsdp->ddp());
+      const at::Tensor loss = torch::nn::functional::cross_entropy(forward(x), y) / static_cast<double>(a.accum);
+      after_forward = fsdp->local_parameter_bytes();
+      gathered += fsdp->gathered_units();
+      scaler.scale(loss).backward();
+      after_backward = fsdp->local_parameter_bytes();
+      gathered += fsdp->gathered_units();
+    }
+    grad_bytes = opt.local_gradient_bytes();
+    if (a.scaler && step == 2 && fsdp->owner(0) == rank) {
+      torch::NoGradGuard no_grad;
+      net->parameters()[0].grad().view({-1})[0] = std::numeric_limits<double>::infinity();
+    }
+    if (a.clip > 0) {
+      scaler.unscale_(opt);
+      opt.clip_grad_norm_(a.clip);
+    }
+    if (!scaler.step(opt)) skipped += " " + std::to_string(step);
+    scaler.update();
+  }
+  std::printf("rank %lld: stage 3: parameter bytes %lld, after forward %lld, peak %lld, largest unit %lld, gradient "
+              "bytes %lld, optimizer state bytes %lld, units left gathered %lld\n",
+              static_cast<long long>(rank), static_cast<long long>(after_backward),
+              static_cast<long long>(after_forward), static_cast<long long>(peak),
+              static_cast<long long>(fsdp->largest_unit_bytes()), static_cast<long long>(grad_bytes),
+              static_cast<long long>(opt.local_state_bytes()), static_cast<long long>(gathered));
+  if (a.scaler) {
+    std::printf("rank %lld: skipped steps:%s; scale %g\n", static_cast<long long>(rank), skipped.c_str(),
+                scaler.get_scale());
+  }
+  if (!a.save_dir.empty()) {
+    std::filesystem::create_directories(a.save_dir);
+    torch::serialize::OutputArchive archive;
+    fsdp->save(archive);
+    archive.write("step", at::tensor(a.steps));
+    trainkit::train::save_checkpoint(shard_path(a.save_dir, rank, world), archive);
+  }
+  // Evaluation (no autograd): each unit gathered and freed around its forward; rank 0 checks the logits
+  // against an unsharded copy of the full parameters.
+  at::Tensor logits;
+  {
+    torch::NoGradGuard no_grad;
+    logits = forward(data.first.narrow(0, 0, a.micro));
+  }
+  const int64_t eval_gathered = fsdp->gathered_units();
+  const auto full = fsdp->full_state_dict();
+  if (rank == 0) {
+    std::vector<at::Tensor> params;
+    for (const auto& item : net->named_parameters()) params.push_back(full[item.key()]);
+    torch::save(params, a.out + "/rank0.pt");
+    auto copy = td::make_chain_net(0);
+    torch::NoGradGuard no_grad;
+    for (const auto& item : copy->named_parameters()) item.value().copy_(full[item.key()]);
+    std::printf("rank 0: evaluation: units left gathered %lld, largest difference from the unsharded model %.3g\n",
+                static_cast<long long>(eval_gathered),
+                (logits - copy->forward(data.first.narrow(0, 0, a.micro))).abs().max().item<double>());
+  } else {
+    std::printf("rank %lld: full state dict entries %zu\n", static_cast<long long>(rank), full.size());
+  }
+  return 0;
+}
+
 /// Mode nccl_style: the collectives of a group whose device backend refuses CPU tensors.
 int run_nccl_style(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg) {
   const int64_t rank = pg->rank();
@@ -341,7 +474,7 @@ int main(int argc, char** argv) {
   bool no_overlap = false;
   std::string compression = "none";
   cli.option("--mode", mode, "ddp, zero, fault, hang or env")
-      .one_of({"ddp", "zero", "zero2", "fault", "hang", "env", "unused", "scaler", "metrics", "nccl_style", "pipeline"})
+      .one_of({"ddp", "zero", "zero2", "fault", "hang", "env", "unused", "scaler", "metrics", "nccl_style", "pipeline", "fsdp"})
       .show_default();
   cli.option("--out", out, "Directory for rank<r>.pt and checkpoints").show_default();
   cli.option("--steps", steps, "Optimizer steps").show_default();
@@ -404,12 +537,12 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    if (mode == "zero2") {
+    if (mode == "zero2" || mode == "fsdp") {
       za.steps = steps;
       za.accum = accum;
       za.bucket_kb = bucket_kb;
       za.out = out;
-      return run_zero(pg, za);
+      return mode == "fsdp" ? run_fsdp(pg, za) : run_zero(pg, za);
     }
     // Each rank starts from a different initialisation: DDP's broadcast makes rank 0's the common one.
     auto net = td::make_chain_net(7 + static_cast<uint64_t>(rank));

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "dist/dist_common.h"
+#include "dist/zero_common.h"
 #include "support.h"
 #include "trainkit/dist/ddp.h"
 #include "trainkit/dist/zero.h"
@@ -20,102 +21,6 @@
 
 using Catch::Matchers::Contains;
 namespace td = trainkit::test::dist;
-
-namespace zero_test {
-
-using trainkit::test::TempDir;
-
-struct Outcome {
-  int code;
-  std::string output;
-};
-
-/// Runs `command` through the shell with stdout and stderr in `tmp/name`; `timeout -s KILL` only guards
-/// against a hang.
-Outcome run(const std::string& command, const TempDir& tmp, const std::string& name) {
-  const std::string log = tmp.str(name);
-  const int status = std::system(("timeout -s KILL 300 " + command + " > " + log + " 2>&1").c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, trainkit::test::read_text(log)};
-}
-
-/// dist_worker --mode zero2 on 2 ranks under the launcher.
-Outcome two_ranks(const std::string& args, const TempDir& tmp, const std::string& name) {
-  return run(std::string("env TRAINKIT_DIST_TIMEOUT=20 ") + TRAINKIT_CLI_PATH + " launch --nproc 2 --master-port 0 -- " +
-                 TRAINKIT_DIST_WORKER_PATH + " --mode zero2 --bucket-kb 1 " + args,
-             tmp, name);
-}
-
-/// dist_worker --mode zero2 as a single process (world size 1), 12 rows per step as 2 ranks x 6.
-Outcome one_rank(const std::string& args, const TempDir& tmp, const std::string& name) {
-  return run(std::string("env -u RANK -u WORLD_SIZE ") + TRAINKIT_DIST_WORKER_PATH + " --mode zero2 --micro 12 " + args,
-             tmp, name);
-}
-
-std::vector<at::Tensor> params_of(const std::string& path) {
-  std::vector<at::Tensor> params;
-  torch::load(params, path);
-  return params;
-}
-
-double largest_difference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  REQUIRE(a.size() == b.size());
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
-  return d;
-}
-
-bool bitwise_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return false;
-  }
-  return true;
-}
-
-/// What one unsharded process does with the full batch of every step (2 ranks x accum x 6 rows):
-/// optimizer `name`, the norm clipped to `clip` (0 = off), step `skip` not taken (-1 = none).
-struct Reference {
-  std::vector<at::Tensor> params;
-  int64_t state_bytes = 0;
-  int64_t gradient_bytes = 0;
-  std::vector<double> norms;
-};
-
-Reference reference(const std::string& name, int64_t steps, int64_t accum, double clip, int64_t skip = -1) {
-  auto net = td::make_chain_net(7);
-  const int64_t global = 2 * accum * td::kMicro;
-  const auto data = td::make_data(steps * global);
-  auto opt = name == "layer_decay" ? td::make_layer_decay_optimizer(td::make_layer_decay_groups(*net))
-                                   : td::make_zero_test_optimizer(name, net->parameters());
-  Reference r;
-  for (int64_t s = 0; s < steps; ++s) {
-    opt->zero_grad();
-    torch::nn::functional::cross_entropy(net->forward(data.first.narrow(0, s * global, global)),
-                                         data.second.narrow(0, s * global, global))
-        .backward();
-    if (clip > 0) r.norms.push_back(trainkit::grad::clip_grad_norm_(net->parameters(), clip).item<double>());
-    if (s != skip) opt->step();
-  }
-  for (const auto& p : net->parameters()) r.gradient_bytes += static_cast<int64_t>(p.grad().nbytes());
-  r.state_bytes = trainkit::dist::optimizer_state_bytes(*opt);
-  r.params = td::snapshot(*net);
-  return r;
-}
-
-/// The integer after `key` in rank `rank`'s line of the launcher's output.
-int64_t reported(const std::string& output, int64_t rank, const std::string& key) {
-  const std::string prefix = "[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) + ": ";
-  for (size_t at = output.find(prefix); at != std::string::npos; at = output.find(prefix, at + 1)) {
-    const size_t end = output.find('\n', at);
-    const std::string line = output.substr(at, end - at);
-    const auto k = line.find(key);
-    if (k != std::string::npos) return std::stoll(line.substr(k + key.size()));
-  }
-  FAIL("no '" << key << "' reported by rank " << rank);
-  return -1;
-}
-
-}  // namespace zero_test
 
 TEST_CASE("ZeRO-2 over 2 ranks equals DDP with the unsharded optimizer, with accumulation, global-norm clipping and "
           "layer-decay param groups",
@@ -341,8 +246,8 @@ TEST_CASE("ZeRO: stage 2 needs the DDP, bad stages, too many ranks and param gro
                                                             trainkit::dist::ZeroOptions().stage(2)),
                     Contains("stage 2 needs the DistributedDataParallel constructor"));
   trainkit::dist::DistributedDataParallel ddp(net, pg);
-  CHECK_THROWS_WITH(trainkit::dist::ZeroRedundancyOptimizer(ddp, factory, trainkit::dist::ZeroOptions().stage(3)),
-                    Contains("invalid stage 3"));
+  CHECK_THROWS_WITH(trainkit::dist::ZeroRedundancyOptimizer(ddp, factory, trainkit::dist::ZeroOptions().stage(4)),
+                    Contains("invalid stage 4"));
   // Param groups over the DDP's module must hold each of its parameters once, and nothing else.
   {
     using Group = torch::optim::OptimizerParamGroup;

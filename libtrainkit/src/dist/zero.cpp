@@ -289,14 +289,16 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp,
                                                  const GroupedOptimizerFactory& factory, ZeroOptions options)
     : ZeroRedundancyOptimizer(
           [&] {
-            TRAINKIT_CHECK_ARG(options.stage() == 1 || options.stage() == 2,
-                               "ZeroRedundancyOptimizer: invalid stage {} (1 or 2)", options.stage());
+            TRAINKIT_CHECK_ARG(options.stage() >= 1 && options.stage() <= 3,
+                               "ZeroRedundancyOptimizer: invalid stage {} (1, 2, or 3 through "
+                               "FullyShardedDataParallel)",
+                               options.stage());
             check_covers(ddp, groups);
             const auto& group = ddp.process_group();
             return Partition(std::move(groups), group->world_size(), group->rank(), factory);
           }(),
           ddp.process_group(), options) {
-  if (options_.stage() == 2) {
+  if (options_.stage() >= 2) {
     // The DDP's buckets go by its own parameter order: each parameter's owner there.
     std::map<const void*, int64_t> owner_of;
     const auto params = all_params();
@@ -339,8 +341,9 @@ at::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
     local_->param_groups()[j].set_options(param_groups_[static_cast<size_t>(local_groups_[j])].options().clone());
   }
   local_->step();
+  // Stage 3: the other ranks hold no copy to update; FullyShardedDataParallel gathers from the owners.
   const auto params = all_params();
-  for (int64_t r = 0; r < group_->world_size() && group_->world_size() > 1; ++r) {
+  for (int64_t r = 0; r < group_->world_size() && group_->world_size() > 1 && options_.stage() < 3; ++r) {
     std::vector<at::Tensor> owned;
     for (size_t i = 0; i < params.size(); ++i) {
       if (owner_[i] == r) owned.push_back(params[i]);
@@ -493,7 +496,8 @@ void ZeroRedundancyOptimizer::load_shards(const std::vector<torch::serialize::In
     std::vector<torch::optim::OptimizerParamGroup> copies;
     for (const auto& g : param_groups_) {
       std::vector<at::Tensor> c;
-      for (const auto& p : g.params()) c.push_back(p.detach().clone());
+      // Stand-ins that only key the state (stage 3's parameters have no storage on their non-owners).
+      for (const auto& p : g.params()) c.push_back(at::empty_like(p));
       copies.emplace_back(std::move(c), g.options().clone());
     }
     auto source_groups = Partition::shard_groups(copies, reference.owner, from, nullptr);

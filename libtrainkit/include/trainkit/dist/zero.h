@@ -65,7 +65,9 @@ using ShardReader = std::function<std::unique_ptr<torch::serialize::InputArchive
 /// Options of ZeroRedundancyOptimizer.
 struct ZeroOptions {
   /// 1: shard the optimizer state; 2: shard the gradients too (needs the DistributedDataParallel
-  /// constructor); 0 is accepted by the config (`[zero] stage = 0`: no ZeRO) but not by the optimizer.
+  /// constructor); 3: as 2, but step() broadcasts nothing, since the other ranks hold no copy of a
+  /// parameter (made by FullyShardedDataParallel, trainkit/dist/fully_shard.h); 0 is accepted by the config
+  /// (`[zero] stage = 0`: no ZeRO) but not by the optimizer.
   TORCH_ARG(int64_t, stage) = 1;
 
  public:
@@ -111,7 +113,7 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   /// that every rank skips the same steps).
   std::function<void(at::Tensor&)> found_inf_reducer() const;
 
-  /// The stage (1 or 2).
+  /// The stage (1, 2 or 3).
   int64_t stage() const { return options_.stage(); }
   /// The optimizer of this rank's shard.
   torch::optim::Optimizer* local_optimizer() { return local_.get(); }
