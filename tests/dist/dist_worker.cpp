@@ -12,7 +12,8 @@
 //   zero2  ZeroRedundancyOptimizer over the DDP (--stage 1|2, --optim adam|adamw|sgd|lamb) with accumulation,
 //          --clip (the norm over all ranks), --scaler (an inf in one gradient of rank 0's shard at step 2),
 //          --save-dir/--load-dir (sharded checkpoints; any world size), --ckpt-dir/--resume (checkpoints
-//          committed across ranks after every step; --kill-step: a rank killed during a save;
+//          committed across ranks after every step; --kill-step: a rank killed during a save; --sync-every:
+//          every micro-batch reduces instead of all but the last running under no_sync;
 //          --ckpt-per-rank: directories the ranks do not share), --optim layer_decay (26 param groups);
 //          prints bytes per rank
 //   fsdp   ChainNet under FullyShardedDataParallel (ZeRO-3), each of its 13 layers a unit; the zero2 options
@@ -69,6 +70,7 @@ struct ZeroArgs {
   int64_t steps = 4;
   int64_t data_steps = 0;  // 0: steps
   int64_t accum = 1;
+  bool sync_every = false;  // every micro-batch's backward reduces (no no_sync): the owners accumulate the means
   double bucket_kb = 1.0;
   std::string out = ".";
   std::string ckpt_dir;      // checkpoints through a CheckpointManager (sharded, committed) after every step
@@ -182,7 +184,7 @@ int run_zero(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg, const Zero
       const auto before = pg->stats();
       {
         std::optional<trainkit::dist::DistributedDataParallel::NoSyncGuard> guard;
-        if (k + 1 < a.accum) guard.emplace(ddp);
+        if (k + 1 < a.accum && !a.sync_every) guard.emplace(ddp);
         scaler.scale(torch::nn::functional::cross_entropy(net->forward(x), y) / static_cast<double>(a.accum)).backward();
       }
       const auto after = pg->stats();
@@ -300,7 +302,7 @@ int run_fsdp(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg, const Zero
       auto x = td::rows(data.first, step, k, rank, world, a.accum, a.micro);
       auto y = td::rows(data.second, step, k, rank, world, a.accum, a.micro);
       std::optional<dist::DistributedDataParallel::NoSyncGuard> guard;
-      if (k + 1 < a.accum) guard.emplace(fsdp->ddp());
+      if (k + 1 < a.accum && !a.sync_every) guard.emplace(fsdp->ddp());
       const at::Tensor loss = torch::nn::functional::cross_entropy(forward(x), y) / static_cast<double>(a.accum);
       after_forward = fsdp->local_parameter_bytes();
       gathered += fsdp->gathered_units();
@@ -488,6 +490,7 @@ int main(int argc, char** argv) {
   cli.option("--stage", za.stage, "zero2: ZeRO stage").show_default();
   cli.option("--optim", za.optim, "zero2: adam, adamw, sgd, lamb or layer_decay (AdamW, 26 groups)").show_default();
   cli.option("--clip", za.clip, "zero2: clip the gradient norm to this (0 = off)").show_default();
+  cli.flag("--sync-every", za.sync_every, "zero2, fsdp: every micro-batch's backward reduces (no no_sync)");
   cli.flag("--scaler", za.scaler, "zero2: GradScaler, with an inf in one gradient of rank 0's shard at step 2");
   cli.option("--data-steps", za.data_steps, "zero2: generate the data of this many steps (0 = --steps)");
   cli.option("--micro", za.micro, "Rows per micro-batch and rank").show_default();

@@ -31,9 +31,10 @@ TEST_CASE("ZeRO-3 over 2 ranks equals DDP with the unsharded optimizer, with acc
     const char* optim;
     const char* extra;
   };
-  // Accumulation: the first micro-batch of each step under no_sync, the second reduces to the owners.
+  // Accumulation: the first micro-batch of each step under no_sync, the second reduces to the owners; with
+  // --sync-every both reduce (the owners add the second's gradients to the means they hold).
   for (const Variant v : {Variant{"adam", ""}, Variant{"adamw", ""}, Variant{"sgd", ""}, Variant{"lamb", ""},
-                          Variant{"layer_decay", ""}}) {
+                          Variant{"layer_decay", ""}, Variant{"sgd", " --sync-every"}}) {
     DYNAMIC_SECTION(v.optim << v.extra) {
       TempDir tmp("fsdp");
       const int64_t steps = 4;

@@ -87,6 +87,22 @@ class ReadyHook : public torch::autograd::FunctionPostHook {
   int64_t index_;
 };
 
+/// Calls Reducer::before_accumulate before a parameter's gradient accumulator adds the new gradient.
+class AccumulateHook : public torch::autograd::FunctionPreHook {
+ public:
+  AccumulateHook(std::weak_ptr<Reducer> reducer, int64_t index) : reducer_(std::move(reducer)), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    if (auto reducer = reducer_.lock()) {
+      reducer->before_accumulate(index_);
+    }
+    return grads;
+  }
+
+ private:
+  std::weak_ptr<Reducer> reducer_;
+  int64_t index_;
+};
+
 }  // namespace
 
 Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> group,
@@ -98,6 +114,7 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
                      "Reducer: {} bucket roots for {} buckets", options_.roots.size(), buckets.size());
   bucket_of_.assign(params_.size(), -1);
   ready_.assign(params_.size(), false);
+  holds_mean_.assign(params_.size(), false);
   for (auto& indices : buckets) {
     Bucket b;
     b.indices = indices;
@@ -121,12 +138,27 @@ void Reducer::install_hooks(const std::shared_ptr<Reducer>& self) {
     auto accumulator = torch::autograd::impl::grad_accumulator(self->params_[i]);
     TRAINKIT_CHECK_ARG(accumulator, "DistributedDataParallel: parameter {} is not a leaf that requires grad",
                        self->names_[i]);
+    accumulator->add_pre_hook(std::make_unique<AccumulateHook>(self, static_cast<int64_t>(i)));
     accumulator->add_post_hook(std::make_unique<ReadyHook>(self, static_cast<int64_t>(i)));
     self->accumulators_.push_back(std::move(accumulator));  // params only hold them weakly
   }
 }
 
 void Reducer::add(int64_t index) { mark_ready(index); }
+
+void Reducer::before_accumulate(int64_t index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto i = static_cast<size_t>(index);
+  if (!holds_mean_[i]) {
+    return;
+  }
+  holds_mean_[i] = false;
+  auto& p = params_[i];
+  if (p.grad().defined()) {  // zero_grad() may have set it to none since
+    at::NoGradGuard no_grad;
+    p.mutable_grad().mul_(static_cast<double>(group_->world_size()));
+  }
+}
 
 void Reducer::mark_ready(int64_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -264,6 +296,7 @@ void Reducer::finalize() {
       } else {
         p.mutable_grad() = slot.clone();
       }
+      if (bucket.root >= 0) holds_mean_[static_cast<size_t>(bucket.indices[k])] = true;
     }
     if (bucket.root >= 0) {
       bucket.flat = at::Tensor();

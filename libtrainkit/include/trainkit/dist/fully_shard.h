@@ -40,10 +40,9 @@
 /// (bounded by the largest tensor) and a gather per owner instead of one all-gather per unit.
 ///
 /// Accumulation: run every micro-batch but the last inside `ddp().no_sync()` (as with DDP): their gradients
-/// accumulate in full on every rank and the last backward reduces them to the owners. Accumulating over
-/// several synchronising backwards is not supported (as at ZeRO stage 2, the reduce writes the mean of
-/// what the ranks hold over the owner's gradient, and the other ranks dropped their share of the earlier
-/// micro-batches), so memory is sharded again once the last micro-batch is reduced.
+/// accumulate in full on every rank and the last backward reduces them to the owners. Or let every backward
+/// reduce (gradients stay sharded between micro-batches, one reduce per micro-batch): the owner adds each
+/// reduce to the mean it holds, as DDP's all-reduce would.
 /// Parameters that do not require grad and buffers are not sharded: they are broadcast from rank 0 at
 /// construction (DDP) and kept in full on every rank.
 ///

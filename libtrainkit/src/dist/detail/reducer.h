@@ -42,8 +42,13 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> group,
           std::vector<std::vector<int64_t>> buckets, ReducerOptions options);
-  /// Registers a post hook on every parameter's gradient accumulator (needs the owning shared_ptr).
+  /// Registers a pre and a post hook on every parameter's gradient accumulator (needs the owning shared_ptr).
   static void install_hooks(const std::shared_ptr<Reducer>& self);
+  /// Before a gradient is accumulated into parameter `index`: if this rank owns it through a reduce bucket and
+  /// still holds the mean of an earlier synchronising backward, scales that mean by the world size, so that the
+  /// next reduce (which divides every contribution by it) adds the new local gradients to the mean, as DDP's
+  /// all-reduce does; the other ranks dropped their copy of the mean when they sent it.
+  void before_accumulate(int64_t index);
 
   /// Marks parameter `index`'s gradient ready; starts every bucket that is complete, in order.
   void add(int64_t index);
@@ -69,6 +74,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<Bucket> buckets_;
   std::vector<int64_t> bucket_of_;
   std::vector<bool> ready_;
+  std::vector<bool> holds_mean_;  // owner of a reduce bucket's parameter, holding the mean of the last sync
   size_t num_ready_ = 0;
   size_t next_bucket_ = 0;
   bool callback_queued_ = false;
