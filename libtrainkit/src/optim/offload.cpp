@@ -1,5 +1,6 @@
 #include "trainkit/optim/offload.h"
 
+#include <map>
 #include <sstream>
 #include <utility>
 
@@ -15,6 +16,9 @@ namespace trainkit::optim {
 
 /// One parameter: where it is in the param groups, its host master and buffers.
 struct OffloadOptimizer::Slot {
+  /// Checks parameter `p` (parameter `index` of param group `group`) and makes its host buffers.
+  Slot(const at::Tensor& p, size_t group, size_t index, const OffloadOptions& options);
+
   size_t group = 0;
   size_t index = 0;
   const void* device_impl = nullptr;  // the tensor the master was made for (a reshard swaps it)
@@ -69,6 +73,23 @@ void synchronize(const c10::Device& device) {
 
 }  // namespace
 
+OffloadOptimizer::Slot::Slot(const at::Tensor& p, size_t group, size_t index, const OffloadOptions& options)
+    : group(group), index(index) {
+  TRAINKIT_CHECK_ARG(p.defined(), "OffloadOptimizer: {} is an undefined tensor", where(group, index));
+  TRAINKIT_CHECK_ARG(p.layout() == at::kStrided, "OffloadOptimizer: {} (shape {}) is sparse; offload takes dense "
+                     "parameters", where(group, index), shape(p));
+  TRAINKIT_CHECK_ARG(at::isFloatingType(p.scalar_type()), "OffloadOptimizer: {} (shape {}) has dtype {}; offload "
+                     "takes floating parameters", where(group, index), shape(p), c10::toString(p.scalar_type()));
+  device_impl = p.unsafeGetTensorImpl();
+  const auto master_dtype = internal::state_dtype(p.scalar_type());
+  const auto host = at::TensorOptions().device(c10::kCPU).pinned_memory(pinned(options, p.device()));
+  // Zeros until the first step reads the device's values: a factory may look at shapes, never at values
+  // that the caller can still change before that step.
+  master = at::zeros(p.sizes(), host.dtype(master_dtype));
+  grad = at::zeros(p.sizes(), host.dtype(master_dtype));
+  if (master_dtype != p.scalar_type()) staging = at::empty(p.sizes(), host.dtype(p.scalar_type()));
+}
+
 OffloadOptimizer::Built OffloadOptimizer::build(std::vector<torch::optim::OptimizerParamGroup> groups,
                                                 const HostOptimizerFactory& factory, const OffloadOptions& options) {
   TRAINKIT_CHECK_ARG(factory, "OffloadOptimizer: the host optimizer factory is empty");
@@ -80,28 +101,13 @@ OffloadOptimizer::Built OffloadOptimizer::build(std::vector<torch::optim::Optimi
     std::vector<at::Tensor> masters;
     for (size_t i = 0; i < groups[g].params().size(); ++i) {
       const at::Tensor& p = groups[g].params()[i];
-      TRAINKIT_CHECK_ARG(p.defined(), "OffloadOptimizer: {} is an undefined tensor", where(g, i));
-      TRAINKIT_CHECK_ARG(p.layout() == at::kStrided, "OffloadOptimizer: {} (shape {}) is sparse; offload takes dense "
-                         "parameters", where(g, i), shape(p));
-      TRAINKIT_CHECK_ARG(at::isFloatingType(p.scalar_type()), "OffloadOptimizer: {} (shape {}) has dtype {}; offload "
-                         "takes floating parameters", where(g, i), shape(p), c10::toString(p.scalar_type()));
       if (!device) {
         device = p.device();
         first = where(g, i);
       }
+      Slot slot(p, g, i, options);
       TRAINKIT_CHECK_ARG(p.device() == *device, "OffloadOptimizer: {} (shape {}) is on {}, {} on {}; every parameter "
                          "must live on one device", where(g, i), shape(p), p.device().str(), first, device->str());
-      Slot slot;
-      slot.group = g;
-      slot.index = i;
-      slot.device_impl = p.unsafeGetTensorImpl();
-      const auto master_dtype = internal::state_dtype(p.scalar_type());
-      const auto host = at::TensorOptions().device(c10::kCPU).pinned_memory(pinned(options, p.device()));
-      // Zeros until the first step reads the device's values: a factory may look at shapes, never at values
-      // that the caller can still change before that step.
-      slot.master = at::zeros(p.sizes(), host.dtype(master_dtype));
-      slot.grad = at::zeros(p.sizes(), host.dtype(master_dtype));
-      if (master_dtype != p.scalar_type()) slot.staging = at::empty(p.sizes(), host.dtype(p.scalar_type()));
       masters.push_back(slot.master);
       built.slots.push_back(std::move(slot));
     }
@@ -177,28 +183,55 @@ void OffloadOptimizer::reload_parameters() {
   for (auto& s : slots_) s.stale = true;
 }
 
-void OffloadOptimizer::check_slots() {
-  size_t total = 0;
-  for (const auto& g : param_groups_) total += g.params().size();
-  TRAINKIT_CHECK_ARG(total == slots_.size() && param_groups_.size() == inner_->param_groups().size(),
-                     "OffloadOptimizer: the param groups hold {} tensors in {} groups, the host optimizer was made "
-                     "for {} in {} (add_param_group is not supported)",
-                     total, param_groups_.size(), slots_.size(), inner_->param_groups().size());
-  for (auto& s : slots_) {
-    TRAINKIT_CHECK_ARG(s.index < param_groups_[s.group].params().size(),
-                       "OffloadOptimizer: param group {} holds {} tensors, the host optimizer was made for more", s.group,
-                       param_groups_[s.group].params().size());
-    const at::Tensor& p = param_groups_[s.group].params()[s.index];
-    if (p.unsafeGetTensorImpl() == s.device_impl) continue;
-    // Another tensor in the slot (ZeroRedundancyOptimizer's resharding puts the real parameters where the
-    // factory got copies): the same shape on the same device, whose values the master takes at this step.
-    TRAINKIT_CHECK_ARG(p.sizes() == s.master.sizes() && p.device() == device_ &&
-                           internal::state_dtype(p.scalar_type()) == s.master.scalar_type(),
-                       "OffloadOptimizer: {} is now a tensor of shape {} on {}, the host master has shape {} (for {})",
-                       where(s.group, s.index), shape(p), p.device().str(), shape(s.master), device_.str());
-    s.device_impl = p.unsafeGetTensorImpl();
-    s.stale = true;
+void OffloadOptimizer::sync_slots() {
+  bool same = param_groups_.size() == inner_->param_groups().size();
+  size_t k = 0;
+  for (size_t g = 0; same && g < param_groups_.size(); ++g) {
+    same = param_groups_[g].params().size() == inner_->param_groups()[g].params().size();
+    k += param_groups_[g].params().size();
   }
+  if (same && k == slots_.size()) {
+    for (auto& s : slots_) {
+      const at::Tensor& p = param_groups_[s.group].params()[s.index];
+      if (p.unsafeGetTensorImpl() == s.device_impl) continue;
+      // Another tensor in the slot: the master takes its values at this step.
+      TRAINKIT_CHECK_ARG(p.sizes() == s.master.sizes() && p.device() == device_ &&
+                             internal::state_dtype(p.scalar_type()) == s.master.scalar_type(),
+                         "OffloadOptimizer: {} is now a tensor of shape {} on {}, its host master has shape {} (for {})",
+                         where(s.group, s.index), shape(p), p.device().str(), shape(s.master), device_.str());
+      s.device_impl = p.unsafeGetTensorImpl();
+      s.stale = true;
+    }
+    return;
+  }
+  // The param groups were replaced or added to (ZeroRedundancyOptimizer's resharding moves an optimizer loaded
+  // from another rank's shard onto this rank's parameters): a slot per parameter, kept where the tensor had one,
+  // and the host optimizer's groups over the masters, with each group's options.
+  std::map<const void*, Slot> kept;
+  for (auto& s : slots_) kept.emplace(s.device_impl, std::move(s));
+  std::vector<Slot> slots;
+  std::vector<torch::optim::OptimizerParamGroup> host_groups;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    std::vector<at::Tensor> masters;
+    for (size_t i = 0; i < param_groups_[g].params().size(); ++i) {
+      const at::Tensor& p = param_groups_[g].params()[i];
+      TRAINKIT_CHECK_ARG(p.device() == device_, "OffloadOptimizer: {} (shape {}) is on {}, this optimizer's "
+                         "parameters on {}", where(g, i), shape(p), p.device().str(), device_.str());
+      const auto it = kept.find(p.unsafeGetTensorImpl());
+      if (it != kept.end() && it->second.master.sizes() == p.sizes()) {
+        slots.push_back(std::move(it->second));
+        kept.erase(it);
+        slots.back().group = g;
+        slots.back().index = i;
+      } else {
+        slots.emplace_back(p, g, i, options_);
+      }
+      masters.push_back(slots.back().master);
+    }
+    host_groups.emplace_back(std::move(masters), param_groups_[g].options().clone());
+  }
+  inner_->param_groups() = std::move(host_groups);
+  slots_ = std::move(slots);
 }
 
 void OffloadOptimizer::forward_options() const {
@@ -230,7 +263,7 @@ void OffloadOptimizer::take_state() {
 at::Tensor OffloadOptimizer::step(LossClosure closure) {
   at::Tensor loss = internal::run_closure(closure);
   at::NoGradGuard no_grad;
-  check_slots();
+  sync_slots();
   // Down: the stale masters, then each gradient once, all queued before one wait.
   for (auto& s : slots_) {
     const at::Tensor& p = param_groups_[s.group].params()[s.index];

@@ -21,9 +21,11 @@
 ///      CUDA; bfloat16/float16 masters are rounded to the parameter's dtype on the host first, so that only
 ///      the parameter's own bytes cross).
 /// Nothing else crosses in a step. The masters are read from the device at the first step after
-/// construction, load() or reload_parameters(), and whenever a param group slot holds another tensor than
-/// before (ZeroRedundancyOptimizer's resharding replaces them): change the parameters between steps only
-/// through this optimizer, or call reload_parameters().
+/// construction, load() or reload_parameters(), and at the first step of a tensor that took another's place
+/// in the param groups: change the parameters between steps only through this optimizer, or call
+/// reload_parameters(). The param groups may be replaced or added to (ZeroRedundancyOptimizer's resharding
+/// puts an optimizer loaded from another rank's shard onto this rank's parameters): the next step makes the
+/// host masters and the host optimizer's groups anew from them.
 ///
 /// state() holds the inner optimizer's per-parameter state keyed by the device parameters (as every
 /// optimizer keys it); save()/load() write and read the inner optimizer's format, so an archive loads into
@@ -105,8 +107,9 @@ class OffloadOptimizer : public torch::optim::Optimizer {
   /// Moves this object's state into the inner optimizer (keyed by the masters) or back.
   void lend_state();
   void take_state();
-  /// Checks that the param groups still have the slots' shapes; marks a slot whose tensor changed stale.
-  void check_slots();
+  /// Brings the slots and the host optimizer's groups up to date with the param groups: a slot whose tensor
+  /// changed is marked stale; replaced or added groups get slots of their own.
+  void sync_slots();
   void forward_options() const;
 
   OffloadOptions options_;
