@@ -79,13 +79,18 @@ void offload_collect_devices(torch::serialize::InputArchive& archive, std::set<s
   }
 }
 
-std::set<std::string> offload_state_devices(const torch::optim::Optimizer& opt) {
+/// What `opt.save()` writes, read back (tensors on the devices they were saved from).
+void offload_saved(const torch::optim::Optimizer& opt, torch::serialize::InputArchive& in) {
   torch::serialize::OutputArchive out;
   opt.save(out);
   std::stringstream bytes;
   out.save_to(bytes);
-  torch::serialize::InputArchive in;
   in.load_from(bytes);
+}
+
+std::set<std::string> offload_state_devices(const torch::optim::Optimizer& opt) {
+  torch::serialize::InputArchive in;
+  offload_saved(opt, in);
   std::set<std::string> devices;
   offload_collect_devices(in, devices);
   return devices;
@@ -182,10 +187,6 @@ TEST_CASE("OffloadOptimizer: save and load resume bitwise, the archive is the ho
     offload_backward(first, b, step);
     b.step();
   }
-  torch::serialize::OutputArchive saved;
-  b.save(saved);
-  std::stringstream bytes;
-  saved.save_to(bytes);
   const auto second = offload_params(test_device());
   OffloadOptimizer c(second, offload_factory("adam"));
   offload_backward(second, c, 5);
@@ -195,7 +196,7 @@ TEST_CASE("OffloadOptimizer: save and load resume bitwise, the archive is the ho
     for (size_t i = 0; i < second.size(); ++i) second[i].copy_(first[i]);
   }
   torch::serialize::InputArchive in;
-  in.load_from(bytes);
+  offload_saved(b, in);
   c.load(in);
   for (int64_t step = 3; step < 6; ++step) {
     offload_backward(second, c, step);
@@ -211,9 +212,8 @@ TEST_CASE("OffloadOptimizer: save and load resume bitwise, the archive is the ho
       for (size_t i = 0; i < host.size(); ++i) host[i].copy_(first[i].cpu());
     }
     auto plain = offload_factory("adam")(host);
-    bytes.seekg(0);
     torch::serialize::InputArchive again;
-    again.load_from(bytes);
+    offload_saved(b, again);
     plain->load(again);
     for (int64_t step = 3; step < 6; ++step) {
       offload_backward(host, *plain, step);
@@ -227,12 +227,8 @@ TEST_CASE("OffloadOptimizer: save and load resume bitwise, the archive is the ho
     offload_backward(on_device, adam, 0);
     adam.step();
     REQUIRE(offload_state_devices(adam).count(test_device().str()) == 1);  // its moments live on the device
-    torch::serialize::OutputArchive device_saved;
-    adam.save(device_saved);
-    std::stringstream device_bytes;
-    device_saved.save_to(device_bytes);
     torch::serialize::InputArchive device_in;
-    device_in.load_from(device_bytes);
+    offload_saved(adam, device_in);
     OffloadOptimizer d(on_device, offload_factory("adam"));
     d.load(device_in);
     CHECK(offload_state_devices(d) == std::set<std::string>{"cpu"});
