@@ -524,3 +524,34 @@ TEST_CASE("ZeRO-2 with offload: sharded checkpoints resume bitwise on 2 ranks an
   CHECK(bitwise_equal(finish(common + "8 --load-dir " + tmp.str("saved"), "resumed", true), whole));
   CHECK(largest_difference(finish(common + "8 --load-dir " + tmp.str("saved"), "one", false), whole) <= 1e-10);
 }
+
+TEST_CASE("trainkit train under the launcher with [zero] stage = 2 and offload_optimizer = true: the model of ZeRO "
+          "without offload, resumed on 1 process",
+          "[dist][zero][offload][cli]") {
+  using namespace zero_test;
+  TempDir tmp("zero-offload-train");
+  const std::string config = tmp.str("tiny.toml");
+  std::ofstream(config) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n"
+                           "[model]\nchannels = [4, 8]\nhidden = 16\ndropout = 0.0\nbatch_norm = false\n"
+                           "[optimizer]\nname = \"adam\"\nlr = 0.005\n"
+                           "[train]\nepochs = 2\nbatch_size = 25\nseed = 3\nthreads = 1\n"
+                           "[grad]\nclip_norm = 0.5\n[checkpoint]\nevery_steps = 5\n[log]\nprogress = \"lines\"\n"
+                           "[distributed]\nbackend = \"gloo\"\ntimeout = 20\nbucket_cap_mb = 0.01\n[zero]\nstage = 2\n";
+  const std::string cli = TRAINKIT_CLI_PATH;
+  const auto train = [&](const std::string& name, const std::string& extra, bool launch = true) {
+    const std::string command = cli + " train --config " + config + " --out " + tmp.str(name) + " " + extra;
+    const Outcome out = run(launch ? cli + " launch --nproc 2 --master-port 0 -- " + command : command, tmp, name + ".txt");
+    INFO(out.output);
+    REQUIRE(out.code == 0);
+    return out.output;
+  };
+  const auto test_loss = [&tmp](const std::string& name) {
+    return summary_number(trainkit::test::read_text(tmp.str(name + "/summary.json")), "test_loss");
+  };
+  train("plain", "");
+  CHECK_THAT(train("offload", "--set zero.offload_optimizer=true"),
+             Contains("offload_optimizer: the ZeRO shard's optimizer's state and step on the host"));
+  CHECK(std::abs(test_loss("offload") - test_loss("plain")) < 1e-6);
+  CHECK_THAT(train("offload", "--set zero.offload_optimizer=true --resume auto --set train.epochs=3", false),
+             Contains("(saved by 2 ranks, resharded onto 1)"));
+}

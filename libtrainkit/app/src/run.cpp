@@ -470,9 +470,15 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
           return optim::make_optimizer(spec, host);
         });
   }
-  if (config.distributed.offload_optimizer) {
-    spdlog::info("offload_optimizer: optimizer state and step on the host, parameters on {}{}", run.device.str(),
-                 run.device.is_cpu() ? " (on the CPU offload only adds copies)" : "");
+  torch::optim::Optimizer* stepping = run.optimizer.get();  // the optimizer that steps this rank's parameters
+#if TRAINKIT_WITH_DISTRIBUTED
+  if (run.zero != nullptr) stepping = run.zero->local_optimizer();
+#endif
+  if (const auto* offload = dynamic_cast<const optim::OffloadOptimizer*>(stepping)) {
+    spdlog::info("offload_optimizer: the {}optimizer's state and step on the host ({:.2f} MiB of masters and gradient "
+                 "buffers), parameters on {}{}",
+                 sharded ? "ZeRO shard's " : "", static_cast<double>(offload->host_buffer_bytes()) / 1048576.0,
+                 run.device.str(), run.device.is_cpu() ? " (on the CPU offload only adds copies)" : "");
   }
   const int64_t accumulation = config.trainer.accumulation_steps();
   run.steps_per_epoch = (run.train->num_batches() + accumulation - 1) / accumulation;
