@@ -525,8 +525,8 @@ TEST_CASE("ZeRO-2 with offload: sharded checkpoints resume bitwise on 2 ranks an
   CHECK(largest_difference(finish(common + "8 --load-dir " + tmp.str("saved"), "one", false), whole) <= 1e-10);
 }
 
-TEST_CASE("trainkit train under the launcher with [zero] stage = 2 and offload_optimizer = true: the model of ZeRO "
-          "without offload, resumed on 1 process",
+TEST_CASE("trainkit train with ZeRO-2 and an offloaded optimizer under the launcher equals ZeRO-2 without offload "
+          "and resumes on 1 process",
           "[dist][zero][offload][cli]") {
   using namespace zero_test;
   TempDir tmp("zero-offload-train");
