@@ -238,6 +238,29 @@ TEST_CASE("OffloadOptimizer: save and load resume bitwise, the archive is the ho
   }
 }
 
+TEST_CASE("OffloadOptimizer: a param group added between steps gets host masters and steps as the host optimizer's",
+          "[testdev][optim][offload]") {
+  using namespace offload_test;
+  const auto dev = offload_params(test_device());
+  const auto host = offload_params(c10::kCPU);
+  OffloadOptimizer offload({dev[0], dev[1]}, offload_factory("adam"));
+  auto reference = offload_factory("adam")({host[0], host[1]});
+  for (int64_t step = 0; step < 5; ++step) {
+    if (step == 2) {
+      offload.add_param_group(torch::optim::OptimizerParamGroup({dev[2], dev[3]}));
+      reference->add_param_group(torch::optim::OptimizerParamGroup({host[2], host[3]}));
+    }
+    offload_backward(dev, offload, step);
+    offload_backward(host, *reference, step);
+    offload.step();
+    reference->step();
+  }
+  CHECK(offload.inner().param_groups().size() == 2);
+  CHECK(offload.master(1, 1).device().is_cpu());
+  CHECK(offload_difference(host, offload_params(c10::kCPU)) > 1e-2);
+  CHECK(offload_difference(dev, host) <= 1e-12);
+}
+
 TEST_CASE("OffloadOptimizer: a sparse gradient, parameters on two devices and a factory that steps other tensors are "
           "errors naming the parameter",
           "[testdev][optim][offload]") {
