@@ -257,6 +257,11 @@ TEST_CASE("OffloadOptimizer: a param group added between steps gets host masters
   }
   CHECK(offload.inner().param_groups().size() == 2);
   CHECK(offload.master(1, 1).device().is_cpu());
+  // Added after the last step: saved with its group (the host optimizer's groups follow at save).
+  offload.add_param_group(torch::optim::OptimizerParamGroup({dev[4]}));
+  torch::serialize::InputArchive saved;
+  offload_saved(offload, saved);
+  CHECK(offload.inner().param_groups().size() == 3);
   CHECK(offload_difference(host, offload_params(c10::kCPU)) > 1e-2);
   CHECK(offload_difference(dev, host) <= 1e-12);
 }

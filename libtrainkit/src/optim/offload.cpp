@@ -306,6 +306,8 @@ at::Tensor OffloadOptimizer::step(LossClosure closure) {
 }
 
 void OffloadOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  // The host groups follow param groups replaced or added since the last step (only host buffers change).
+  const_cast<OffloadOptimizer&>(*this).sync_slots();
   // The inner optimizer saves shallow copies of the state (the tensors are shared, nothing is copied).
   forward_options();
   auto& inner_state = inner_->state();
@@ -323,6 +325,7 @@ void OffloadOptimizer::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void OffloadOptimizer::load(torch::serialize::InputArchive& archive) {
+  sync_slots();
   inner_->load(archive);
   if (!all_on_cpu(archive)) {
     // State saved on a device (a run without offload): through a CPU copy of the archive.

@@ -72,6 +72,7 @@ class OffloadOptimizer : public torch::optim::Optimizer {
   /// One param group of `params`.
   OffloadOptimizer(std::vector<at::Tensor> params, const HostOptimizerListFactory& factory,
                    OffloadOptions options = {});
+  /// Frees the host buffers (the inner optimizer goes with them).
   ~OffloadOptimizer() override;
 
   /// Copies the gradients down, steps the inner optimizer on the host with this object's group options and
@@ -79,7 +80,8 @@ class OffloadOptimizer : public torch::optim::Optimizer {
   /// neither moved nor stepped. std::invalid_argument naming a parameter with a sparse gradient.
   at::Tensor step(LossClosure closure = nullptr) override;
 
-  /// The inner optimizer's archive (its state and param groups, with this object's options).
+  /// The inner optimizer's archive (its state and param groups, with this object's options; groups added
+  /// since the last step included).
   void save(torch::serialize::OutputArchive& archive) const override;
   /// Reads an archive of the inner optimizer's type (saved with or without offload; state saved on a device
   /// comes to the CPU); the groups' options become this object's. The masters are read from the device
