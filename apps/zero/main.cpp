@@ -4,6 +4,8 @@
 // parameters, gradients and Adam state it holds, against the unsharded run, and checks that every stage
 // trained the same model:
 //   trainkit launch --nproc 2 -- build/apps/zero --steps 20
+// --offload also trains stage 2 with each rank's Adam on the host (optim::OffloadOptimizer) and prints what
+// stays on the device and what moved to the host.
 // --device cuda trains rank r on cuda:<LOCAL_RANK>: ZeRO's reduces and broadcasts then go through NCCL,
 // the loss mean and the barriers through Gloo.
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "trainkit/dist/process_group.h"
 #include "trainkit/dist/zero.h"
 #include "trainkit/nn/models.h"
+#include "trainkit/optim/offload.h"
 
 int main(int argc, char** argv) {
   trainkit::app::Cli cli{"DDP and ZeRO stages 1-3: parameter, gradient and Adam state memory per rank vs unsharded (run under `trainkit launch` or torchrun)"};
@@ -41,6 +44,8 @@ int main(int argc, char** argv) {
              "cpu, cuda (rank r of a launch on cuda:<LOCAL_RANK>, one process on cuda:0) or cuda:<index> (one "
              "process only)")
       .show_default();
+  bool offload = false;
+  cli.flag("--offload", offload, "Also train stage 2 with each rank's Adam offloaded to the host (optim::OffloadOptimizer)");
   if (auto rc = cli.parse(argc, argv)) return *rc;
   if (!std::regex_match(device_name, std::regex("cpu|cuda(:[0-9]+)?"))) {
     std::fprintf(stderr, "zero: --device '%s' is not cpu, cuda or cuda:<index>\n", device_name.c_str());
@@ -165,6 +170,55 @@ int main(int argc, char** argv) {
         }
       } else {
         for (const auto& p : model->parameters()) finals[stage].push_back(p.detach().clone());
+      }
+    }
+    if (offload) {
+      // --offload: stage 2 again with each rank's Adam an optim::OffloadOptimizer. The device keeps its
+      // parameters and its shard of the gradients; the state, the masters and the gradient buffers are on the host.
+      torch::manual_seed(0);
+      auto model = trainkit::nn::make_mlp(trainkit::nn::MlpOptions().hidden({hidden, hidden}));
+      model->to(device);
+      trainkit::dist::DistributedDataParallel ddp(model.ptr(), pg);
+      trainkit::dist::ZeroRedundancyOptimizer zero(
+          ddp, {torch::optim::OptimizerParamGroup(model->parameters())},
+          trainkit::optim::offloaded([lr](std::vector<torch::optim::OptimizerParamGroup> host)
+                                         -> std::unique_ptr<torch::optim::Optimizer> {
+            return std::make_unique<torch::optim::Adam>(host.front().params(), torch::optim::AdamOptions(lr));
+          }),
+          trainkit::dist::ZeroOptions().stage(2));
+      double grads = 0;
+      for (int64_t step = 0; step < steps; ++step) {
+        const auto batch = loader.batch(step % loader.num_batches());
+        zero.zero_grad();
+        torch::nn::functional::cross_entropy(model->forward(batch.input().to(device)), batch.target().to(device))
+            .backward();
+        grads = static_cast<double>(zero.local_gradient_bytes());
+        zero.step();
+      }
+      const auto& local = dynamic_cast<trainkit::optim::OffloadOptimizer&>(*zero.local_optimizer());
+      const double state = static_cast<double>(zero.local_state_bytes());
+      const double buffers = static_cast<double>(local.host_buffer_bytes());
+      for (int64_t r = 0; r < world; ++r) {
+        pg->barrier();
+        if (r == rank) {
+          std::printf("stage 2 + offload rank %lld: on the device gradients %.2f MiB, optimizer state 0 MiB: %.1f%% of "
+                      "the unsharded gradients + state, %.2f MiB; on the host Adam state %.2f MiB + masters and gradient buffers %.2f MiB\n",
+                      static_cast<long long>(rank), grads / 1048576.0, 100.0 * grads / (full_grads + full_state),
+                      (full_grads + full_state) / 1048576.0, state / 1048576.0, buffers / 1048576.0);
+          std::fflush(stdout);
+        }
+      }
+      double offload_diff = 0;
+      const auto params = model->parameters();
+      for (size_t i = 0; i < params.size(); ++i) {
+        offload_diff = std::max(offload_diff, (params[i].detach() - finals[2][i]).abs().max().item<double>());
+      }
+      if (pg->is_main()) {
+        std::printf("largest parameter difference between stage 2 with and without offload: %.3g\n", offload_diff);
+      }
+      if (!(offload_diff < 1e-4)) {
+        std::fprintf(stderr, "zero: offload trained another model (difference %g)\n", offload_diff);
+        return 1;
       }
     }
     if (pg->is_main()) {

@@ -35,6 +35,8 @@ thread_local int t_fallback_depth = 0;
 
 std::atomic<int64_t> g_to_host{0};
 std::atomic<int64_t> g_to_device{0};
+std::atomic<int64_t> g_bytes_to_host{0};
+std::atomic<int64_t> g_bytes_to_device{0};
 std::mutex g_causes_mutex;
 std::map<std::string, int64_t>& causes_map() {
   static auto* causes = new std::map<std::string, int64_t>();  // never destroyed: counted until exit
@@ -252,8 +254,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   const bool to_device = dst.device().type() == kTestDevice;
   if (from_device && !to_device) {
     count_host_read("copy to host");
+    if (t_fallback_depth == 0) g_bytes_to_host += static_cast<int64_t>(self.nbytes());
   } else if (!from_device && to_device && t_fallback_depth == 0) {
     ++g_to_device;
+    g_bytes_to_device += static_cast<int64_t>(dst.nbytes());
   }
   if (dst.numel() > 0) {
     host_alias(dst).copy_(host_alias(self));
@@ -475,7 +479,9 @@ c10::Device test_device(int index) {
   return {kTestDevice, static_cast<c10::DeviceIndex>(index)};
 }
 
-Transfers transfers() { return {g_to_host.load(), g_to_device.load()}; }
+Transfers transfers() {
+  return {g_to_host.load(), g_to_device.load(), g_bytes_to_host.load(), g_bytes_to_device.load()};
+}
 
 std::map<std::string, int64_t> host_reads_by_cause() {
   std::lock_guard<std::mutex> lock(g_causes_mutex);
@@ -492,6 +498,10 @@ void TransferCounter::reset() {
 int64_t TransferCounter::to_host() const { return transfers().to_host - start_.to_host; }
 
 int64_t TransferCounter::to_device() const { return transfers().to_device - start_.to_device; }
+
+int64_t TransferCounter::bytes_to_host() const { return transfers().bytes_to_host - start_.bytes_to_host; }
+
+int64_t TransferCounter::bytes_to_device() const { return transfers().bytes_to_device - start_.bytes_to_device; }
 
 std::string TransferCounter::causes() const {
   std::string out;

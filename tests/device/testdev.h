@@ -34,6 +34,8 @@ c10::Device test_device(int index = 0);
 struct Transfers {
   int64_t to_host = 0;    ///< copies to the host and values the host read (item, bool, equal, data-dependent shapes)
   int64_t to_device = 0;  ///< copies from the host to a test device
+  int64_t bytes_to_host = 0;    ///< bytes of the device tensors copied to the host (copies only, not item())
+  int64_t bytes_to_device = 0;  ///< bytes of the device tensors copied from the host
 };
 
 /// Transfers since the process started.
@@ -50,6 +52,10 @@ class TransferCounter {
   int64_t to_host() const;
   /// Copies to a test device since construction (or the last reset).
   int64_t to_device() const;
+  /// Bytes copied to the host since construction (or the last reset): each copy counts the device tensor's bytes.
+  int64_t bytes_to_host() const;
+  /// Bytes copied to a test device since construction (or the last reset).
+  int64_t bytes_to_device() const;
   /// Host reads by cause since construction (or the last reset), for failure messages.
   std::string causes() const;
   void reset();

@@ -14,8 +14,8 @@
 //          --save-dir/--load-dir (sharded checkpoints; any world size), --ckpt-dir/--resume (checkpoints
 //          committed across ranks after every step; --kill-step: a rank killed during a save; --sync-every:
 //          every micro-batch reduces instead of all but the last running under no_sync;
-//          --ckpt-per-rank: directories the ranks do not share), --optim layer_decay (26 param groups);
-//          prints bytes per rank
+//          --ckpt-per-rank: directories the ranks do not share), --optim layer_decay (26 param groups),
+//          --offload (each shard's optimizer an optim::OffloadOptimizer); prints bytes per rank
 //   fsdp   ChainNet under FullyShardedDataParallel (ZeRO-3), each of its 13 layers a unit; the zero2 options
 //          (--optim, --accum, --clip, --scaler, --save-dir/--load-dir with any world size); rank 0 writes the
 //          full parameters; prints the parameter, gradient and optimizer-state bytes per rank
@@ -52,6 +52,7 @@
 #include "trainkit/dist/process_group.h"
 #include "trainkit/dist/zero.h"
 #include "trainkit/data/tensor_loader.h"
+#include "trainkit/optim/offload.h"
 #include "trainkit/train/checkpoint.h"
 #include "trainkit/train/trainer.h"
 
@@ -79,6 +80,7 @@ struct ZeroArgs {
   int64_t keep = 3;
   int64_t kill_step = -1;  // the rank kill_rank SIGKILLs itself while saving this step (before the rename)
   int64_t kill_rank = 1;
+  bool offload = false;  // each shard's optimizer is an optim::OffloadOptimizer
 };
 
 /// Mode zero2: ChainNet with DDP + ZeroRedundancyOptimizer. A run that loads continues at the step saved.
@@ -90,16 +92,29 @@ int run_zero(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg, const Zero
       net, pg,
       trainkit::dist::DistributedDataParallelOptions().bucket_cap_mb(a.bucket_kb / 1024.0).first_bucket_mb(a.bucket_kb / 1024.0));
   // "layer_decay": 26 param groups (td::make_layer_decay_groups) through the grouped constructor.
-  auto zero_ptr = a.optim == "layer_decay"
-                      ? std::make_unique<trainkit::dist::ZeroRedundancyOptimizer>(
-                            ddp, td::make_layer_decay_groups(*net), td::make_layer_decay_optimizer,
-                            trainkit::dist::ZeroOptions().stage(a.stage))
-                      : std::make_unique<trainkit::dist::ZeroRedundancyOptimizer>(
-                            ddp,
-                            [&a](std::vector<at::Tensor> params) {
-                              return td::make_zero_test_optimizer(a.optim, std::move(params));
-                            },
-                            trainkit::dist::ZeroOptions().stage(a.stage));
+  std::unique_ptr<trainkit::dist::ZeroRedundancyOptimizer> zero_ptr;
+  if (a.offload) {
+    // --offload: the same optimizers, each shard's stepping host masters (optim::OffloadOptimizer).
+    const bool grouped = a.optim == "layer_decay";
+    zero_ptr = std::make_unique<trainkit::dist::ZeroRedundancyOptimizer>(
+        ddp,
+        grouped ? td::make_layer_decay_groups(*net)
+                : std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(net->parameters())},
+        trainkit::optim::offloaded([&a, grouped](std::vector<torch::optim::OptimizerParamGroup> host) {
+          return grouped ? td::make_layer_decay_optimizer(std::move(host))
+                         : td::make_zero_test_optimizer(a.optim, host.front().params());
+        }),
+        trainkit::dist::ZeroOptions().stage(a.stage));
+  } else if (a.optim == "layer_decay") {
+    zero_ptr = std::make_unique<trainkit::dist::ZeroRedundancyOptimizer>(
+        ddp, td::make_layer_decay_groups(*net), td::make_layer_decay_optimizer,
+        trainkit::dist::ZeroOptions().stage(a.stage));
+  } else {
+    zero_ptr = std::make_unique<trainkit::dist::ZeroRedundancyOptimizer>(
+        ddp,
+        [&a](std::vector<at::Tensor> params) { return td::make_zero_test_optimizer(a.optim, std::move(params)); },
+        trainkit::dist::ZeroOptions().stage(a.stage));
+  }
   trainkit::dist::ZeroRedundancyOptimizer& zero = *zero_ptr;
   trainkit::amp::GradScaler scaler(c10::kCPU, trainkit::amp::GradScalerOptions().init_scale(1024.0).enabled(a.scaler));
   scaler.set_found_inf_reducer(zero.found_inf_reducer());
@@ -502,6 +517,7 @@ int main(int argc, char** argv) {
   cli.option("--keep", za.keep, "zero2: checkpoints kept").show_default();
   cli.option("--kill-step", za.kill_step, "zero2: --kill-rank SIGKILLs itself while saving this step");
   cli.option("--kill-rank", za.kill_rank, "zero2: the rank that --kill-step kills").show_default();
+  cli.flag("--offload", za.offload, "zero2: the shard's optimizer keeps its state and step on the host");
   if (auto rc = cli.parse(argc, argv)) return *rc;
 
   int64_t rank = -1;

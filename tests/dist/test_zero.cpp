@@ -389,3 +389,78 @@ TEST_CASE("trainkit train under the launcher with [zero] stage = 2: sharded stat
     CHECK(std::abs(test_loss(name + "_2") - test_loss(name + "_0")) < 1e-4);
   }
 }
+
+// ZeRO whose shard optimizer is an optim::OffloadOptimizer (dist_worker --offload). On the CPU the "device"
+// is the CPU too: the masters are separate host copies all the same, so every copy of the offload path runs.
+TEST_CASE("ZeRO with an OffloadOptimizer as the shard's optimizer equals ZeRO without offload on 2 Gloo ranks",
+          "[dist][zero][offload]") {
+  using namespace zero_test;
+  for (const std::string variant : {"--optim adam --stage 2 --accum 2 --clip 0.005", "--optim sgd --stage 1",
+                                    "--optim layer_decay --stage 2"}) {
+    DYNAMIC_SECTION(variant) {
+      TempDir tmp("zero-offload");
+      std::vector<at::Tensor> params[2];
+      for (const bool offload : {false, true}) {
+        const std::string out_dir = tmp.str(offload ? "offload" : "plain");
+        std::filesystem::create_directories(out_dir);
+        const Outcome out = two_ranks(variant + " --steps 4 --out " + out_dir + (offload ? " --offload" : ""), tmp,
+                                      offload ? "offload.txt" : "plain.txt");
+        INFO(out.output);
+        REQUIRE(out.code == 0);
+        params[offload] = params_of(out_dir + "/rank0.pt");
+        CHECK(bitwise_equal(params[offload], params_of(out_dir + "/rank1.pt")));
+      }
+      CHECK(largest_difference(params[1], params[0]) <= 1e-12);
+    }
+  }
+}
+
+TEST_CASE("ZeRO-2 with offload: sharded checkpoints resume bitwise on 2 ranks and to 1e-10 on 1", "[dist][zero][offload]") {
+  using namespace zero_test;
+  TempDir tmp("zero-offload-ckpt");
+  const std::string common = "--optim adam --offload --data-steps 8 --steps ";
+  const auto finish = [&](const std::string& args, const std::string& name, bool two) {
+    std::filesystem::create_directories(tmp.str(name));
+    const Outcome out = two ? two_ranks(args + " --out " + tmp.str(name), tmp, name + ".txt")
+                            : one_rank(args + " --out " + tmp.str(name), tmp, name + ".txt");
+    INFO(out.output);
+    REQUIRE(out.code == 0);
+    return params_of(tmp.str(name + "/rank0.pt"));
+  };
+  const auto whole = finish(common + "8", "whole", true);
+  const auto first = finish(common + "4 --save-dir " + tmp.str("saved"), "first", true);
+  CHECK(largest_difference(first, whole) > 1e-4);  // the test can fail: the last 4 steps move the parameters
+  CHECK(bitwise_equal(finish(common + "8 --load-dir " + tmp.str("saved"), "resumed", true), whole));
+  CHECK(largest_difference(finish(common + "8 --load-dir " + tmp.str("saved"), "one", false), whole) <= 1e-10);
+}
+
+TEST_CASE("trainkit train with ZeRO-2 and an offloaded optimizer under the launcher equals ZeRO-2 without offload "
+          "and resumes on 1 process",
+          "[dist][zero][offload][cli]") {
+  using namespace zero_test;
+  TempDir tmp("zero-offload-train");
+  const std::string config = tmp.str("tiny.toml");
+  std::ofstream(config) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n"
+                           "[model]\nchannels = [4, 8]\nhidden = 16\ndropout = 0.0\nbatch_norm = false\n"
+                           "[optimizer]\nname = \"adam\"\nlr = 0.005\n"
+                           "[train]\nepochs = 2\nbatch_size = 25\nseed = 3\nthreads = 1\n"
+                           "[grad]\nclip_norm = 0.5\n[checkpoint]\nevery_steps = 5\n[log]\nprogress = \"lines\"\n"
+                           "[distributed]\nbackend = \"gloo\"\ntimeout = 20\nbucket_cap_mb = 0.01\n[zero]\nstage = 2\n";
+  const std::string cli = TRAINKIT_CLI_PATH;
+  const auto train = [&](const std::string& name, const std::string& extra, bool launch = true) {
+    const std::string command = cli + " train --config " + config + " --out " + tmp.str(name) + " " + extra;
+    const Outcome out = run(launch ? cli + " launch --nproc 2 --master-port 0 -- " + command : command, tmp, name + ".txt");
+    INFO(out.output);
+    REQUIRE(out.code == 0);
+    return out.output;
+  };
+  const auto test_loss = [&tmp](const std::string& name) {
+    return summary_number(trainkit::test::read_text(tmp.str(name + "/summary.json")), "test_loss");
+  };
+  train("plain", "");
+  CHECK_THAT(train("offload", "--set zero.offload_optimizer=true"),
+             Contains("offload_optimizer: the ZeRO shard's optimizer's state and step on the host"));
+  CHECK(std::abs(test_loss("offload") - test_loss("plain")) < 1e-6);
+  CHECK_THAT(train("offload", "--set zero.offload_optimizer=true --resume auto --set train.epochs=3", false),
+             Contains("(saved by 2 ranks, resharded onto 1)"));
+}

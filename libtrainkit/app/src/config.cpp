@@ -270,7 +270,10 @@ const std::vector<Section>& all_sections() {
         .include(dist::InitOptions::binding(), [](auto& c) -> auto& { return c.distributed.group; })
         .include(dist::DistributedDataParallelOptions::binding(), [](auto& c) -> auto& { return c.distributed.ddp; })});
     s.push_back({"zero", OptionBinding<Config>()
-        .include(dist::ZeroOptions::binding(), [](auto& c) -> auto& { return c.distributed.zero; })});
+        .include(dist::ZeroOptions::binding(), [](auto& c) -> auto& { return c.distributed.zero; })
+        .bind(TRAINKIT_KEY(distributed, offload_optimizer), rule::boolean(),
+              "Optimizer state and step on the host (ZeRO-Offload): gradients go down and parameters up once per "
+              "step; with any stage, also without ZeRO or a launcher")});
     s.push_back(scheduler_section());
     return s;
   }();

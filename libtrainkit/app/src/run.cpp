@@ -18,6 +18,7 @@
 #include "trainkit/log/progress.h"
 #include "trainkit/nn/init.h"
 #include "trainkit/nn/script_module.h"
+#include "trainkit/optim/offload.h"
 #include "trainkit/train/callbacks/early_stopping.h"
 #include "trainkit/train/callbacks/model_checkpoint.h"
 #include "trainkit/train/callbacks/norm_monitor.h"
@@ -420,8 +421,10 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   }
 #endif
   run.optimizer = make_run_optimizer(run, config, source);
+  bool sharded = false;  // ZeRO's shard optimizers are offloaded by its factory
 #if TRAINKIT_WITH_DISTRIBUTED
   if (options.distributed() && config.distributed.zero.stage() > 0) {
+    sharded = true;
     // The optimizer built above lays out the param groups (one, the no-decay split, layer decay or LRs by
     // name, each with its options); ZeRO shards them and each rank's factory makes the same optimizer over
     // its part of every group.
@@ -429,9 +432,11 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
                                                           run.optimizer->param_groups().end());
     // By value: the factory lives in the optimizer, which may outlive `config` (it makes optimizers again
     // when a checkpoint is resharded).
-    const auto factory = [spec = config.optimizer](std::vector<torch::optim::OptimizerParamGroup> shard) {
-      return optim::make_optimizer(spec, shard);
-    };
+    optim::HostOptimizerFactory factory =
+        [spec = config.optimizer](std::vector<torch::optim::OptimizerParamGroup> shard) {
+          return optim::make_optimizer(spec, shard);
+        };
+    if (config.distributed.offload_optimizer) factory = optim::offloaded(std::move(factory));
     std::unique_ptr<dist::ZeroRedundancyOptimizer> zero;
     try {
       if (run.group) {
@@ -456,6 +461,25 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
     run.optimizer = std::move(zero);
   }
 #endif
+  if (config.distributed.offload_optimizer && !sharded) {
+    // No ZeRO: the whole optimizer steps on the host, over the param groups laid out above.
+    std::vector<torch::optim::OptimizerParamGroup> groups(run.optimizer->param_groups().begin(),
+                                                          run.optimizer->param_groups().end());
+    run.optimizer = std::make_unique<optim::OffloadOptimizer>(
+        std::move(groups), [spec = config.optimizer](std::vector<torch::optim::OptimizerParamGroup> host) {
+          return optim::make_optimizer(spec, host);
+        });
+  }
+  torch::optim::Optimizer* stepping = run.optimizer.get();  // the optimizer that steps this rank's parameters
+#if TRAINKIT_WITH_DISTRIBUTED
+  if (run.zero != nullptr) stepping = run.zero->local_optimizer();
+#endif
+  if (const auto* offload = dynamic_cast<const optim::OffloadOptimizer*>(stepping)) {
+    spdlog::info("offload_optimizer: the {}optimizer's state and step on the host ({:.2f} MiB of masters and gradient "
+                 "buffers), parameters on {}{}",
+                 sharded ? "ZeRO shard's " : "", static_cast<double>(offload->host_buffer_bytes()) / 1048576.0,
+                 run.device.str(), run.device.is_cpu() ? " (on the CPU offload only adds copies)" : "");
+  }
   const int64_t accumulation = config.trainer.accumulation_steps();
   run.steps_per_epoch = (run.train->num_batches() + accumulation - 1) / accumulation;
   run.trainer = std::make_unique<train::Trainer>(run.model, std::move(forward), *run.optimizer, config.trainer);

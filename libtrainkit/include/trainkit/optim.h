@@ -31,3 +31,5 @@
 #include "trainkit/optim/rprop.h"
 // Python torch.optim state_dict files loaded into these optimizers.
 #include "trainkit/optim/torch_state.h"
+// Optimizer state and step on the host for parameters on a device (ZeRO-Offload).
+#include "trainkit/optim/offload.h"

@@ -177,6 +177,9 @@ struct DistributedConfig {
   dist::DistributedDataParallelOptions ddp;
   /// `[zero]`: dist::ZeroOptions's keys; stage 0 (the default here) trains with plain DDP.
   dist::ZeroOptions zero = dist::ZeroOptions().stage(0);
+  /// `[zero] offload_optimizer`: the optimizer (each rank's shard under stages 1 and 2, the whole optimizer
+  /// under stage 0 or in one process) keeps its state and step on the host (optim::OffloadOptimizer).
+  bool offload_optimizer = false;
 };
 
 /// The whole configuration; default-constructed it is the documented defaults.
