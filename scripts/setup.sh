@@ -68,14 +68,14 @@ fi
 if ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
   echo "setup: installing torch==$torch_version into $venv (a few GB, once)"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q --no-compile "torch==$torch_version"
+  "$venv/bin/python" -m pip install -q "torch==$torch_version"
 else
   echo "setup: torch $torch_version present"
 fi
 
-# The oracles not yet at their pinned versions, installed by one pip call (one resolution). --no-compile: pip
-# would byte-compile every module of every package (most never imported by a test); Python compiles and caches
-# the ones imported on first use.
+# The oracles not yet at their pinned versions, installed by one pip call (one resolution). pip byte-compiles
+# them: with PYTHONDONTWRITEBYTECODE set (as on CI machines) Python would otherwise compile every module it
+# imports again in every test process (without it the Python tests of a fresh-clone run took ~2x as long).
 missing_oracles=$("$venv/bin/python" - "${python_oracles[@]}" <<'PY'
 import importlib.metadata as m, sys
 for spec in sys.argv[1:]:
@@ -92,7 +92,7 @@ if [ -n "$missing_oracles" ]; then
   echo "setup: installing" $missing_oracles
   # Naming the pinned torch beside the oracles keeps pip from replacing it.
   # shellcheck disable=SC2086  # one spec per word
-  "$venv/bin/python" -m pip install -q --no-compile $missing_oracles "torch==$torch_version"
+  "$venv/bin/python" -m pip install -q $missing_oracles "torch==$torch_version"
 fi
 # DeepSpeed compiles its CPU Adam op on first use (into the torch extensions cache) with the C++ compiler.
 if [[ " $* " == *" --bench-peers "* ]] && ! "$venv/bin/python" -c "import deepspeed" 2>/dev/null; then
