@@ -421,31 +421,31 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   }
 #endif
   run.optimizer = make_run_optimizer(run, config, source);
-  bool sharded = false;  // ZeRO's shard optimizers are offloaded by its factory
+  // The optimizer built above lays out the param groups (one, the no-decay split, layer decay or LRs by name,
+  // each with its options); ZeRO and the offload rebuild the config's optimizer over them with this factory. By
+  // value: the factory lives in the optimizer, which may outlive `config` (ZeRO makes optimizers again when a
+  // checkpoint is resharded).
+  const optim::HostOptimizerFactory factory =
+      [spec = config.optimizer](std::vector<torch::optim::OptimizerParamGroup> groups) {
+        return optim::make_optimizer(spec, groups);
+      };
 #if TRAINKIT_WITH_DISTRIBUTED
   if (options.distributed() && config.distributed.zero.stage() > 0) {
-    sharded = true;
-    // The optimizer built above lays out the param groups (one, the no-decay split, layer decay or LRs by
-    // name, each with its options); ZeRO shards them and each rank's factory makes the same optimizer over
-    // its part of every group.
+    // ZeRO shards the groups and each rank's factory makes the same optimizer over its part of every group
+    // (offloaded: the shard's optimizer on the host).
     std::vector<torch::optim::OptimizerParamGroup> groups(run.optimizer->param_groups().begin(),
                                                           run.optimizer->param_groups().end());
-    // By value: the factory lives in the optimizer, which may outlive `config` (it makes optimizers again
-    // when a checkpoint is resharded).
-    optim::HostOptimizerFactory factory =
-        [spec = config.optimizer](std::vector<torch::optim::OptimizerParamGroup> shard) {
-          return optim::make_optimizer(spec, shard);
-        };
-    if (config.distributed.offload_optimizer) factory = optim::offloaded(std::move(factory));
+    const optim::HostOptimizerFactory shard_factory =
+        config.distributed.offload_optimizer ? optim::offloaded(factory) : factory;
     std::unique_ptr<dist::ZeroRedundancyOptimizer> zero;
     try {
       if (run.group) {
-        zero = std::make_unique<dist::ZeroRedundancyOptimizer>(*run.ddp, std::move(groups), factory,
+        zero = std::make_unique<dist::ZeroRedundancyOptimizer>(*run.ddp, std::move(groups), shard_factory,
                                                                config.distributed.zero);
       } else {
         // One process: the whole state is the one rank's shard, so that more ranks can resume it.
         zero = std::make_unique<dist::ZeroRedundancyOptimizer>(
-            std::move(groups), dist::ProcessGroup::init(dist::InitOptions()), factory,
+            std::move(groups), dist::ProcessGroup::init(dist::InitOptions()), shard_factory,
             dist::ZeroOptions(config.distributed.zero).stage(1));
       }
     } catch (const std::invalid_argument& e) {
@@ -461,19 +461,18 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
     run.optimizer = std::move(zero);
   }
 #endif
-  if (config.distributed.offload_optimizer && !sharded) {
-    // No ZeRO: the whole optimizer steps on the host, over the param groups laid out above.
-    std::vector<torch::optim::OptimizerParamGroup> groups(run.optimizer->param_groups().begin(),
-                                                          run.optimizer->param_groups().end());
-    run.optimizer = std::make_unique<optim::OffloadOptimizer>(
-        std::move(groups), [spec = config.optimizer](std::vector<torch::optim::OptimizerParamGroup> host) {
-          return optim::make_optimizer(spec, host);
-        });
-  }
   torch::optim::Optimizer* stepping = run.optimizer.get();  // the optimizer that steps this rank's parameters
 #if TRAINKIT_WITH_DISTRIBUTED
   if (run.zero != nullptr) stepping = run.zero->local_optimizer();
 #endif
+  const bool sharded = stepping != run.optimizer.get();
+  if (config.distributed.offload_optimizer && !sharded) {
+    // No ZeRO: the whole optimizer steps on the host, over the param groups laid out above.
+    std::vector<torch::optim::OptimizerParamGroup> groups(run.optimizer->param_groups().begin(),
+                                                          run.optimizer->param_groups().end());
+    run.optimizer = std::make_unique<optim::OffloadOptimizer>(std::move(groups), factory);
+    stepping = run.optimizer.get();
+  }
   if (const auto* offload = dynamic_cast<const optim::OffloadOptimizer*>(stepping)) {
     spdlog::info("offload_optimizer: the {}optimizer's state and step on the host ({:.2f} MiB of masters and gradient "
                  "buffers), parameters on {}{}",
