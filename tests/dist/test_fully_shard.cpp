@@ -2,6 +2,7 @@
 // mode under `trainkit launch` (or alone, as one rank), compared with one process training on the full batch
 // with the unsharded optimizer (zero_common.h's reference).
 #include <filesystem>
+#include <fstream>
 
 #include <torch/torch.h>
 
@@ -9,6 +10,7 @@
 #include "dist/zero_common.h"
 #include "support.h"
 #include "trainkit/dist/fully_shard.h"
+#include "trainkit/io/safetensors.h"
 
 using Catch::Matchers::Contains;
 
@@ -146,4 +148,63 @@ TEST_CASE("ZeRO-3: unknown units, parameters in no unit or in two, and unknown u
   CHECK(torch::equal(fsdp.run(0, [&](const at::Tensor& in) { return net->layers[0]->forward(in); }, x),
                      net->layers[0]->forward(x)));
   CHECK(fsdp.local_parameter_bytes() == fsdp_test::parameter_bytes(net->parameters()));
+}
+
+TEST_CASE("trainkit train under the launcher with [zero] stage = 3: the model of plain DDP, sharded checkpoints "
+          "resumed on 1 process, hooks that read every parameter refused",
+          "[dist][fsdp][cli]") {
+  using namespace zero_test;
+  TempDir tmp("fsdp-train");
+  // SGD with momentum, 2-step accumulation, the gradient norm clipped (by the norm over both shards), batch
+  // norm (buffers broadcast from rank 0, updated again by the recomputation in backward).
+  const std::string config = tmp.str("tiny.toml");
+  std::ofstream(config) << "[data]\nval_size = 100\nlimit_train = 600\nlimit_test = 200\n"
+                           "[model]\nchannels = [4, 8]\nhidden = 16\ndropout = 0.0\n"
+                           "[optimizer]\nname = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n"
+                           "[train]\nepochs = 2\nbatch_size = 25\nseed = 3\nthreads = 1\n"
+                           "[grad]\nclip_norm = 0.5\naccumulation_steps = 2\n"
+                           "[checkpoint]\nevery_steps = 4\n[log]\nprogress = \"lines\"\n"
+                           "[distributed]\nbackend = \"gloo\"\ntimeout = 20\nbucket_cap_mb = 0.01\n";
+  const auto train = [&](const std::string& name, const std::string& extra, bool launch = true) {
+    return train_job(config, tmp, name, extra, launch);
+  };
+  const auto summary = [&tmp](const std::string& name, const std::string& key) {
+    return summary_number(trainkit::test::read_text(tmp.str(name + "/summary.json")), key);
+  };
+  // Rank 0's exported weights (gathered from both ranks' shards) against plain DDP's.
+  const auto largest_weight_difference = [&tmp](const std::string& a, const std::string& b) {
+    const auto wa = trainkit::io::load_safetensors(tmp.str(a + "/model.safetensors")).tensors;
+    const auto wb = trainkit::io::load_safetensors(tmp.str(b + "/model.safetensors")).tensors;
+    REQUIRE(wa.size() == wb.size());
+    double d = 0;
+    for (const auto& item : wa) {
+      const at::Tensor* other = wb.find(item.key());
+      REQUIRE(other != nullptr);
+      d = std::max(d, (item.value().to(at::kDouble) - other->to(at::kDouble)).abs().max().item<double>());
+    }
+    return d;
+  };
+  train("plain", "");
+  const std::string sharded = train("sharded", "--set zero.stage=3");
+  CHECK_THAT(sharded, Contains("units fully sharded"));
+  CHECK_THAT(sharded, Contains("zero: stage 3, 1 param group, rank 0 owns"));
+  CHECK(summary("sharded", "zero_stage") == 3);
+  CHECK(summary("sharded", "optimizer_state_bytes") < summary("plain", "optimizer_state_bytes"));
+  CHECK(std::abs(summary("sharded", "test_loss") - summary("plain", "test_loss")) < 1e-4);
+  CHECK(largest_weight_difference("sharded", "plain") < 1e-5);
+  // Each rank's shard of every checkpoint (its parameters, not the full model) resumes on 1 process,
+  // resharded: it continues as the whole checkpoint of plain DDP does.
+  CHECK_THAT(train("sharded", "--set zero.stage=3 --resume auto --set train.epochs=3", false),
+             Contains("(saved by 2 ranks, resharded onto 1)"));
+  train("plain", "--resume auto --set train.epochs=3", false);
+  CHECK(summary("sharded", "steps") == summary("plain", "steps"));
+  CHECK(std::abs(summary("sharded", "test_loss") - summary("plain", "test_loss")) < 1e-4);
+  CHECK(largest_weight_difference("sharded", "plain") < 1e-5);
+  // A hook that reads every parameter on every rank, and a model without Sequential units, are refused.
+  const Outcome ema = run(std::string(TRAINKIT_CLI_PATH) + " train --config " + config + " --out " + tmp.str("ema") +
+                              " --set zero.stage=3 --set ema.enabled=true",
+                          tmp, "ema.txt");
+  CHECK(ema.code != 0);
+  CHECK_THAT(ema.output, Contains("[zero] stage = 3 shards the parameters (each rank holds its own between the units' "
+                                  "passes), but ema.enabled averages every parameter on every rank: use stage 2"));
 }

@@ -282,16 +282,6 @@ TEST_CASE("ZeRO: stage 2 needs the DDP, bad stages, too many ranks and param gro
   CHECK(roots == std::vector<int64_t>{1, 0});
 }
 
-namespace zero_test {
-
-double summary_number(const std::string& json, const std::string& key) {
-  const auto at = json.find("\"" + key + "\": ");
-  REQUIRE(at != std::string::npos);
-  return std::stod(json.substr(at + key.size() + 4));
-}
-
-}  // namespace zero_test
-
 TEST_CASE("trainkit train under the launcher with [zero] stage = 2: sharded state and checkpoints, the model of "
           "plain DDP", "[dist][zero][cli]") {
   using namespace zero_test;
@@ -446,13 +436,8 @@ TEST_CASE("trainkit train with ZeRO-2 and an offloaded optimizer under the launc
                            "[train]\nepochs = 2\nbatch_size = 25\nseed = 3\nthreads = 1\n"
                            "[grad]\nclip_norm = 0.5\n[checkpoint]\nevery_steps = 5\n[log]\nprogress = \"lines\"\n"
                            "[distributed]\nbackend = \"gloo\"\ntimeout = 20\nbucket_cap_mb = 0.01\n[zero]\nstage = 2\n";
-  const std::string cli = TRAINKIT_CLI_PATH;
   const auto train = [&](const std::string& name, const std::string& extra, bool launch = true) {
-    const std::string command = cli + " train --config " + config + " --out " + tmp.str(name) + " " + extra;
-    const Outcome out = run(launch ? cli + " launch --nproc 2 --master-port 0 -- " + command : command, tmp, name + ".txt");
-    INFO(out.output);
-    REQUIRE(out.code == 0);
-    return out.output;
+    return train_job(config, tmp, name, extra, launch);
   };
   const auto test_loss = [&tmp](const std::string& name) {
     return summary_number(trainkit::test::read_text(tmp.str(name + "/summary.json")), "test_loss");

@@ -49,6 +49,26 @@ inline Outcome one_rank(const std::string& args, const TempDir& tmp, const std::
              tmp, name);
 }
 
+/// `trainkit train --config <config> --out <tmp>/<name> <extra>` under the launcher on 2 ranks (or as one
+/// process); requires exit 0 and returns the output.
+inline std::string train_job(const std::string& config, const TempDir& tmp, const std::string& name,
+                             const std::string& extra, bool launch = true) {
+  const std::string cli = TRAINKIT_CLI_PATH;
+  const std::string command = cli + " train --config " + config + " --out " + tmp.str(name) + " " + extra;
+  const Outcome out = run(launch ? cli + " launch --nproc 2 --master-port 0 -- " + command : command, tmp,
+                          name + ".txt");
+  INFO(out.output);
+  REQUIRE(out.code == 0);
+  return out.output;
+}
+
+/// The number after `"key": ` in a summary.json.
+inline double summary_number(const std::string& json, const std::string& key) {
+  const auto at = json.find("\"" + key + "\": ");
+  REQUIRE(at != std::string::npos);
+  return std::stod(json.substr(at + key.size() + 4));
+}
+
 inline std::vector<at::Tensor> params_of(const std::string& path) {
   std::vector<at::Tensor> params;
   torch::load(params, path);

@@ -262,22 +262,25 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
       torch::serialize::InputArchive archive;
       train::load_checkpoint(resume_path, archive);
 #if TRAINKIT_WITH_DISTRIBUTED
-      if (run.zero != nullptr) {
-        // A checkpoint of another number of ranks: the ZeRO shards this rank's parameters come from.
-        run.zero->set_shard_reader([entry = *resume](int64_t rank, int64_t world_size)
-                                       -> std::unique_ptr<torch::serialize::InputArchive> {
+      // A checkpoint of another number of ranks: the part ("optimizer", or stage 3's "model") of the other
+      // ranks' shards that this rank's parameters come from.
+      const auto shard_reader = [entry = *resume](const char* part) -> dist::ShardReader {
+        return [entry, part](int64_t rank, int64_t world_size) -> std::unique_ptr<torch::serialize::InputArchive> {
           if (world_size != entry.world_size() || rank < 0 || rank >= world_size) return nullptr;
           torch::serialize::InputArchive whole;
           train::load_checkpoint(entry.files[static_cast<size_t>(rank)], whole);
-          auto optimizer = std::make_unique<torch::serialize::InputArchive>();
-          whole.read("optimizer", *optimizer);
-          return optimizer;
-        });
-      }
+          auto nested = std::make_unique<torch::serialize::InputArchive>();
+          whole.read(part, *nested);
+          return nested;
+        };
+      };
+      if (run.zero != nullptr) run.zero->set_shard_reader(shard_reader("optimizer"));
+      if (run.fsdp) run.fsdp->set_shard_reader(shard_reader("model"));
 #endif
       trainer.load(archive);
 #if TRAINKIT_WITH_DISTRIBUTED
       if (run.zero != nullptr) run.zero->set_shard_reader(nullptr);
+      if (run.fsdp) run.fsdp->set_shard_reader(nullptr);
 #endif
     } catch (const c10::Error& e) {  // LibTorch's archive reader (a missing key or a shape)
       throw mismatch(e.what_without_backtrace());
@@ -295,7 +298,11 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     train::write_file_atomic((fs::path(plan.dir) / "config.toml").string(), to_toml(config));
   }
 
-  if (auto sequential = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(run.model)) {
+  auto sequential = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(run.model);
+#if TRAINKIT_WITH_DISTRIBUTED
+  if (run.fsdp) sequential = nullptr;  // no plain forward: each rank holds only its parameters
+#endif
+  if (sequential) {
     run.test->set_epoch(0);  // one test batch as the example for the output shapes (evaluate() restarts it)
     if (const auto example = run.test->next()) {
       torch::nn::Sequential model(sequential);
@@ -337,6 +344,16 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   }
 
   const train::EvalResult test_result = trainer.evaluate(*run.test);
+#if TRAINKIT_WITH_DISTRIBUTED
+  if (run.fsdp) {
+    // Training is over: rank 0's model gets every parameter in full for the exports (collective).
+    const auto full = run.fsdp->full_state_dict();
+    if (run.main_rank()) {
+      torch::NoGradGuard no_grad;
+      for (auto& item : run.model->named_parameters()) item.value().set_data(full[item.key()]);
+    }
+  }
+#endif
   // The averaged weights, evaluated on the test set beside the raw ones and exported weights-only.
   const auto report_averaged = [&](const char* what, const std::vector<at::Tensor>& values, bool bn) {
     train::ScopedWeights scope(*run.model, values);

@@ -168,7 +168,7 @@ class ImageModels : public ModelProvider {
       throw ConfigError(fmt::format("{}: model.checkpoint_segments ({}) must be at most the model's {} modules",
                                     source, m.checkpoint_segments, model->size()));
     }
-    ModelParts parts{model.ptr(), train::forward_first_input(model), nullptr};
+    ModelParts parts{model.ptr(), train::forward_first_input(model), nullptr, model};
     if (m.checkpoint_segments > 0) {
       // checkpoint_sequential; a plain forward when grad is disabled, as in evaluation.
       parts.forward = [model, segments = m.checkpoint_segments](const data::Batch& batch) {

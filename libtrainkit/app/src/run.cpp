@@ -326,6 +326,34 @@ void attach_outputs(Run& run, const Config& config, const RunOptions& options) {
   }
 }
 
+#if TRAINKIT_WITH_DISTRIBUTED
+/// What `[zero] stage = 3` needs: a model whose units trainkit knows, and no hook that reads every parameter
+/// on every rank (a rank holds only the parameters it owns between the units' passes).
+void check_fully_shardable(const Config& config, const ModelParts& parts, const std::string& source) {
+  const auto refuse = [&](const std::string& what) {
+    throw ConfigError(fmt::format("{}: [zero] stage = 3 shards the parameters (each rank holds its own between the "
+                                  "units' passes), {}",
+                                  source, what));
+  };
+  if (!parts.sequential) {
+    refuse(fmt::format("which needs a model of Sequential units (model.name = \"cnn\", \"mlp\", \"resnet\" or "
+                       "\"resnet18\"); model.name = \"{}\" is not one: use stage 2",
+                       config.model.name));
+  }
+  if (config.model.checkpoint_segments > 0) {
+    refuse("and already recomputes every unit in backward: leave model.checkpoint_segments out");
+  }
+  if (config.ema.enabled || config.swa.enabled) {
+    refuse(fmt::format("but {} averages every parameter on every rank: use stage 2",
+                       config.ema.enabled ? "ema.enabled" : "swa.enabled"));
+  }
+  if (config.log.layer_norms) refuse("but log.layer_norms reads every parameter on every rank: use stage 2");
+  if (config.checkpoint.best.save_top_k() != 0) {
+    refuse("but checkpoint.save_top_k writes whole models during training: use stage 2, or the final model.pt");
+  }
+}
+#endif
+
 }  // namespace
 
 torch::Device choose_device(const std::string& setting, int64_t world_size, int64_t local_rank,
@@ -407,9 +435,11 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   run.loss = parts.loss;
   train::ForwardFn forward = std::move(parts.forward);
 #if TRAINKIT_WITH_DISTRIBUTED
+  const bool fully_sharded = options.distributed() && config.distributed.zero.stage() == 3;
+  if (fully_sharded) check_fully_shardable(config, parts, source);
   // Built before any resume: the broadcast from rank 0 happens here, so every rank that then loads the same
-  // checkpoint agrees on parameters and optimizer states.
-  if (run.group) {
+  // checkpoint agrees on parameters and optimizer states. (Stage 3's FullyShardedDataParallel has its own.)
+  if (run.group && !fully_sharded) {
     run.ddp = std::make_unique<dist::DistributedDataParallel>(run.model, run.group, config.distributed.ddp);
     spdlog::info("distributed: {} ranks, backend {}, {} gradient buckets", run.world_size,
                  run.group->backend_name(run.device), run.ddp->bucket_indices().size());
@@ -439,7 +469,16 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
         config.distributed.offload_optimizer ? optim::offloaded(factory) : factory;
     std::unique_ptr<dist::ZeroRedundancyOptimizer> zero;
     try {
-      if (run.group) {
+      if (fully_sharded) {
+        // One process: a 1-rank group, so that its checkpoints are stage 3 shards that more ranks resume.
+        run.fsdp = std::make_shared<dist::FullyShardedDataParallel>(
+            run.model, dist::sequential_units(parts.sequential),
+            run.group ? run.group : dist::ProcessGroup::init(dist::InitOptions()), std::move(groups), shard_factory,
+            dist::FullyShardOptions().ddp(config.distributed.ddp));
+        spdlog::info("distributed: {} rank{}, backend {}, {} units fully sharded, {} gradient buckets", run.world_size,
+                     run.world_size == 1 ? "" : "s", run.fsdp->process_group()->backend_name(run.device),
+                     run.fsdp->unit_names().size(), run.fsdp->ddp().bucket_indices().size());
+      } else if (run.group) {
         zero = std::make_unique<dist::ZeroRedundancyOptimizer>(*run.ddp, std::move(groups), shard_factory,
                                                                config.distributed.zero);
       } else {
@@ -451,14 +490,28 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
     } catch (const std::invalid_argument& e) {
       throw ConfigError(fmt::format("{}: [zero] stage = {}: {}", source, config.distributed.zero.stage(), e.what()));
     }
+    const dist::ZeroRedundancyOptimizer& sharded_optimizer = run.fsdp ? run.fsdp->optimizer() : *zero;
     size_t tensors = 0;
-    for (const auto& g : zero->param_groups()) tensors += g.params().size();
+    for (const auto& g : sharded_optimizer.param_groups()) tensors += g.params().size();
     spdlog::info("zero: stage {}, {} param group{}, rank 0 owns {} of {} parameter tensors{}",
-                 config.distributed.zero.stage(), zero->param_groups().size(),
-                 zero->param_groups().size() == 1 ? "" : "s", zero->shard(0).size(), tensors,
+                 config.distributed.zero.stage(), sharded_optimizer.param_groups().size(),
+                 sharded_optimizer.param_groups().size() == 1 ? "" : "s", sharded_optimizer.shard(0).size(), tensors,
                  run.group ? "" : " (one process: its state is saved as a 1-rank shard)");
-    run.zero = zero.get();
-    run.optimizer = std::move(zero);
+    if (run.fsdp) {
+      run.zero = &run.fsdp->optimizer();
+      run.optimizer = std::shared_ptr<torch::optim::Optimizer>(run.fsdp, run.zero);  // owned by the FSDP
+      // Each unit is gathered for its forward and again for its backward, which recomputes it.
+      forward = [fsdp = run.fsdp.get(), model = parts.sequential](const data::Batch& batch) {
+        fsdp->ddp().pre_forward();  // buffers from rank 0, as DDP's forward
+        return dist::forward_sequential(*fsdp, model, batch.input());
+      };
+      run.forward = [fsdp = run.fsdp.get(), model = parts.sequential](const data::Batch& batch) {
+        return dist::forward_sequential(*fsdp, model, batch.input());
+      };
+    } else {
+      run.zero = zero.get();
+      run.optimizer = std::move(zero);
+    }
   }
 #endif
   torch::optim::Optimizer* stepping = run.optimizer.get();  // the optimizer that steps this rank's parameters
@@ -496,6 +549,12 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
       run.trainer->grad_scaler()->set_found_inf_reducer(run.zero->found_inf_reducer());
     }
   }
+  if (run.fsdp) {
+    // A checkpoint's model is each rank's shard of the parameters (and every buffer).
+    run.trainer->set_model_state(
+        [fsdp = run.fsdp.get()](torch::serialize::OutputArchive& archive) { fsdp->save_model(archive); },
+        [fsdp = run.fsdp.get()](torch::serialize::InputArchive& archive) { fsdp->load_model(archive); });
+  }
 #endif
   attach_metrics(run, config, source);
   if (config.scheduler) {
@@ -511,7 +570,7 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
 #if TRAINKIT_WITH_DISTRIBUTED
   if (run.group) {
     // Gradient accumulation: only the last micro-batch of a window all-reduces the gradients.
-    run.trainer->set_no_sync([ddp = run.ddp.get()] {
+    run.trainer->set_no_sync([ddp = run.fsdp ? &run.fsdp->ddp() : run.ddp.get()] {
       return std::make_shared<dist::DistributedDataParallel::NoSyncGuard>(*ddp);
     });
     // Evaluation sums (loss, sample count, metric statistics) over every rank's part of val and test.

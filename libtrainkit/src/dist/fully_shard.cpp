@@ -294,6 +294,13 @@ torch::OrderedDict<std::string, at::Tensor> FullyShardedDataParallel::full_state
 }
 
 void FullyShardedDataParallel::save(torch::serialize::OutputArchive& archive) const {
+  save_model(archive);
+  torch::serialize::OutputArchive optimizer;
+  state_->zero->save(optimizer);
+  archive.write("optimizer", optimizer);
+}
+
+void FullyShardedDataParallel::save_model(torch::serialize::OutputArchive& archive) const {
   const auto& s = *state_;
   std::vector<int64_t> numel;
   for (const auto& p : s.params) numel.push_back(p.numel());
@@ -312,14 +319,32 @@ void FullyShardedDataParallel::save(torch::serialize::OutputArchive& archive) co
   for (const auto& p : s.model->parameters()) {
     if (!p.requires_grad()) archive.write("frozen" + std::to_string(f++), p.detach());
   }
-  torch::serialize::OutputArchive optimizer;
-  s.zero->save(optimizer);
-  archive.write("optimizer", optimizer);
 }
 
 void FullyShardedDataParallel::set_shard_reader(ShardReader reader) { state_->reader = std::move(reader); }
 
 void FullyShardedDataParallel::load(torch::serialize::InputArchive& archive) {
+  auto& s = *state_;
+  load_model(archive);
+  // A shard of another rank or world size: the optimizer's state comes from the other shards too.
+  const bool resharded = read_tensor(archive, "world_size").item<int64_t>() != s.group->world_size() ||
+                         read_tensor(archive, "rank").item<int64_t>() != s.group->rank();
+  torch::serialize::InputArchive optimizer;
+  archive.read("optimizer", optimizer);
+  if (resharded && s.reader) {
+    s.zero->set_shard_reader([&s](int64_t r, int64_t w) -> std::unique_ptr<torch::serialize::InputArchive> {
+      auto whole = s.reader(r, w);
+      if (!whole) return nullptr;
+      auto nested = std::make_unique<torch::serialize::InputArchive>();
+      whole->read("optimizer", *nested);
+      return nested;
+    });
+  }
+  s.zero->load(optimizer);
+  s.zero->set_shard_reader(nullptr);
+}
+
+void FullyShardedDataParallel::load_model(torch::serialize::InputArchive& archive) {
   auto& s = *state_;
   const int64_t version = read_tensor(archive, "fsdp_version").item<int64_t>();
   TRAINKIT_CHECK_ARG(version == kFsdpVersion, "FullyShardedDataParallel: shard format version {} (this build reads {})",
@@ -366,19 +391,6 @@ void FullyShardedDataParallel::load(torch::serialize::InputArchive& archive) {
   for (auto& p : s.model->parameters()) {
     if (!p.requires_grad()) p.copy_(read_tensor(archive, "frozen" + std::to_string(f++)));
   }
-  torch::serialize::InputArchive optimizer;
-  archive.read("optimizer", optimizer);
-  if (!same && s.reader) {
-    s.zero->set_shard_reader([&s](int64_t r, int64_t w) -> std::unique_ptr<torch::serialize::InputArchive> {
-      auto whole = s.reader(r, w);
-      if (!whole) return nullptr;
-      auto nested = std::make_unique<torch::serialize::InputArchive>();
-      whole->read("optimizer", *nested);
-      return nested;
-    });
-  }
-  s.zero->load(optimizer);
-  s.zero->set_shard_reader(nullptr);
 }
 
 std::vector<std::string> sequential_units(const torch::nn::Sequential& model) {

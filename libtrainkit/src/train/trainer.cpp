@@ -453,7 +453,11 @@ bool Trainer::validation_point(data::BatchSource* val, EpochEvent& event) {
 
 void Trainer::save(torch::serialize::OutputArchive& archive) const {
   torch::serialize::OutputArchive model_archive;
-  module_->save(model_archive);
+  if (save_model_) {
+    save_model_(model_archive);
+  } else {
+    module_->save(model_archive);
+  }
   archive.write("model", model_archive);
   torch::serialize::OutputArchive optim_archive;
   optimizer_.save(optim_archive);
@@ -497,7 +501,11 @@ void Trainer::save(torch::serialize::OutputArchive& archive) const {
 void Trainer::load(torch::serialize::InputArchive& archive) {
   torch::serialize::InputArchive model_archive;
   archive.read("model", model_archive);
-  load_in_place(*module_, model_archive, "");
+  if (load_model_) {
+    load_model_(model_archive);
+  } else {
+    load_in_place(*module_, model_archive, "");
+  }
   torch::serialize::InputArchive optim_archive;
   archive.read("optimizer", optim_archive);
   optimizer_.load(optim_archive);

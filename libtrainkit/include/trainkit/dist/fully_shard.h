@@ -135,15 +135,21 @@ class FullyShardedDataParallel {
   torch::OrderedDict<std::string, at::Tensor> full_state_dict();
 
   /// Saves this rank's shard: the partition, its own parameters, every buffer and frozen parameter, and
-  /// the optimizer's shard (ZeroRedundancyOptimizer::save). Every rank saves its own.
+  /// the optimizer's shard (ZeroRedundancyOptimizer::save) under "optimizer". Every rank saves its own.
   void save(torch::serialize::OutputArchive& archive) const;
+  /// save() without the optimizer: the model's part of this rank's shard, for a checkpoint that saves the
+  /// optimizer() on its own (train::Trainer::set_model_state).
+  void save_model(torch::serialize::OutputArchive& archive) const;
   /// Loads a shard saved by this rank of a run with the same partition; a shard of another rank or world
   /// size (a run resumed on another number of ranks) reads the shards it needs through set_shard_reader(),
   /// and both the parameters and the optimizer state move to their new owners. std::invalid_argument naming
   /// the shard that is missing or the parameter whose size differs.
   void load(torch::serialize::InputArchive& archive);
+  /// load() of what save_model() wrote: the parameters and buffers, not the optimizer (set_shard_reader's
+  /// archives are then save_model()'s).
+  void load_model(torch::serialize::InputArchive& archive);
   /// Sets (or clears, with nullptr) where load() reads the other shards of the checkpoint it loads (archives
-  /// written by save()).
+  /// written by save(), or by save_model() for load_model()).
   void set_shard_reader(ShardReader reader);
 
  private:

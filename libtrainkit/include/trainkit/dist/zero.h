@@ -74,9 +74,10 @@ struct ZeroOptions {
   /// The options a config sets, by key (`trainkit train`'s [zero]).
   static const OptionBinding<ZeroOptions>& binding() {
     static const auto b = OptionBinding<ZeroOptions>().bind(
-        TRAINKIT_OPTION(stage), rule::integer(0, 2),
+        TRAINKIT_OPTION(stage), rule::integer(0, 3),
         "Under `trainkit launch`: 0 = plain DDP, 1 = shard the optimizer state, 2 = shard gradients and optimizer "
-        "state (ZeRO)");
+        "state, 3 = shard the parameters too (each Sequential child gathered for its forward and recomputed in "
+        "backward) (ZeRO)");
     return b;
   }
 };

@@ -141,6 +141,16 @@ class Trainer {
   /// Replaces grad::clip_grad_norm_ over the optimizer's parameters for TrainerOptions::clip_grad_norm:
   /// e.g. dist::ZeroRedundancyOptimizer::clip_grad_norm_, whose norm spans every rank's gradient shard.
   void set_clip_grad_norm(ClipGradNormFn clip) { clip_grad_norm_fn_ = std::move(clip); }
+  /// Writes or reads the model's part of a checkpoint (the archive under "model").
+  using ModelSaveFn = std::function<void(torch::serialize::OutputArchive&)>;
+  using ModelLoadFn = std::function<void(torch::serialize::InputArchive&)>;
+  /// Replaces how save() and load() write and read the model (by default its parameters and buffers, read
+  /// back in place): e.g. dist::FullyShardedDataParallel::save_model / load_model, where each rank holds
+  /// only its shard of the parameters. Empty functions restore the default.
+  void set_model_state(ModelSaveFn save, ModelLoadFn load) {
+    save_model_ = std::move(save);
+    load_model_ = std::move(load);
+  }
   /// Adds a hook; hooks run in the order added.
   void add_callback(std::shared_ptr<Callback> callback) { callbacks_.push_back(std::move(callback)); }
 
@@ -165,7 +175,7 @@ class Trainer {
   /// Asks fit() to stop after the current step.
   void request_stop() { stop_ = true; }
 
-  /// Writes model parameters and buffers, optimizer state, scheduler state, TrainerState and the CPU RNG
+  /// Writes model parameters and buffers (or what set_model_state() writes), optimizer state, scheduler state, TrainerState and the CPU RNG
   /// state.
   void save(torch::serialize::OutputArchive& archive) const;
   /// Restores everything save() wrote.
@@ -207,6 +217,8 @@ class Trainer {
   bool validation_point(data::BatchSource* val, EpochEvent& event);
 
   std::shared_ptr<torch::nn::Module> module_;
+  ModelSaveFn save_model_;
+  ModelLoadFn load_model_;
   ForwardFn forward_;
   torch::optim::Optimizer& optimizer_;
   TrainerOptions options_;

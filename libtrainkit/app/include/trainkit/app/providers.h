@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
 
 #include "trainkit/app/config.h"
 #include "trainkit/data/batch_source.h"
@@ -84,6 +85,11 @@ struct ModelParts {
   std::shared_ptr<torch::nn::Module> module;
   train::ForwardFn forward;  ///< batch -> output (activation checkpointing, when asked, is in here)
   train::LossFn loss;        ///< null: cross-entropy on the batch's target
+  /// Set when `module` is this Sequential and `forward` runs it on the batch's input (with or without
+  /// activation checkpointing): `[zero] stage = 3` then gathers its children one at a time
+  /// (dist::FullyShardedDataParallel, a unit per child that holds parameters). Null: the model cannot be
+  /// fully sharded.
+  torch::nn::Sequential sequential{nullptr};
 };
 
 /// Builds the models named by `model.name`.

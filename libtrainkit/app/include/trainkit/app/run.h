@@ -27,6 +27,7 @@
 #include "trainkit/train/trainer.h"
 #if TRAINKIT_WITH_DISTRIBUTED
 #include "trainkit/dist/ddp.h"
+#include "trainkit/dist/fully_shard.h"
 #include "trainkit/dist/process_group.h"
 #include "trainkit/dist/zero.h"
 #endif
@@ -65,7 +66,8 @@ struct Run : RunData {
   std::shared_ptr<torch::nn::Module> model;  ///< on `device`
   train::ForwardFn forward;  ///< the model's forward (without DDP's buffer broadcast; the Trainer's has it)
   train::LossFn loss;        ///< the model provider's loss; null = the Trainer's cross-entropy
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  /// Shared: with `[zero] stage = 3` the FullyShardedDataParallel owns it.
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::optional<sched::BuiltScheduler> scheduler;  ///< built with the real steps per epoch
   int64_t steps_per_epoch = 0;                     ///< optimizer steps per epoch (accumulation included)
   std::unique_ptr<train::Trainer> trainer;         ///< with scheduler, clipping, AMP and callbacks attached
@@ -80,9 +82,12 @@ struct Run : RunData {
   std::shared_ptr<train::StochasticWeightAveraging> swa;  ///< when swa.enabled
 #if TRAINKIT_WITH_DISTRIBUTED
   std::shared_ptr<dist::ProcessGroup> group;               ///< set when distributed
-  std::unique_ptr<dist::DistributedDataParallel> ddp;     ///< set when distributed
-  /// `optimizer` itself with `[zero] stage` 1 or 2 in a training job (each rank steps and saves its shard; one
-  /// process keeps the state as a 1-rank shard, so that more ranks can resume it).
+  std::unique_ptr<dist::DistributedDataParallel> ddp;     ///< set when distributed, below stage 3
+  /// Set with `[zero] stage = 3` in a training job: the model's parameters sharded (one process: over a
+  /// 1-rank group, so that more ranks can resume its checkpoints); it has its own DDP and optimizer.
+  std::shared_ptr<dist::FullyShardedDataParallel> fsdp;
+  /// `optimizer` itself with `[zero] stage` 1, 2 or 3 in a training job (each rank steps and saves its shard;
+  /// one process keeps the state as a 1-rank shard, so that more ranks can resume it).
   dist::ZeroRedundancyOptimizer* zero = nullptr;
 #endif
   /// True on the rank that logs and writes files.
