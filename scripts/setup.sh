@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything trainkit needs on Debian 12 (bookworm); idempotent: skips what is present.
-# Usage: scripts/setup.sh [--fuzz] [--bench-peers]
+# Usage: scripts/setup.sh [--fuzz] [--bench-peers] [--build-only | --oracles-only]
 #   --fuzz: also clang and libFuzzer, for scripts/fuzz.sh
+#   --build-only: what the build needs (Debian packages, the venv with torch); --oracles-only: the rest (the
+#     Python oracles, byte-compiled), which scripts/test.sh installs while the build runs
 #   --bench-peers: also DeepSpeed (its CPU Adam, bench_optim --deepspeed's peer; not used by any test)
 #   - Debian packages: build dependencies and the Fashion-MNIST data set.
 #   - A project-local virtual environment (.venv/) with the pinned `torch` wheel (LibTorch for the C++
@@ -10,6 +12,9 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+part=all
+if [[ " $* " == *" --build-only "* ]]; then part=build; fi
+if [[ " $* " == *" --oracles-only "* ]]; then part=oracles; fi
 venv="${TRAINKIT_VENV:-$root/.venv}"
 torch_version="2.15.0"
 # optuna-dashboard (two pure-Python wheels, with bottle; about 9 MB) serves a `trainkit tune` journal in the
@@ -40,6 +45,7 @@ if [[ " $* " == *" --fuzz "* ]]; then
   apt_packages+=(libclang-rt-14-dev)
 fi
 
+if [ "$part" != oracles ]; then
 missing=()
 for p in "${apt_packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -68,14 +74,17 @@ fi
 if ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
   echo "setup: installing torch==$torch_version into $venv (a few GB, once)"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q "torch==$torch_version"
+  "$venv/bin/python" -m pip install -q --no-compile "torch==$torch_version"  # byte-compiled below
 else
   echo "setup: torch $torch_version present"
 fi
+fi  # the build's part
+if [ "$part" = build ]; then
+  echo "setup: done (the build's part)"
+  exit 0
+fi
 
-# The oracles not yet at their pinned versions, installed by one pip call (one resolution). pip byte-compiles
-# them: with PYTHONDONTWRITEBYTECODE set (as on CI machines) Python would otherwise compile every module it
-# imports again in every test process (without it the Python tests of a fresh-clone run took ~2x as long).
+# The oracles not yet at their pinned versions, installed by one pip call (one resolution).
 missing_oracles=$("$venv/bin/python" - "${python_oracles[@]}" <<'PY'
 import importlib.metadata as m, sys
 for spec in sys.argv[1:]:
@@ -92,7 +101,18 @@ if [ -n "$missing_oracles" ]; then
   echo "setup: installing" $missing_oracles
   # Naming the pinned torch beside the oracles keeps pip from replacing it.
   # shellcheck disable=SC2086  # one spec per word
-  "$venv/bin/python" -m pip install -q $missing_oracles "torch==$torch_version"
+  "$venv/bin/python" -m pip install -q --no-compile $missing_oracles "torch==$torch_version"
+  installed=1
+fi
+# What was installed is byte-compiled once, on every core (pip compiles one file at a time; torch, installed
+# by the build's part, has no byte-code yet): with PYTHONDONTWRITEBYTECODE set (as on CI machines) Python would
+# otherwise compile every module it imports again in every test process (the Python tests of a fresh-clone run
+# took ~2x as long). compileall exits 1 for the few files that are not Python 3 (some packages ship test data
+# as .py); pip skips those too.
+purelib=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+if [ -n "${installed:-}" ] || [ ! -d "$purelib/torch/__pycache__" ]; then
+  echo "setup: byte-compiling $purelib"
+  "$venv/bin/python" -m compileall -q -j 0 "$purelib" > /dev/null || true
 fi
 # DeepSpeed compiles its CPU Adam op on first use (into the torch extensions cache) with the C++ compiler.
 if [[ " $* " == *" --bench-peers "* ]] && ! "$venv/bin/python" -c "import deepspeed" 2>/dev/null; then

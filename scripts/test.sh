@@ -8,9 +8,23 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build="${TRAINKIT_BUILD_DIR:-$root/build}"
-"$root/scripts/setup.sh"
+"$root/scripts/setup.sh" --build-only
+# The Python oracles (only the tests need them) install and byte-compile while the build runs: pip works one
+# file at a time, and the build takes the other core.
+mkdir -p "$build"
+"$root/scripts/setup.sh" --oracles-only > "$build/setup-oracles.log" 2>&1 &
+oracles=$!
 export TRAINKIT_CXX="${TRAINKIT_CXX:-clang++}"
-"$root/scripts/build.sh" "$build"
+if ! "$root/scripts/build.sh" "$build"; then
+  wait "$oracles" || true
+  exit 1
+fi
+if ! wait "$oracles"; then
+  cat "$build/setup-oracles.log" >&2
+  echo "scripts/test.sh: installing the Python oracles failed (log above: $build/setup-oracles.log)" >&2
+  exit 1
+fi
+cat "$build/setup-oracles.log"
 cd "$build"
 # One test more than the cores: the tests wait on child processes, sockets and servers (2 cores ran 85% busy
 # at -j 2). TRAINKIT_TEST_JOBS overrides. With more threads than cores, OpenMP threads that spin while they

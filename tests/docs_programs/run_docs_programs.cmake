@@ -2,8 +2,10 @@
 # prefix, builds the programs against it (tests/docs_programs/CMakeLists.txt) and runs each in a directory of
 # its own (they write files such as runs/demo/ and lr_find.svg). Fails on a C++ block of the docs that is
 # neither a program nor marked ```cpp fragment, a program that does not compile, or one that exits non-zero.
-# Invoked by ctest with cmake -P: ROOT (the source tree) and tests/consumer/user_project.cmake's variables.
+# Invoked by ctest with cmake -P: ROOT (the source tree), DOCS_CXX_COMPILER (the library's compiler) and
+# tests/consumer/user_project.cmake's variables.
 include("${CMAKE_CURRENT_LIST_DIR}/../consumer/user_project.cmake")
+set(CXX_COMPILER "${DOCS_CXX_COMPILER}")  # the library's compiler (tests/CMakeLists.txt)
 set(programs "${WORK_DIR}/programs")
 set(build "${WORK_DIR}/build")
 file(REMOVE_RECURSE "${WORK_DIR}")
