@@ -8,7 +8,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build="${1:-$root/build}"
 shift || true
 venv="${TRAINKIT_VENV:-$root/.venv}"
-torch_prefix=$("$venv/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)")
+# torch.utils.cmake_prefix_path without importing torch (seconds of CPU, and a NumPy warning while the oracles
+# are still being installed).
+torch_prefix=$("$venv/bin/python" -c \
+  "import importlib.util, os; print(os.path.join(os.path.dirname(importlib.util.find_spec('torch').origin), 'share', 'cmake'))")
 
 cuda_args=()
 # The wheel's LibTorch is a CUDA build: its CMake config needs the CUDA toolkit even to build CPU code.
