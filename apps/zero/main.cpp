@@ -4,14 +4,17 @@
 // parameters, gradients and Adam state it holds, against the unsharded run, and checks that every stage
 // trained the same model:
 //   trainkit launch --nproc 2 -- build/apps/zero --steps 20
-// --offload also trains stage 2 with each rank's Adam on the host (optim::OffloadOptimizer) and prints what
+// --offload also trains stages 0-3 with each rank's Adam on the host (optim::OffloadOptimizer) and prints what
 // stays on the device and what moved to the host.
 // --device cuda trains rank r on cuda:<LOCAL_RANK>: ZeRO's reduces and broadcasts then go through NCCL,
 // the loss mean and the barriers through Gloo.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <regex>
+#include <string>
+#include <vector>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
@@ -26,6 +29,17 @@
 #include "trainkit/dist/zero.h"
 #include "trainkit/nn/models.h"
 #include "trainkit/optim/offload.h"
+
+namespace {
+
+/// `bytes` as "<x.xx> MiB".
+std::string fmt_mib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f MiB", bytes / 1048576.0);
+  return text;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   trainkit::app::Cli cli{"DDP and ZeRO stages 1-3: parameter, gradient and Adam state memory per rank vs unsharded (run under `trainkit launch` or torchrun)"};
@@ -45,7 +59,8 @@ int main(int argc, char** argv) {
              "process only)")
       .show_default();
   bool offload = false;
-  cli.flag("--offload", offload, "Also train stage 2 with each rank's Adam offloaded to the host (optim::OffloadOptimizer)");
+  cli.flag("--offload", offload,
+           "Also train stages 0-3 with each rank's Adam offloaded to the host (optim::OffloadOptimizer)");
   if (auto rc = cli.parse(argc, argv)) return *rc;
   if (!std::regex_match(device_name, std::regex("cpu|cuda(:[0-9]+)?"))) {
     std::fprintf(stderr, "zero: --device '%s' is not cpu, cuda or cuda:<index>\n", device_name.c_str());
@@ -86,32 +101,52 @@ int main(int argc, char** argv) {
     double full_params = 0;
     for (const auto& p : copy->parameters()) full_params += static_cast<double>(p.nbytes());
     const double unsharded = full_params + full_grads + full_state;
-    const auto make_adam = [lr](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
-      return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(lr));
+    // Every run's optimizer: Adam over the one param group it is given (ZeRO's shard, or all parameters), on the
+    // host when offloaded.
+    const trainkit::optim::HostOptimizerFactory adam =
+        [lr](std::vector<torch::optim::OptimizerParamGroup> groups) -> std::unique_ptr<torch::optim::Optimizer> {
+      return std::make_unique<torch::optim::Adam>(groups.front().params(), torch::optim::AdamOptions(lr));
     };
-    std::vector<at::Tensor> finals[4];
-    for (const int64_t stage : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}}) {
+    struct Setup {
+      int64_t stage;
+      bool offload;
+      std::string name() const { return "stage " + std::to_string(stage) + (offload ? " + offload" : ""); }
+    };
+    std::vector<Setup> setups;
+    for (const bool host : {false, true}) {
+      for (int64_t stage = 0; stage <= 3 && (offload || !host); ++stage) setups.push_back({stage, host});
+    }
+    std::vector<std::vector<at::Tensor>> finals;  // rank 0: each run's final parameters
+    for (const Setup& setup : setups) {
       torch::manual_seed(0);
       auto model = trainkit::nn::make_mlp(trainkit::nn::MlpOptions().hidden({hidden, hidden}));
       model->to(device);
-      // Stage 0: DDP and Adam; 1-2: DDP and ZeRO; 3: FullyShardedDataParallel (its own DDP and ZeRO).
+      const std::vector<torch::optim::OptimizerParamGroup> groups = {
+          torch::optim::OptimizerParamGroup(model->parameters())};
+      const trainkit::optim::HostOptimizerFactory factory =
+          setup.offload ? trainkit::optim::offloaded(adam) : adam;
+      // Stage 0: DDP and Adam (offloaded: an OffloadOptimizer over all parameters); 1-2: DDP and ZeRO, whose
+      // shard's optimizer the factory makes; 3: FullyShardedDataParallel (its own DDP and ZeRO).
       std::unique_ptr<trainkit::dist::DistributedDataParallel> ddp;
       std::unique_ptr<trainkit::dist::FullyShardedDataParallel> fsdp;
       std::unique_ptr<torch::optim::Optimizer> plain;
       std::unique_ptr<trainkit::dist::ZeroRedundancyOptimizer> zero;
-      if (stage == 3) {
+      if (setup.stage == 3) {
         fsdp = std::make_unique<trainkit::dist::FullyShardedDataParallel>(
-            model.ptr(), trainkit::dist::sequential_units(model), pg, make_adam);
+            model.ptr(), trainkit::dist::sequential_units(model), pg, groups, factory);
       } else {
         ddp = std::make_unique<trainkit::dist::DistributedDataParallel>(model.ptr(), pg);
-        if (stage == 0) {
-          plain = make_adam(model->parameters());
+        if (setup.stage == 0) {
+          plain = setup.offload ? std::make_unique<trainkit::optim::OffloadOptimizer>(groups, adam) : adam(groups);
         } else {
-          zero = std::make_unique<trainkit::dist::ZeroRedundancyOptimizer>(*ddp, make_adam,
-                                                                          trainkit::dist::ZeroOptions().stage(stage));
+          zero = std::make_unique<trainkit::dist::ZeroRedundancyOptimizer>(
+              *ddp, groups, factory, trainkit::dist::ZeroOptions().stage(setup.stage));
         }
       }
       torch::optim::Optimizer& opt = fsdp ? fsdp->optimizer() : zero ? *zero : *plain;
+      // The optimizer that steps this rank's parameters: its state is on the device, or on the host.
+      torch::optim::Optimizer& stepping =
+          fsdp ? *fsdp->optimizer().local_optimizer() : zero ? *zero->local_optimizer() : *plain;
       // What a rank holds: every parameter below stage 3; its own (between passes) at stage 3.
       const auto parameter_bytes = [&] {
         if (fsdp) return static_cast<double>(fsdp->local_parameter_bytes());
@@ -142,100 +177,62 @@ int main(int argc, char** argv) {
       const double ms_per_step = pg->all_reduce_mean(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count() /
           static_cast<double>(steps));
-      const double state = static_cast<double>(trainkit::dist::optimizer_state_bytes(
-          fsdp ? *fsdp->optimizer().local_optimizer() : zero ? *zero->local_optimizer() : *plain));
+      const double state = static_cast<double>(trainkit::dist::optimizer_state_bytes(stepping));
+      const auto* host = dynamic_cast<const trainkit::optim::OffloadOptimizer*>(&stepping);
+      const double device_state = host != nullptr ? 0.0 : state;
       const size_t owned = fsdp ? fsdp->optimizer().shard(rank).size()
                            : zero ? zero->shard(rank).size()
                                   : model->parameters().size();
       for (int64_t r = 0; r < world; ++r) {
         pg->barrier();
         if (r == rank) {
-          std::printf("stage %lld rank %lld: %zu of %zu parameter tensors; parameters %.2f MiB, gradients %.2f MiB, "
-                      "Adam state %.2f MiB: %.1f%% of the unsharded %.2f MiB\n",
-                      static_cast<long long>(stage), static_cast<long long>(rank), owned, model->parameters().size(),
-                      params / 1048576.0, grads / 1048576.0, state / 1048576.0,
-                      100.0 * (params + grads + state) / unsharded, unsharded / 1048576.0);
+          const std::string on_host =
+              host == nullptr ? std::string()
+                              : "; on the host Adam state " + fmt_mib(state) + " + masters and gradient buffers " +
+                                    fmt_mib(static_cast<double>(host->host_buffer_bytes()));
+          std::printf("%s rank %lld: %zu of %zu parameter tensors; parameters %.2f MiB, gradients %.2f MiB, Adam state "
+                      "%.2f MiB: %.1f%% of the unsharded %.2f MiB%s\n",
+                      setup.name().c_str(), static_cast<long long>(rank), owned, model->parameters().size(),
+                      params / 1048576.0, grads / 1048576.0, device_state / 1048576.0,
+                      100.0 * (params + grads + device_state) / unsharded, unsharded / 1048576.0, on_host.c_str());
           std::fflush(stdout);
         }
       }
       if (pg->is_main()) {
-        std::printf("stage %lld, %lld rank(s): mean training loss over %lld steps %.4f, %.1f ms per step\n",
-                    static_cast<long long>(stage), static_cast<long long>(world), static_cast<long long>(steps),
-                    mean_loss, ms_per_step);
+        std::printf("%s, %lld rank(s): mean training loss over %lld steps %.4f, %.1f ms per step\n",
+                    setup.name().c_str(), static_cast<long long>(world), static_cast<long long>(steps), mean_loss,
+                    ms_per_step);
       }
+      finals.emplace_back();
       if (fsdp) {
         const auto full = fsdp->full_state_dict();  // on rank 0 only
         for (const auto& item : full) {
-          if (model->named_parameters().contains(item.key())) finals[stage].push_back(item.value());
+          if (model->named_parameters().contains(item.key())) finals.back().push_back(item.value());
         }
       } else {
-        for (const auto& p : model->parameters()) finals[stage].push_back(p.detach().clone());
-      }
-    }
-    if (offload) {
-      // --offload: stage 2 again with each rank's Adam an optim::OffloadOptimizer. The device keeps its
-      // parameters and its shard of the gradients; the state, the masters and the gradient buffers are on the host.
-      torch::manual_seed(0);
-      auto model = trainkit::nn::make_mlp(trainkit::nn::MlpOptions().hidden({hidden, hidden}));
-      model->to(device);
-      trainkit::dist::DistributedDataParallel ddp(model.ptr(), pg);
-      trainkit::dist::ZeroRedundancyOptimizer zero(
-          ddp, {torch::optim::OptimizerParamGroup(model->parameters())},
-          trainkit::optim::offloaded([lr](std::vector<torch::optim::OptimizerParamGroup> host)
-                                         -> std::unique_ptr<torch::optim::Optimizer> {
-            return std::make_unique<torch::optim::Adam>(host.front().params(), torch::optim::AdamOptions(lr));
-          }),
-          trainkit::dist::ZeroOptions().stage(2));
-      double grads = 0;
-      for (int64_t step = 0; step < steps; ++step) {
-        const auto batch = loader.batch(step % loader.num_batches());
-        zero.zero_grad();
-        torch::nn::functional::cross_entropy(model->forward(batch.input().to(device)), batch.target().to(device))
-            .backward();
-        grads = static_cast<double>(zero.local_gradient_bytes());
-        zero.step();
-      }
-      const auto& local = dynamic_cast<trainkit::optim::OffloadOptimizer&>(*zero.local_optimizer());
-      const double state = static_cast<double>(zero.local_state_bytes());
-      const double buffers = static_cast<double>(local.host_buffer_bytes());
-      for (int64_t r = 0; r < world; ++r) {
-        pg->barrier();
-        if (r == rank) {
-          std::printf("stage 2 + offload rank %lld: on the device gradients %.2f MiB, optimizer state 0 MiB: %.1f%% of "
-                      "the unsharded gradients + state, %.2f MiB; on the host Adam state %.2f MiB + masters and gradient buffers %.2f MiB\n",
-                      static_cast<long long>(rank), grads / 1048576.0, 100.0 * grads / (full_grads + full_state),
-                      (full_grads + full_state) / 1048576.0, state / 1048576.0, buffers / 1048576.0);
-          std::fflush(stdout);
-        }
-      }
-      double offload_diff = 0;
-      const auto params = model->parameters();
-      for (size_t i = 0; i < params.size(); ++i) {
-        offload_diff = std::max(offload_diff, (params[i].detach() - finals[2][i]).abs().max().item<double>());
-      }
-      if (pg->is_main()) {
-        std::printf("largest parameter difference between stage 2 with and without offload: %.3g\n", offload_diff);
-      }
-      if (!(offload_diff < 1e-4)) {
-        std::fprintf(stderr, "zero: offload trained another model (difference %g)\n", offload_diff);
-        return 1;
+        for (const auto& p : model->parameters()) finals.back().push_back(p.detach().clone());
       }
     }
     if (pg->is_main()) {
-      const auto difference = [&](int64_t a, int64_t b) {
-        double d = 0;
-        for (size_t i = 0; i < finals[a].size(); ++i) {
+      const auto difference = [&](size_t a, size_t b) {
+        double d = finals[a].size() == finals[b].size() ? 0.0 : std::numeric_limits<double>::infinity();
+        for (size_t i = 0; i < finals[a].size() && i < finals[b].size(); ++i) {
           d = std::max(d, (finals[a][i] - finals[b][i]).abs().max().item<double>());
         }
         return d;
       };
-      const double diff12 = difference(1, 2);
-      const double diff03 = difference(0, 3);
+      // Stages 1 and 2 sum the gradients in another order than DDP's all-reduce (float32); stage 3 reduces as
+      // stage 2 does; the offload steps the same Adam on host copies.
       std::printf("largest parameter difference between stage 1 and stage 2: %.3g (float32 sums in another order)\n",
-                  diff12);
-      std::printf("largest parameter difference between stage 0 and stage 3: %.3g\n", diff03);
-      if (!(diff12 < 1e-4) || !(diff03 < 1e-4) || finals[3].size() != finals[0].size()) {
-        std::fprintf(stderr, "zero: the stages trained different models (differences %g, %g)\n", diff12, diff03);
+                  difference(1, 2));
+      double worst = 0;
+      for (size_t i = 1; i < setups.size(); ++i) {
+        const double d = difference(0, i);
+        std::printf("largest parameter difference between stage 0 and %s: %.3g\n", setups[i].name().c_str(), d);
+        worst = std::max(worst, d);
+      }
+      if (!(worst < 1e-4)) {
+        std::fprintf(stderr, "zero: the runs trained different models (largest difference %g)\n", worst);
         return 1;
       }
     }
