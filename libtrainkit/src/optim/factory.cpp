@@ -136,6 +136,16 @@ void register_optimizer(OptimizerEntry entry) {
   r.entries.insert(at, std::move(entry));
 }
 
+bool unregister_optimizer(const std::string& name) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it =
+      std::find_if(r.entries.begin(), r.entries.end(), [&](const OptimizerEntry& e) { return e.name == name; });
+  if (it == r.entries.end()) return false;
+  r.entries.erase(it);
+  return true;
+}
+
 std::vector<std::string> optimizer_names() { return names_of(entries()); }
 
 OptimizerSpec parse_optimizer(const std::string& name, ArgReader& args, const std::string& section) {

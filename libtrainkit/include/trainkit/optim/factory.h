@@ -121,6 +121,8 @@ struct OptimizerEntry {
 
 /// Adds an optimizer to the factory. Throws std::invalid_argument when the name is taken.
 void register_optimizer(OptimizerEntry entry);
+/// Removes optimizer `name` from the factory (one that a plugin or a test added); returns whether it was there.
+bool unregister_optimizer(const std::string& name);
 
 // The number rules, where optimizer bindings have always found them.
 using trainkit::NumberRule;
