@@ -349,7 +349,7 @@ void check_fully_shardable(const Config& config, const ModelParts& parts, const 
   }
   if (config.log.layer_norms) refuse("but log.layer_norms reads every parameter on every rank: use stage 2");
   if (config.checkpoint.best.save_top_k() != 0) {
-    refuse("but checkpoint.save_top_k writes whole models during training: use stage 2, or the final model.pt");
+    refuse("but checkpoint.save_top_k writes whole models during training: use stage 2 (the final weights are exported whole at stage 3 too)");
   }
 }
 #endif
@@ -501,12 +501,12 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
       run.zero = &run.fsdp->optimizer();
       run.optimizer = std::shared_ptr<torch::optim::Optimizer>(run.fsdp, run.zero);  // owned by the FSDP
       // Each unit is gathered for its forward and again for its backward, which recomputes it.
-      forward = [fsdp = run.fsdp.get(), model = parts.sequential](const data::Batch& batch) {
-        fsdp->ddp().pre_forward();  // buffers from rank 0, as DDP's forward
-        return dist::forward_sequential(*fsdp, model, batch.input());
-      };
       run.forward = [fsdp = run.fsdp.get(), model = parts.sequential](const data::Batch& batch) {
         return dist::forward_sequential(*fsdp, model, batch.input());
+      };
+      forward = [fsdp = run.fsdp.get(), sharded = run.forward](const data::Batch& batch) {
+        fsdp->ddp().pre_forward();  // buffers from rank 0, as DDP's forward
+        return sharded(batch);
       };
     } else {
       run.zero = zero.get();
