@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "trainkit/app/cli.h"
@@ -117,9 +118,12 @@ int main(int argc, char** argv) {
       .one_of({"trace", "debug", "info", "warn", "error", "off"});
   std::vector<std::string> checkpoint_files;
   auto& checkpoint = cli.subcommand(
-      "checkpoint", "Verify checkpoint files (header, size, CRC, archive) and print each one's position and a "
-                    "digest of its model, trainer position and RNG state (equal digests: bitwise-equal runs)");
-  checkpoint.option("files", checkpoint_files, "Checkpoint files (.tkpt)").required();
+      "checkpoint", "Verify checkpoint files (header, size, CRC, archive; a commit record: each shard against it) and "
+                    "print each one's position and a digest of its model, trainer position and RNG state (equal "
+                    "digests: bitwise-equal runs)");
+  checkpoint.option("files", checkpoint_files,
+                    "Checkpoint files (.tkpt), or the commit records (.commit) of sharded checkpoints")
+      .required();
 #if TRAINKIT_WITH_DISTRIBUTED
   trainkit::dist::LaunchOptions launch_options;
   int64_t nproc = launch_options.nproc();
@@ -168,9 +172,18 @@ int main(int argc, char** argv) {
     int code = 0;
     for (const auto& file : checkpoint_files) {
       try {
-        const auto d = trainkit::train::digest_checkpoint(file);
-        std::cout << fmt::format("{}: ok, epoch {} batch {} step {}, {} model tensors, digest {:016x}\n", file,
-                                 d.epoch, d.batch, d.step, d.tensors, d.digest);
+        std::vector<std::string> files{file};
+        if (std::filesystem::path(file).extension() == ".commit") {
+          // A sharded checkpoint: the record, then each rank's shard.
+          const auto entry = trainkit::train::verify_commit(file);
+          std::cout << fmt::format("{}: ok, step {} committed by {} ranks\n", file, entry.step, entry.world_size());
+          files = entry.files;
+        }
+        for (const auto& one : files) {
+          const auto d = trainkit::train::digest_checkpoint(one);
+          std::cout << fmt::format("{}: ok, epoch {} batch {} step {}, {} model tensors, digest {:016x}\n", one,
+                                   d.epoch, d.batch, d.step, d.tensors, d.digest);
+        }
       } catch (const std::exception& e) {
         std::cerr << "checkpoint: " << e.what() << "\n";
         code = 1;

@@ -192,6 +192,23 @@ TEST_CASE("trainkit train under the launcher with [zero] stage = 3: the model of
   CHECK(summary("sharded", "optimizer_state_bytes") < summary("plain", "optimizer_state_bytes"));
   CHECK(std::abs(summary("sharded", "test_loss") - summary("plain", "test_loss")) < 1e-4);
   CHECK(largest_weight_difference("sharded", "plain") < 1e-5);
+  // `trainkit checkpoint` verifies a commit record's shards against it; a shard changed after the commit
+  // (one bit) is an error naming it.
+  const std::string cli = TRAINKIT_CLI_PATH;
+  const std::string commit = tmp.str("sharded/checkpoints/ckpt-000000010.commit");
+  const Outcome verified = run(cli + " checkpoint " + commit, tmp, "verify.txt");
+  CHECK(verified.code == 0);
+  CHECK_THAT(verified.output, Contains(commit + ": ok, step 10 committed by 2 ranks"));
+  CHECK_THAT(verified.output, Contains("ckpt-000000010.rank1-of-2.tkpt: ok, epoch 2 batch 0 step 10"));
+  const std::string shard = tmp.str("sharded/checkpoints/ckpt-000000010.rank1-of-2.tkpt");
+  const std::string original = trainkit::test::read_text(shard);
+  std::string flipped = original;
+  flipped[flipped.size() / 2] = static_cast<char>(flipped[flipped.size() / 2] ^ 1);
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << flipped;
+  const Outcome damaged = run(cli + " checkpoint " + commit, tmp, "damaged.txt");
+  CHECK(damaged.code != 0);
+  CHECK_THAT(damaged.output, Contains("ckpt-000000010.rank1-of-2.tkpt"));
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << original;
   // Each rank's shard of every checkpoint (its parameters, not the full model) resumes on 1 process,
   // resharded: it continues as the whole checkpoint of plain DDP does.
   CHECK_THAT(train("sharded", "--set zero.stage=3 --resume auto --set train.epochs=3", false),
@@ -201,7 +218,7 @@ TEST_CASE("trainkit train under the launcher with [zero] stage = 3: the model of
   CHECK(std::abs(summary("sharded", "test_loss") - summary("plain", "test_loss")) < 1e-4);
   CHECK(largest_weight_difference("sharded", "plain") < 1e-5);
   // A hook that reads every parameter on every rank, and a model without Sequential units, are refused.
-  const Outcome ema = run(std::string(TRAINKIT_CLI_PATH) + " train --config " + config + " --out " + tmp.str("ema") +
+  const Outcome ema = run(cli + " train --config " + config + " --out " + tmp.str("ema") +
                               " --set zero.stage=3 --set ema.enabled=true",
                           tmp, "ema.txt");
   CHECK(ema.code != 0);

@@ -212,13 +212,11 @@ std::optional<train::CheckpointEntry> resume_point(const RunPlan& plan, const Tr
       whole.files = {plan.resume_from};
       return whole;  // any checkpoint file, by name
     }
-    const std::string dir = fs::path(plan.resume_from).parent_path().string();
-    for (const auto& entry : train::CheckpointManager(dir.empty() ? "." : dir, 1).entries()) {
-      if (fs::equivalent(entry.name(), plan.resume_from)) return entry;
+    try {
+      return train::verify_commit(plan.resume_from);
+    } catch (const train::CheckpointError& e) {
+      throw UsageError(fmt::format("--resume {}: not a complete checkpoint: {}", plan.resume_from, e.what()));
     }
-    throw UsageError(fmt::format("--resume {}: not a complete checkpoint (a commit record whose shards are all "
-                                 "there with their recorded sizes)",
-                                 plan.resume_from));
   }
   if (options.resume != "auto") {
     return std::nullopt;

@@ -575,6 +575,30 @@ void CheckpointManager::remove_stale_temporaries() const {
   }
 }
 
+namespace {
+
+/// The checkpoint that commit record `path` names, when every shard it lists is beside it with the recorded
+/// size; CheckpointError naming the record and the shard otherwise.
+CheckpointEntry commit_entry(const std::string& path) {
+  CheckpointEntry e;
+  e.commit = path;
+  const CommitRecord record = read_commit(path);
+  e.step = record.step;
+  for (const auto& shard : record.shards) {
+    const fs::path file = fs::path(path).parent_path() / shard.name;
+    std::error_code size_ec;
+    const auto size = fs::file_size(file, size_ec);
+    if (size_ec || static_cast<int64_t>(size) != shard.size) {
+      throw CheckpointError(fmt::format("{}: its shard {} is {}", path, file.string(),
+                                        size_ec ? "missing" : fmt::format("{} bytes, not {}", size, shard.size)));
+    }
+    e.files.push_back(file.string());
+  }
+  return e;
+}
+
+}  // namespace
+
 std::vector<CheckpointEntry> CheckpointManager::entries() const {
   std::vector<CheckpointEntry> found;
   std::error_code ec;
@@ -594,26 +618,11 @@ std::vector<CheckpointEntry> CheckpointManager::entries() const {
       found.push_back(std::move(e));
     } else if (std::regex_match(name, m, commit_name_pattern())) {
       // A commit counts when every shard it names is there with its size (latest() checks the CRCs).
-      CheckpointEntry e;
-      e.commit = entry.path().string();
       try {
-        const CommitRecord record = read_commit(e.commit);
-        e.step = record.step;
-        for (const auto& shard : record.shards) {
-          const fs::path file = fs::path(dir_) / shard.name;
-          std::error_code size_ec;
-          const auto size = fs::file_size(file, size_ec);
-          if (size_ec || static_cast<int64_t>(size) != shard.size) {
-            throw CheckpointError(fmt::format("{}: its shard {} is {}", e.commit, file.string(),
-                                              size_ec ? "missing" : fmt::format("{} bytes, not {}", size, shard.size)));
-          }
-          e.files.push_back(file.string());
-        }
+        found.push_back(commit_entry(entry.path().string()));
       } catch (const CheckpointError& error) {
         spdlog::debug("skipping incomplete checkpoint: {}", error.what());
-        continue;
       }
-      found.push_back(std::move(e));
     }
   }
   // Oldest first; a commit after a whole file of the same step.
@@ -679,6 +688,12 @@ std::optional<std::string> CheckpointManager::load_latest(torch::serialize::Inpu
     }
   }
   return std::nullopt;
+}
+
+CheckpointEntry verify_commit(const std::string& path) {
+  CheckpointEntry entry = commit_entry(path);
+  verify(entry);
+  return entry;
 }
 
 void check_same_checkpoint(int64_t step, const std::string& dir, const CheckpointGroup& group) {

@@ -154,6 +154,11 @@ class CheckpointManager {
   bool sharded_ = false;
 };
 
+/// The sharded checkpoint that commit record `path` (`ckpt-<step>.commit`) names, verified: every shard
+/// beside it with its recorded size and CRC-32, each readable. Throws CheckpointError naming the record or
+/// the shard that fails.
+CheckpointEntry verify_commit(const std::string& path);
+
 /// Checks that every rank of `group` resumes from the same checkpoint step (`step` = -1: none found):
 /// all-gathers the steps and throws CheckpointError naming each rank's step when they differ (on every
 /// rank alike, before any of them loads). `dir` is named in the message. No-op for a single process.
