@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -608,6 +609,20 @@ constexpr const char* kLongRun =
     "[train]\nepochs = 40\nbatch_size = 25\nseed = 3\nthreads = 1\n"
     "[checkpoint]\nevery_steps = 5\n[log]\nevery_steps = 5\nprogress = \"lines\"\n";
 
+/// Shell lines that start `trainkit train --config <config> --out <run_dir>` on 2 ranks under the launcher
+/// (`$launcher` its pid; `timeout -s KILL 120` only guards against a hang), wait for the first checkpoint file
+/// matching `file_glob`, send SIG`signal` to rank 1 only (the process of this run whose environment has
+/// RANK=1) and echo `said`.
+std::string signal_rank1_script(const std::string& config, const std::string& run_dir, const std::string& file_glob,
+                                const std::string& signal, const std::string& said) {
+  const std::string cli = TRAINKIT_CLI_PATH;
+  return "timeout -s KILL 120 " + cli + " launch --nproc 2 --master-port 0 -- " + cli + " train --config " + config +
+         " --out " + run_dir + " &\nlauncher=$!\nfor i in $(seq 1200); do ls " + run_dir + "/checkpoints/" + file_glob +
+         " >/dev/null 2>&1 && break; sleep 0.05; done\nfor p in $(pgrep -f -- '--out " + run_dir +
+         "'); do\n  if tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1; then kill -" + signal +
+         " $p; echo " + said + "; fi\ndone\n";
+}
+
 double summary_value(const std::string& json, const std::string& key) {
   const auto at = json.find("\"" + key + "\": ");
   REQUIRE(at != std::string::npos);
@@ -717,13 +732,7 @@ TEST_CASE("trainkit train under the launcher: a stopped rank ends the job, which
   // SIGSTOP. `timeout -s KILL 120` only guards against a hang (exit 137 then).
   const std::string script = tmp.str("stall.sh");
   std::ofstream(script)
-      << "timeout -s KILL 120 " << cli << " launch --nproc 2 --master-port 0 -- " << cli << " train --config "
-      << config << " --out " << run_dir << " &\n"
-      << "launcher=$!\n"
-      << "for i in $(seq 1200); do ls " << run_dir << "/checkpoints/ckpt-*.tkpt >/dev/null 2>&1 && break; sleep 0.05; done\n"
-      << "for p in $(pgrep -f -- '--out " << run_dir << "'); do\n"
-      << "  if tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1; then kill -STOP $p; echo stopped rank 1; fi\n"
-      << "done\n"
+      << signal_rank1_script(config, run_dir, "ckpt-*.tkpt", "STOP", "stopped rank 1")
       << "t0=$(date +%s%N)\n"
       << "wait $launcher; echo \"launcher exit $?\"\n"
       << "echo \"the job ended $(( ($(date +%s%N) - t0) / 1000000 )) ms after the stop\"\n"
@@ -754,6 +763,48 @@ TEST_CASE("trainkit train under the launcher: a stopped rank ends the job, which
   CHECK(resumed.code == 0);
   CHECK_THAT(resumed.output, Contains("resumed from"));
   CHECK(std::filesystem::exists(run_dir + "/checkpoints/" + fmt::format("ckpt-{:09d}.tkpt", newest + 10)));
+}
+
+TEST_CASE("trainkit train under the launcher: SIGTERM that reaches one rank only stops every rank at the same step, "
+          "with a committed checkpoint", "[dist][cli][signal]") {
+  TempDir tmp("dist-sigterm-one");
+  const std::string config = tmp.str("sigterm.toml");
+  // ZeRO-2: each checkpoint is a shard per rank and a commit record, which needs both ranks at the same step.
+  std::ofstream(config) << kSmallRun << kLongRun << "[distributed]\nbackend = \"gloo\"\ntimeout = 20\n[zero]\nstage = 2\n";
+  const std::string cli = TRAINKIT_CLI_PATH;
+  const std::string run_dir = tmp.str("run");
+  // Once the first commit exists, only rank 1 (the process whose environment has RANK=1) gets SIGTERM, as
+  // from a scheduler that signals processes one by one. `timeout -s KILL 120` only guards against a hang.
+  const std::string script = tmp.str("sigterm.sh");
+  std::ofstream(script) << signal_rank1_script(config, run_dir, "ckpt-*.commit", "TERM", "signalled rank 1")
+                        << "wait $launcher; echo \"launcher exit $?\"\n";
+  const Run stopped = shell("bash " + script, tmp, "sigterm.txt");
+  INFO(stopped.output);
+  CHECK_THAT(stopped.output, Contains("signalled rank 1"));
+  // Both ranks stop at the step where they agreed (the next boundary after rank 1 saw the signal) and the
+  // checkpoint of that step is committed; rank 1's exit (143) then ends the job as a failed rank.
+  const std::regex line(R"(\[rank ([01])\] .*stopped by signal 15 \(Terminated\) at epoch \d+, step (\d+); checkpoint (\S+);)");
+  std::map<std::string, std::string> step_of;
+  std::string commit;
+  for (auto it = std::sregex_iterator(stopped.output.begin(), stopped.output.end(), line); it != std::sregex_iterator();
+       ++it) {
+    step_of[(*it)[1]] = (*it)[2];
+    commit = (*it)[3];
+  }
+  REQUIRE(step_of.size() == 2);
+  CHECK(step_of["0"] == step_of["1"]);
+  CHECK(commit == run_dir + "/checkpoints/" + fmt::format("ckpt-{:09d}.commit", std::stoll(step_of["0"])));
+  CHECK_NOTHROW(trainkit::train::verify_commit(commit));
+  CHECK_THAT(stopped.output, !Contains("timeout") && !Contains("failed (a peer exited"));
+  // The job resumes from that commit on 2 ranks.
+  const int64_t step = std::stoll(step_of["0"]);
+  const Run resumed = shell("timeout -s KILL 120 " + cli + " launch --nproc 2 --master-port 0 -- " + cli +
+                                " train --config " + config + " --out " + run_dir + " --resume auto --set train.max_steps=" +
+                                std::to_string(step + 5),
+                            tmp, "resumed.txt");
+  INFO(resumed.output);
+  CHECK(resumed.code == 0);
+  CHECK_THAT(resumed.output, Contains("resumed from " + commit));
 }
 
 TEST_CASE("trainkit launch --max-restarts: a rank killed twice mid-run, restarted with --resume auto, ends bitwise "

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -61,12 +62,30 @@ class ScopedStopSignal {
   struct sigaction previous_ {};
 };
 
+/// The signal any rank received (0: none), the same on every rank: a collective (or, in one process, this
+/// process's own).
+using AgreeOnSignal = std::function<int(int received)>;
+
 /// Stops fit() at the step (or epoch) boundary after ScopedStopSignal saw the signal; TrainerCheckpoint's
-/// on_train_end then saves that step.
+/// on_train_end then saves that step. Under a process group the ranks agree at every boundary (`agree`: one
+/// 8-byte all-reduce on the CPU), so that all stop at the same step even when the signal reaches them at
+/// different steps, or reaches one of them only: a rank that stopped alone would leave the others waiting in
+/// a collective it never joins, and its checkpoint could not be committed.
 class StopOnSignal : public train::Callback {
  public:
-  bool on_step_end(train::Trainer&, const train::StepEvent&) override { return ScopedStopSignal::received() != 0; }
-  bool on_epoch_end(train::Trainer&, const train::EpochEvent&) override { return ScopedStopSignal::received() != 0; }
+  explicit StopOnSignal(AgreeOnSignal agree) : agree_(std::move(agree)) {}
+  bool on_step_end(train::Trainer&, const train::StepEvent&) override { return stop(); }
+  bool on_epoch_end(train::Trainer&, const train::EpochEvent&) override { return stop(); }
+  /// The signal that stopped training (0: none did).
+  int signal() const { return signal_; }
+
+ private:
+  bool stop() {
+    signal_ = agree_(ScopedStopSignal::received());
+    return signal_ != 0;
+  }
+  AgreeOnSignal agree_;
+  int signal_ = 0;
 };
 
 std::string default_run_dir(const std::string& config_path) {
@@ -314,11 +333,23 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
                config.model.name, run.device.str(), run.train_examples, run.val_examples, run.test_examples,
                config.optimizer.name, plan.dir);
   int stop_signal = 0;
-  trainer.add_callback(std::make_shared<StopOnSignal>());
+  AgreeOnSignal agree = [](int received) { return received; };
+#if TRAINKIT_WITH_DISTRIBUTED
+  if (run.group) {
+    agree = [group = run.group](int received) {
+      at::Tensor flag = torch::tensor({static_cast<int64_t>(received)});  // on the CPU: no device sync per step
+      group->all_reduce(flag, dist::ReduceOp::MAX).wait();
+      return static_cast<int>(flag.item<int64_t>());
+    };
+  }
+#endif
+  const auto stop_on_signal = std::make_shared<StopOnSignal>(agree);
+  trainer.add_callback(stop_on_signal);
   try {
     const ScopedStopSignal stop_on_sigterm;
     trainer.fit(*run.train, run.val.get());
-    stop_signal = ScopedStopSignal::received();
+    // A signal after the last boundary: the ranks agree once more, so that all finish or all stop.
+    stop_signal = agree(std::max(stop_on_signal->signal(), static_cast<int>(ScopedStopSignal::received())));
   } catch (...) {
     if (run.mlflow) run.mlflow->finish("FAILED");
     throw;
