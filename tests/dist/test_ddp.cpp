@@ -667,9 +667,9 @@ TEST_CASE("trainkit train under the launcher: [distributed], rank 0 writes, same
   CHECK(std::filesystem::exists(tmp.str("two/checkpoints")));
 
   // The same micro-batches accumulated in pairs: 10 optimizer steps instead of 20, and the gradients are
-  // all-reduced once per step (no_sync over the first micro-batch of each pair), so the run sends 10 x
-  // buckets fewer all-reduces. Evaluation sums all-reduce the same in both runs. Without no_sync the counts
-  // would be equal.
+  // all-reduced once per step (no_sync over the first micro-batch of each pair); the ranks also agree on a
+  // stop signal once per step (8 bytes), so the run sends 10 x (buckets + 1) fewer all-reduces. Evaluation
+  // sums all-reduce the same in both runs. Without no_sync the difference would be 10.
   const Run acc = shell(cli + " launch --nproc 2 --master-port 0 -- " + cli + " train --config " + config +
                             " --set grad.accumulation_steps=2 --out " + tmp.str("acc"),
                         tmp, "acc.txt");
@@ -681,7 +681,7 @@ TEST_CASE("trainkit train under the launcher: [distributed], rank 0 writes, same
   REQUIRE(at != std::string::npos);
   const int64_t buckets = std::stoll(two.output.substr(two.output.rfind(' ', at - 1) + 1));
   CHECK(buckets >= 1);
-  CHECK(summary_value(two_summary, "all_reduces") - summary_value(acc_summary, "all_reduces") == 10.0 * buckets);
+  CHECK(summary_value(two_summary, "all_reduces") - summary_value(acc_summary, "all_reduces") == 10.0 * (buckets + 1));
 }
 
 TEST_CASE("trainkit train under the launcher: a TorchScript model trains as one process in Python", "[dist][cli][torchscript]") {
