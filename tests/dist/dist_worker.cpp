@@ -143,14 +143,14 @@ int run_zero(const std::shared_ptr<trainkit::dist::ProcessGroup>& pg, const Zero
       at::Tensor step;
       archive.read("step", step);
       start = step.item<int64_t>();
-      zero.set_shard_reader([entry](int64_t r, int64_t w) -> std::unique_ptr<torch::serialize::InputArchive> {
-        if (w != entry->world_size()) return nullptr;
-        torch::serialize::InputArchive whole;
-        trainkit::train::load_checkpoint(entry->files.at(static_cast<size_t>(r)), whole);
-        auto optimizer = std::make_unique<torch::serialize::InputArchive>();
-        whole.read("optimizer", *optimizer);
-        return optimizer;
-      });
+      zero.set_shard_reader(trainkit::dist::nested_shard_reader(
+          [entry](int64_t r, int64_t w) -> std::unique_ptr<torch::serialize::InputArchive> {
+            if (w != entry->world_size()) return nullptr;
+            auto whole = std::make_unique<torch::serialize::InputArchive>();
+            trainkit::train::load_checkpoint(entry->files.at(static_cast<size_t>(r)), *whole);
+            return whole;
+          },
+          "optimizer"));
       torch::serialize::InputArchive optimizer;
       archive.read("optimizer", optimizer);
       zero.load(optimizer);

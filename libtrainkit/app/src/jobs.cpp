@@ -281,18 +281,15 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
 #if TRAINKIT_WITH_DISTRIBUTED
       // A checkpoint of another number of ranks: the part ("optimizer", or stage 3's "model") of the other
       // ranks' shards that this rank's parameters come from.
-      const auto shard_reader = [entry = *resume](const char* part) -> dist::ShardReader {
-        return [entry, part](int64_t rank, int64_t world_size) -> std::unique_ptr<torch::serialize::InputArchive> {
-          if (world_size != entry.world_size() || rank < 0 || rank >= world_size) return nullptr;
-          torch::serialize::InputArchive whole;
-          train::load_checkpoint(entry.files[static_cast<size_t>(rank)], whole);
-          auto nested = std::make_unique<torch::serialize::InputArchive>();
-          whole.read(part, *nested);
-          return nested;
-        };
+      const dist::ShardReader shard = [entry = *resume](int64_t rank, int64_t world_size)
+          -> std::unique_ptr<torch::serialize::InputArchive> {
+        if (world_size != entry.world_size() || rank < 0 || rank >= world_size) return nullptr;
+        auto whole = std::make_unique<torch::serialize::InputArchive>();
+        train::load_checkpoint(entry.files[static_cast<size_t>(rank)], *whole);
+        return whole;
       };
-      if (run.zero != nullptr) run.zero->set_shard_reader(shard_reader("optimizer"));
-      if (run.fsdp) run.fsdp->set_shard_reader(shard_reader("model"));
+      if (run.zero != nullptr) run.zero->set_shard_reader(dist::nested_shard_reader(shard, "optimizer"));
+      if (run.fsdp) run.fsdp->set_shard_reader(dist::nested_shard_reader(shard, "model"));
 #endif
       trainer.load(archive);
 #if TRAINKIT_WITH_DISTRIBUTED
@@ -349,7 +346,7 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
     const ScopedStopSignal stop_on_sigterm;
     trainer.fit(*run.train, run.val.get());
     // A signal after the last boundary: the ranks agree once more, so that all finish or all stop.
-    stop_signal = agree(std::max(stop_on_signal->signal(), static_cast<int>(ScopedStopSignal::received())));
+    stop_signal = agree(std::max(stop_on_signal->signal(), ScopedStopSignal::received()));
   } catch (...) {
     if (run.mlflow) run.mlflow->finish("FAILED");
     throw;

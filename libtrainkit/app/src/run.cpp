@@ -349,7 +349,8 @@ void check_fully_shardable(const Config& config, const ModelParts& parts, const 
   }
   if (config.log.layer_norms) refuse("but log.layer_norms reads every parameter on every rank: use stage 2");
   if (config.checkpoint.best.save_top_k() != 0) {
-    refuse("but checkpoint.save_top_k writes whole models during training: use stage 2 (the final weights are exported whole at stage 3 too)");
+    refuse("but checkpoint.save_top_k writes whole models during training: use stage 2 (the final weights are "
+           "exported whole at stage 3 too)");
   }
 }
 #endif

@@ -331,15 +331,7 @@ void FullyShardedDataParallel::load(torch::serialize::InputArchive& archive) {
                          read_tensor(archive, "rank").item<int64_t>() != s.group->rank();
   torch::serialize::InputArchive optimizer;
   archive.read("optimizer", optimizer);
-  if (resharded && s.reader) {
-    s.zero->set_shard_reader([&s](int64_t r, int64_t w) -> std::unique_ptr<torch::serialize::InputArchive> {
-      auto whole = s.reader(r, w);
-      if (!whole) return nullptr;
-      auto nested = std::make_unique<torch::serialize::InputArchive>();
-      whole->read("optimizer", *nested);
-      return nested;
-    });
-  }
+  if (resharded && s.reader) s.zero->set_shard_reader(nested_shard_reader(s.reader, "optimizer"));
   s.zero->load(optimizer);
   s.zero->set_shard_reader(nullptr);
 }

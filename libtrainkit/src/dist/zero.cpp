@@ -576,4 +576,15 @@ void ZeroRedundancyOptimizer::load_sharded(const std::string& dir) {
   load_with(*first, read);
 }
 
+ShardReader nested_shard_reader(ShardReader whole, std::string part) {
+  return [whole = std::move(whole), part = std::move(part)](int64_t rank, int64_t world_size)
+             -> std::unique_ptr<torch::serialize::InputArchive> {
+    auto archive = whole(rank, world_size);
+    if (!archive) return nullptr;
+    auto nested = std::make_unique<torch::serialize::InputArchive>();
+    archive->read(part, *nested);
+    return nested;
+  };
+}
+
 }  // namespace trainkit::dist

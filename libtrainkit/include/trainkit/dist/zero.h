@@ -61,6 +61,9 @@ using GroupedOptimizerFactory =
 /// The optimizer archive that rank `rank` of a `world_size`-rank run saved in the same checkpoint as the one
 /// being loaded (ZeroRedundancyOptimizer::save's output); load() asks it for the shards it needs.
 using ShardReader = std::function<std::unique_ptr<torch::serialize::InputArchive>(int64_t rank, int64_t world_size)>;
+/// The archive under `part` (e.g. "optimizer" of a checkpoint, or of a FullyShardedDataParallel shard) of each
+/// archive that `whole` reads; null where `whole` returns null.
+ShardReader nested_shard_reader(ShardReader whole, std::string part);
 
 /// Options of ZeroRedundancyOptimizer.
 struct ZeroOptions {

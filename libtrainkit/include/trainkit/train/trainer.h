@@ -175,8 +175,8 @@ class Trainer {
   /// Asks fit() to stop after the current step.
   void request_stop() { stop_ = true; }
 
-  /// Writes model parameters and buffers (or what set_model_state() writes), optimizer state, scheduler state, TrainerState and the CPU RNG
-  /// state.
+  /// Writes model parameters and buffers (or what set_model_state() writes), optimizer state, scheduler state,
+  /// TrainerState and the CPU RNG state.
   void save(torch::serialize::OutputArchive& archive) const;
   /// Restores everything save() wrote.
   void load(torch::serialize::InputArchive& archive);
