@@ -51,6 +51,7 @@ namespace {
 
 /// Copies to the host per optimizer step of a 2-epoch run on the test device of `trainkit train`'s stack with `overrides` added.
 std::map<int64_t, int64_t> reads_per_step(const std::vector<std::string>& extra) {
+  test::register_test_device();  // before the config names "testdev"
   trainkit::test::TempDir tmp("host-reads");
   std::vector<std::string> overrides = {
       "data.limit_train=700",  "data.limit_test=100",      "data.val_size=100",   "train.batch_size=50",

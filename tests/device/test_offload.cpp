@@ -311,6 +311,7 @@ namespace offload_test {
 /// The parameters after one epoch (`fit`; else before it) of `trainkit train`'s stack (a small MLP, Adam, clipping, 2-step
 /// accumulation, a per-step scheduler) with `extra` overrides.
 std::vector<at::Tensor> offload_train_job(const std::vector<std::string>& extra, bool expect_offload, bool fit = true) {
+  trainkit::test::register_test_device();  // before the config names "testdev"
   trainkit::test::TempDir tmp("offload-job");
   std::vector<std::string> overrides = {
       "data.limit_train=400", "data.limit_test=100", "data.val_size=100", "train.batch_size=50",

@@ -1,13 +1,39 @@
 // The test accelerator itself (device/testdev.h): it counts each kind of copy to the host once, each
 // copy to the device once, nothing for ops that stay on the device, gives each device its own generator,
 // and refuses a CPU tensor mixed into a device op as a GPU does.
+#include <filesystem>
+
+#include <ATen/DeviceAccelerator.h>
 #include <torch/torch.h>
 
 #include "device/testdev.h"
 #include "support.h"
+#include "trainkit/subprocess.h"
 
 using trainkit::test::test_device;
 using trainkit::test::TransferCounter;
+
+// Run in a fresh process by the case below: linking the test device registers nothing.
+TEST_CASE("the test device is registered by its first use, not by linking it", "[.testdev-first-use]") {
+  CHECK_FALSE(c10::is_privateuse1_backend_registered());
+  CHECK(at::getAccelerator(false) != std::optional<c10::DeviceType>(c10::DeviceType::PrivateUse1));
+  CHECK(test_device(1).str() == "testdev:1");
+  CHECK(c10::is_privateuse1_backend_registered());
+  // Why it waits: a registered PrivateUse1 backend is torch's accelerator from then on, so the autograd of a
+  // CUDA tensor finds no stream (an internal assert in every backward) and pin_memory() asks this device.
+  CHECK(at::getAccelerator(false) == std::optional<c10::DeviceType>(c10::DeviceType::PrivateUse1));
+}
+
+TEST_CASE("a process that never uses the test device keeps CUDA as torch's accelerator", "[testdev]") {
+  trainkit::test::TempDir tmp("testdev-first-use");
+  trainkit::Subprocess child(
+      trainkit::SubprocessOptions()
+          .argv({std::filesystem::read_symlink("/proc/self/exe").string(), "[.testdev-first-use]"})
+          .log_file(tmp.str("child.log")));
+  const auto status = child.wait();
+  INFO(trainkit::test::read_text(tmp.str("child.log")));
+  CHECK(status.ok());
+}
 
 TEST_CASE("The test device counts every copy to the host once", "[testdev]") {
   const at::Tensor x = torch::arange(6, torch::kFloat32).reshape({2, 3}).to(test_device());

@@ -442,14 +442,21 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 TestDeviceHooks g_hooks;
 
-const bool g_registered = [] {
-  c10::register_privateuse1_backend("testdev");
-  c10::SetAllocator(kTestDevice, &g_allocator);
-  at::RegisterPrivateUse1HooksInterface(&g_hooks);
-  return true;
-}();
-
 }  // namespace
+
+void register_test_device() {
+  // Once, on first use: a registered PrivateUse1 backend becomes torch's accelerator (at::getAccelerator()),
+  // after which autograd finds no stream for CUDA nodes (every CUDA backward fails an internal assert) and
+  // pinned memory is asked of this device's hooks (pin_memory() pins nothing). A process that never uses the
+  // test device -- each [cuda] case runs in one -- keeps CUDA as its accelerator.
+  static const bool registered = [] {
+    c10::register_privateuse1_backend("testdev");
+    c10::SetAllocator(kTestDevice, &g_allocator);
+    at::RegisterPrivateUse1HooksInterface(&g_hooks);
+    return true;
+  }();
+  (void)registered;
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty_memory_format);
@@ -474,7 +481,7 @@ TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 
 c10::Device test_device(int index) {
-  (void)g_registered;
+  register_test_device();
   check_index(static_cast<c10::DeviceIndex>(index));
   return {kTestDevice, static_cast<c10::DeviceIndex>(index)};
 }

@@ -27,6 +27,11 @@
 
 namespace trainkit::test {
 
+/// Registers "testdev" as LibTorch's PrivateUse1 backend, once; test_device() calls it. Until then the test
+/// device does not exist, so a process that never uses it keeps CUDA as torch's accelerator: a registered
+/// PrivateUse1 backend becomes at::getAccelerator(), which breaks CUDA autograd and pinned memory.
+void register_test_device();
+
 /// The test device `index` (0 or 1).
 c10::Device test_device(int index = 0);
 

@@ -68,7 +68,7 @@ void fused_group(const LambGroup& g, const LambOptions& o, const detail::LambCoe
       });
 }
 
-/// timm's LAMB trust ratio from 0-dim norms, on their device (no host read).
+/// timm's LAMB trust ratio from norms (0-dim, or stacked: elementwise), on their device (no host read).
 at::Tensor trust_ratio(const at::Tensor& w_norm, const at::Tensor& u_norm, const LambOptions& o) {
   const at::Tensor one = at::ones_like(w_norm);
   const at::Tensor ratio = at::where(w_norm > 0, at::where(u_norm > 0, w_norm / u_norm, one), one);
@@ -105,7 +105,6 @@ void reference_group(const LambGroup& g, const LambOptions& o, const detail::Lam
 /// same order over the whole group, no host read.
 void foreach_group(const LambGroup& g, const LambOptions& o, const detail::LambCoef<double>& c,
                    const at::Tensor& grad_div, bool adapt) {
-  const size_t n = g.params.size();
   std::vector<at::Tensor> p = g.params;
   std::vector<at::Tensor> grads = g.grads;
   std::vector<at::Tensor> m = g.exp_avgs;
@@ -130,13 +129,10 @@ void foreach_group(const LambGroup& g, const LambOptions& o, const detail::LambC
     at::_foreach_add_(update, p, o.weight_decay());
   }
   if (adapt) {
-    const std::vector<at::Tensor> w_norms = at::_foreach_norm(p, 2);
-    const std::vector<at::Tensor> u_norms = at::_foreach_norm(update, 2);
-    std::vector<at::Tensor> ratios(n);
-    for (size_t i = 0; i < n; ++i) {
-      ratios[i] = trust_ratio(w_norms[i], u_norms[i], o);
-    }
-    at::_foreach_mul_(update, ratios);
+    at::_foreach_mul_(update, detail::trust_ratios(at::_foreach_norm(p, 2), at::_foreach_norm(update, 2),
+                                                   [&](const at::Tensor& w, const at::Tensor& u) {
+                                                     return trust_ratio(w, u, o);
+                                                   }));
   }
   at::_foreach_add_(p, update, -o.lr());
 }

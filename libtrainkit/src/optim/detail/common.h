@@ -50,6 +50,28 @@ inline void write_back(at::Tensor& p, const at::Tensor& worked) {
   }
 }
 
+/// The trust ratios `ratio(w[i], u[i])` of a foreach step from its two lists of 0-dim norms, `ratio` being
+/// elementwise: computed over the stacked norms when they share one dtype and device (a few kernels for the
+/// whole list, where pair by pair costs a few per tensor: on a GPU each is a launch), else pair by pair.
+/// Elementwise ops give each element the same value either way.
+template <class Ratio>
+std::vector<at::Tensor> trust_ratios(const std::vector<at::Tensor>& w, const std::vector<at::Tensor>& u,
+                                     const Ratio& ratio) {
+  bool shared = true;
+  for (size_t i = 0; i < w.size() && shared; ++i) {
+    shared = w[i].scalar_type() == w[0].scalar_type() && u[i].scalar_type() == w[0].scalar_type() &&
+             w[i].device() == w[0].device() && u[i].device() == w[0].device();
+  }
+  if (shared && w.size() > 1) {
+    return ratio(at::stack(w), at::stack(u)).unbind(0);
+  }
+  std::vector<at::Tensor> out(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    out[i] = ratio(w[i], u[i]);
+  }
+  return out;
+}
+
 /// How a step's gradients are scaled: multiplied by `inv_scale` (GradScaler's step_scaled), or divided by
 /// `grad_scale` with the skip flag `found_inf` left on the device (step_found_inf). Undefined: none.
 struct StepScaling {

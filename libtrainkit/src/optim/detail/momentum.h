@@ -100,7 +100,8 @@ void fused_momentum(const MomentumGroup& g, const MomentumHyper& h, double grad_
   }
 }
 
-/// The trust ratio of reference_momentum from 0-dim norms, on their device (no host read).
+/// The trust ratio of reference_momentum from norms (0-dim, or stacked: elementwise), on their device (no host
+/// read).
 inline at::Tensor lars_trust_ratio(const at::Tensor& w_norm, const at::Tensor& g_norm, const MomentumHyper& h) {
   at::Tensor ratio = h.trust_coefficient * w_norm / (g_norm + w_norm * h.weight_decay + h.eps);
   const at::Tensor one = at::ones_like(ratio);
@@ -158,12 +159,9 @@ inline void foreach_momentum(MomentumGroup& g, const MomentumHyper& h, const at:
     d = at::_foreach_neg(d);
   }
   if (h.adapt) {
-    const std::vector<at::Tensor> w_norms = at::_foreach_norm(p, 2);
-    const std::vector<at::Tensor> g_norms = at::_foreach_norm(d, 2);
-    std::vector<at::Tensor> ratios(n);
-    for (size_t i = 0; i < n; ++i) {
-      ratios[i] = lars_trust_ratio(w_norms[i], g_norms[i], h);
-    }
+    const std::vector<at::Tensor> ratios = trust_ratios(
+        at::_foreach_norm(p, 2), at::_foreach_norm(d, 2),
+        [&](const at::Tensor& w, const at::Tensor& g) { return lars_trust_ratio(w, g, h); });
     d = at::_foreach_add(d, p, h.weight_decay);
     at::_foreach_mul_(d, ratios);
   } else if (h.weight_decay != 0) {
