@@ -286,3 +286,59 @@ TEST_CASE("trainkit train: [early_stopping] ends the run before its last epoch",
   CHECK(state.size() == 4);  // two Linear layers: weight and bias each
   CHECK_FALSE(fs::exists(fs::path(result.run_dir) / "model.safetensors"));
 }
+
+TEST_CASE("trainkit train: summary.json's time_to_accuracy names the first validation to reach each threshold",
+          "[app][train-job][time-to-accuracy]") {
+  trainkit::test::TempDir tmp("train-job-time-to-accuracy");
+  const std::string base =
+      "[data]\nval_size = 100\nlimit_train = 300\nlimit_test = 100\n"
+      "[model]\nname = \"mlp\"\nhidden = 16\n"
+      "[optimizer]\nname = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n"
+      "[train]\nepochs = 4\nbatch_size = 50\nseed = 5\nthreads = 1\n";
+  const std::vector<double> thresholds = {0.05, 0.3, 0.5, 0.6, 0.7, 0.999};
+  const app::TrainJobResult result =
+      train_job(tmp, "timed", base + "[log]\nprogress = \"lines\"\ntime_to_accuracy = [0.05, 0.3, 0.5, 0.6, 0.7, 0.999]\n");
+  const nlohmann::json summary = nlohmann::json::parse(trainkit::test::read_text(fs::path(result.run_dir) / "summary.json"));
+  const std::vector<nlohmann::json> rows = epoch_rows(result.run_dir);
+  REQUIRE(rows.size() == 4);
+  REQUIRE(summary["time_to_accuracy"].size() == thresholds.size());
+  double previous = 0;
+  int64_t reached = 0;
+  for (size_t i = 0; i < thresholds.size(); ++i) {
+    const nlohmann::json& entry = summary["time_to_accuracy"][i];
+    INFO("threshold " << thresholds[i] << ": " << entry.dump());
+    CHECK(entry["threshold"].get<double>() == thresholds[i]);
+    // The oracle: the first epoch row of metrics.jsonl whose validation accuracy reaches the threshold.
+    const auto first = std::find_if(rows.begin(), rows.end(), [&](const nlohmann::json& row) {
+      return row["val_accuracy"].get<double>() >= thresholds[i];
+    });
+    if (first == rows.end()) {
+      CHECK(entry["seconds"].is_null());
+      CHECK_FALSE(entry.contains("epoch"));
+      continue;
+    }
+    ++reached;
+    CHECK(entry["epoch"].get<int64_t>() == (*first)["epoch"].get<int64_t>() + 1);
+    CHECK(entry["step"].get<int64_t>() == (*first)["step"].get<int64_t>());
+    CHECK(entry["accuracy"].get<double>() == Approx((*first)["val_accuracy"].get<double>()).margin(1e-12));
+    const double seconds = entry["seconds"].get<double>();
+    CHECK(seconds > 0);
+    CHECK(seconds >= previous);  // a higher threshold is reached no sooner
+    CHECK(seconds <= summary["wall_seconds"].get<double>());
+    previous = seconds;
+  }
+  CHECK(reached >= 1);  // 0.05 at the first validation, at least
+  CHECK(summary["time_to_accuracy"].back()["seconds"].is_null());  // 0.999: 100 images after 16 steps
+
+  // Without the key, no field; a key it cannot time is refused before anything runs.
+  const app::TrainJobResult untimed = train_job(tmp, "untimed", base + "[log]\nprogress = \"lines\"\n");
+  CHECK_FALSE(nlohmann::json::parse(trainkit::test::read_text(fs::path(untimed.run_dir) / "summary.json"))
+                  .contains("time_to_accuracy"));
+  std::string no_accuracy = base;
+  no_accuracy.replace(no_accuracy.find("[train]\n"), 8, "[train]\nmetrics = []\n");
+  CHECK_THROWS_MATCHES(train_job(tmp, "no-accuracy", no_accuracy + "[log]\ntime_to_accuracy = [0.5]\n"),
+                       app::ConfigError, trainkit::test::WhatContains("log.time_to_accuracy") &&
+                                             trainkit::test::WhatContains("\"accuracy\""));
+  CHECK_THROWS_MATCHES(train_job(tmp, "out-of-range", base + "[log]\ntime_to_accuracy = [1.5]\n"), app::ConfigError,
+                       trainkit::test::WhatContains("time_to_accuracy") && trainkit::test::WhatContains("(0, 1]"));
+}

@@ -124,6 +124,22 @@ std::string summary_json(const TrainJobResult& result, const train::StepTimes& s
   for (const train::StepTimes& t : epoch_step_times) {
     json["epoch_step_times"].push_back(nlohmann::ordered_json::parse(t.to_json()));
   }
+  if (!result.time_to_accuracy.empty()) {
+    json["time_to_accuracy"] = nlohmann::ordered_json::array();
+    for (const AccuracyReached& r : result.time_to_accuracy) {
+      nlohmann::ordered_json entry;
+      entry["threshold"] = r.threshold;
+      if (r.reached) {
+        entry["seconds"] = r.seconds;
+        entry["epoch"] = r.epoch;
+        entry["step"] = r.step;
+        entry["accuracy"] = r.accuracy;
+      } else {
+        entry["seconds"] = nullptr;
+      }
+      json["time_to_accuracy"].push_back(entry);
+    }
+  }
   if (distributed) {
     json["all_reduces"] = result.all_reduces;
     json["all_reduce_bytes"] = result.all_reduce_bytes;
@@ -133,6 +149,47 @@ std::string summary_json(const TrainJobResult& result, const train::StepTimes& s
   json["torch_version"] = compat::torch_version();
   return json.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
+
+/// log.time_to_accuracy: at each validation (epoch ends and mid-epoch points), the thresholds that the
+/// validation accuracy reached for the first time, with the wall time since `start`.
+class TimeToAccuracy : public train::Callback {
+ public:
+  TimeToAccuracy(const std::vector<double>& thresholds, std::chrono::steady_clock::time_point start)
+      : start_(start) {
+    for (const double t : thresholds) {
+      reached_.push_back(AccuracyReached{t});
+    }
+  }
+  bool on_validation_point(train::Trainer&, const train::EpochEvent& event) override {
+    record(event);
+    return false;
+  }
+  bool on_epoch_end(train::Trainer&, const train::EpochEvent& event) override {
+    record(event);
+    return false;
+  }
+  const std::vector<AccuracyReached>& reached() const { return reached_; }
+
+ private:
+  void record(const train::EpochEvent& event) {
+    const std::optional<double> accuracy = event.metrics.find("val/accuracy");
+    if (!accuracy) {
+      return;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    for (AccuracyReached& r : reached_) {
+      if (!r.reached && *accuracy >= r.threshold) {
+        r.reached = true;
+        r.seconds = seconds;
+        r.epoch = event.epoch + 1;
+        r.step = event.step;
+        r.accuracy = *accuracy;
+      }
+    }
+  }
+  std::chrono::steady_clock::time_point start_;
+  std::vector<AccuracyReached> reached_;
+};
 
 /// Where the run goes and which checkpoint it resumes from; checks everything before anything is written.
 struct RunPlan {
@@ -342,6 +399,8 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
 #endif
   const auto stop_on_signal = std::make_shared<StopOnSignal>(agree);
   trainer.add_callback(stop_on_signal);
+  const auto time_to_accuracy = std::make_shared<TimeToAccuracy>(config.log.time_to_accuracy, wall_start);
+  trainer.add_callback(time_to_accuracy);
   try {
     const ScopedStopSignal stop_on_sigterm;
     trainer.fit(*run.train, run.val.get());
@@ -419,6 +478,7 @@ TrainJobResult run_train_job(const TrainJobOptions& options) {
   result.steps = trainer.state().step;
   result.finished = trainer.state().epoch >= config.trainer.epochs();
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  result.time_to_accuracy = time_to_accuracy->reached();
   if (const auto& autocast = trainer.autocast()) {
     result.autocast_dtype = autocast->second == torch::kFloat16 ? "float16"
                             : autocast->second == torch::kBFloat16 ? "bfloat16"

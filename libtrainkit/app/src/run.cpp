@@ -125,6 +125,16 @@ void attach_metrics(Run& run, const Config& config, const std::string& source) {
     metrics.push_back(train::make_metric(name));
   }
   run.trainer->set_metrics(std::move(metrics));
+  if (!config.log.time_to_accuracy.empty()) {
+    const auto& m = config.train.metrics;
+    if (std::find(m.begin(), m.end(), "accuracy") == m.end()) {
+      throw ConfigError(fmt::format("{}: log.time_to_accuracy times validation accuracy, but train.metrics does not "
+                                    "measure \"accuracy\"", source));
+    }
+    if (run.val == nullptr) {
+      throw ConfigError(fmt::format("{}: log.time_to_accuracy needs a validation set (data.val_size > 0)", source));
+    }
+  }
   const std::string& monitor = config.train.monitor;
   if (monitor.rfind("val/", 0) == 0) {
     const std::string name = monitor.substr(4);

@@ -161,6 +161,8 @@ struct LogConfig {
   std::string mlflow_uri;                   ///< "" = no MLflow tracking
   std::string mlflow_experiment = "trainkit";
   std::string mlflow_run_name;              ///< "" = the run directory's name
+  /// Validation accuracies whose first time reached summary.json reports (time_to_accuracy); empty = none.
+  std::vector<double> time_to_accuracy;
 };
 
 /// `[profile]`: the step-time profile (always on; its `sync` is Config::trainer's) and a LibTorch profiler

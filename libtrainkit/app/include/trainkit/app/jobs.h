@@ -30,6 +30,16 @@ struct TrainJobOptions {
 
 /// What the job measured (also written to summary.json, a JSON object whose non-finite numbers, such as a
 /// diverged run's test loss, are null).
+/// When validation accuracy first reached one of `log.time_to_accuracy`'s thresholds.
+struct AccuracyReached {
+  double threshold = 0;
+  bool reached = false;
+  double seconds = 0;  ///< wall time since the job started (config and data loading included)
+  int64_t epoch = 0;   ///< the validation's epoch, 1-based (a mid-epoch validation: the epoch under way)
+  int64_t step = 0;    ///< optimizer steps taken by then
+  double accuracy = 0; ///< the validation accuracy measured then
+};
+
 struct TrainJobResult {
   std::string run_dir;
   double test_loss = 0;
@@ -58,6 +68,8 @@ struct TrainJobResult {
   /// written; the test evaluation, exports and summary.json were then skipped. 0 when none did.
   /// `trainkit train` exits with 128 + it (143).
   int stop_signal = 0;
+  /// One entry per `log.time_to_accuracy` threshold, in its order (a resumed run times from its resume).
+  std::vector<AccuracyReached> time_to_accuracy;
 };
 
 /// Validates the config and the run directory before writing anything, trains, evaluates on the test
