@@ -25,6 +25,33 @@ std::optional<double> number_in(const ArgValue& v, const NumberRule& range) {
 
 ArgValue show_number(const double& x) { return ArgValue(x); }
 
+/// `v` as numbers when it is an array of numbers in `range` (empty allowed), else nullopt.
+std::optional<std::vector<double>> numbers_in(const ArgValue& v, const NumberRule& range) {
+  const auto* a = v.get_if<ArgValue::Array>();
+  if (a == nullptr) {
+    return std::nullopt;
+  }
+  std::vector<double> out;
+  for (const auto& e : *a) {
+    const auto x = number_in(e, range);
+    if (!x) {
+      return std::nullopt;
+    }
+    out.push_back(*x);
+  }
+  return out;
+}
+
+/// `items` as an array value.
+template <class T>
+ArgValue array_value(const std::vector<T>& items) {
+  ArgValue::Array out;
+  for (const T& x : items) {
+    out.emplace_back(x);
+  }
+  return ArgValue(std::move(out));
+}
+
 }  // namespace
 
 ValueRule<double> number(const NumberRule& range) {
@@ -125,13 +152,7 @@ ValueRule<std::vector<std::string>> distinct_where(std::string type, std::string
             }
             return out;
           },
-          [](const std::vector<std::string>& items) {
-            ArgValue::Array out;
-            for (const auto& s : items) {
-              out.emplace_back(s);
-            }
-            return ArgValue(std::move(out));
-          }};
+          [](const std::vector<std::string>& items) { return array_value(items); }};
 }
 
 ValueRule<std::vector<double>> numbers(const NumberRule& range) {
@@ -142,30 +163,19 @@ ValueRule<std::vector<double>> numbers(const NumberRule& range) {
             if (const auto x = number_in(v, range)) {
               return std::vector<double>{*x};
             }
-            const auto* a = v.get_if<ArgValue::Array>();
-            if (a == nullptr || a->empty()) {
-              return std::nullopt;
-            }
-            std::vector<double> out;
-            for (const auto& e : *a) {
-              const auto x = number_in(e, range);
-              if (!x) {
-                return std::nullopt;
-              }
-              out.push_back(*x);
-            }
-            return out;
+            auto out = numbers_in(v, range);
+            return out && !out->empty() ? out : std::nullopt;
           },
           [](const std::vector<double>& items) {
-            if (items.size() == 1) {
-              return ArgValue(items.front());
-            }
-            ArgValue::Array out;
-            for (const double x : items) {
-              out.emplace_back(x);
-            }
-            return ArgValue(std::move(out));
+            return items.size() == 1 ? ArgValue(items.front()) : array_value(items);
           }};
+}
+
+ValueRule<std::vector<double>> number_array(const NumberRule& range) {
+  const std::string bounds = range.text.substr(range.text.find(' ') + 1);
+  return {fmt::format("array of numbers {}", bounds), fmt::format("an array of numbers {}", bounds),
+          [range](const ArgValue& v) { return numbers_in(v, range); },
+          [](const std::vector<double>& items) { return array_value(items); }};
 }
 
 ValueRule<std::vector<int64_t>> integers(int64_t lo, int64_t hi) {
@@ -187,13 +197,7 @@ ValueRule<std::vector<int64_t>> integers(int64_t lo, int64_t hi) {
             }
             return out;
           },
-          [](const std::vector<int64_t>& items) {
-            ArgValue::Array out;
-            for (const int64_t i : items) {
-              out.emplace_back(i);
-            }
-            return ArgValue(std::move(out));
-          }};
+          [](const std::vector<int64_t>& items) { return array_value(items); }};
 }
 
 ValueRule<std::chrono::milliseconds> seconds(const NumberRule& range) {

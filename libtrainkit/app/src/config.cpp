@@ -165,34 +165,6 @@ Section scheduler_section() {
 // `"member", [](auto& c) -> auto& { return c.section.member; }`: an app setting of Config and its key.
 #define TRAINKIT_KEY(section, member) #member, [](auto& c) -> auto& { return c.section.member; }
 
-/// log.time_to_accuracy: an array (may be empty) of accuracies in (0, 1].
-ValueRule<std::vector<double>> accuracy_thresholds() {
-  const ValueRule<double> one = rule::number(NumberRule{"number in (0, 1]", 0.0, true, 1.0, false});
-  return {"array of numbers in (0, 1]", "an array of numbers in (0, 1]",
-          [one](const ArgValue& v) -> std::optional<std::vector<double>> {
-            const auto* a = v.get_if<ArgValue::Array>();
-            if (a == nullptr) {
-              return std::nullopt;
-            }
-            std::vector<double> out;
-            for (const auto& e : *a) {
-              const auto x = one.parse(e);
-              if (!x) {
-                return std::nullopt;
-              }
-              out.push_back(*x);
-            }
-            return out;
-          },
-          [](const std::vector<double>& items) {
-            ArgValue::Array out;
-            for (const double x : items) {
-              out.emplace_back(x);
-            }
-            return ArgValue(std::move(out));
-          }};
-}
-
 /// Every built-in section, in the order the effective config prints them ([scheduler] last: a program's own
 /// sections go before it).
 const std::vector<Section>& all_sections() {
@@ -288,7 +260,8 @@ const std::vector<Section>& all_sections() {
               "An MLflow tracking server to log the run to: params, metrics, tags, artifacts (\"\" = off)")
         .bind(TRAINKIT_KEY(log, mlflow_experiment), rule::text(), "The MLflow experiment (created when missing)")
         .bind(TRAINKIT_KEY(log, mlflow_run_name), rule::text(), "The MLflow run's name (\"\" = the run directory's name)")
-        .bind(TRAINKIT_KEY(log, time_to_accuracy), accuracy_thresholds(),
+        .bind(TRAINKIT_KEY(log, time_to_accuracy),
+              rule::number_array(NumberRule{"number in (0, 1]", 0.0, true, 1.0, false}),
               "Validation accuracies to time: summary.json's time_to_accuracy gives the wall time since the start "
               "(data loading included) at which validation first reached each (needs \"accuracy\" in train.metrics)")});
     s.push_back({"profile", OptionBinding<Config>()

@@ -139,6 +139,22 @@ class ImageData : public DataProvider {
   }
 };
 
+/// model.channels_last: the 4-d parameters and buffers of `model` in channels-last memory format, in place
+/// (the values unchanged; initialization and moves to a device keep the format).
+void to_channels_last(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (at::Tensor t : model.parameters()) {
+    if (t.dim() == 4) {
+      t.set_data(t.contiguous(at::MemoryFormat::ChannelsLast));
+    }
+  }
+  for (at::Tensor t : model.buffers()) {
+    if (t.dim() == 4) {
+      t.set_data(t.contiguous(at::MemoryFormat::ChannelsLast));
+    }
+  }
+}
+
 /// cnn, mlp, resnet and resnet18 over images of DataInfo::sample_shape.
 class ImageModels : public ModelProvider {
  public:
@@ -169,10 +185,19 @@ class ImageModels : public ModelProvider {
                                     source, m.checkpoint_segments, model->size()));
     }
     ModelParts parts{model.ptr(), train::forward_first_input(model), nullptr, model};
+    const bool channels_last = o.channels_last();
+    if (channels_last) {
+      to_channels_last(*model);
+      parts.forward = [model](const data::Batch& batch) mutable {
+        return model->forward(batch.input().contiguous(at::MemoryFormat::ChannelsLast));
+      };
+    }
     if (m.checkpoint_segments > 0) {
       // checkpoint_sequential; a plain forward when grad is disabled, as in evaluation.
-      parts.forward = [model, segments = m.checkpoint_segments](const data::Batch& batch) {
-        return nn::checkpoint_sequential(model, segments, batch.input());
+      parts.forward = [model, segments = m.checkpoint_segments, channels_last](const data::Batch& batch) {
+        const at::Tensor& x = batch.input();
+        return nn::checkpoint_sequential(model, segments,
+                                         channels_last ? x.contiguous(at::MemoryFormat::ChannelsLast) : x);
       };
     }
     return parts;

@@ -99,6 +99,8 @@ ValueRule<std::string> text_where(std::string type, std::string expected,
                                   std::function<bool(const std::string&)> allows);
 /// A number in `range` or a non-empty array of them (one per param group), held as an array.
 ValueRule<std::vector<double>> numbers(const NumberRule& range);
+/// An array (may be empty) of numbers, each in `range`.
+ValueRule<std::vector<double>> number_array(const NumberRule& range);
 /// An array of distinct strings, each one of `choices` (may be empty).
 ValueRule<std::vector<std::string>> distinct_of(std::vector<std::string> choices);
 /// An array of distinct strings that `allows` accepts (may be empty); `type` and `expected` describe them.

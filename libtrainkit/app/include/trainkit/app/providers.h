@@ -136,6 +136,8 @@ struct ImageModelOptions {
   TORCH_ARG(nn::CnnOptions, cnn);
   /// resnet: depth, zero_init_residual; resnet18: zero_init_residual.
   TORCH_ARG(nn::ResNetOptions, resnet);
+  /// The 4-d weights and buffers and each batch's images in channels-last memory format (NHWC).
+  TORCH_ARG(bool, channels_last) = false;
 
  public:
   static const OptionBinding<ImageModelOptions>& binding() {
@@ -143,7 +145,10 @@ struct ImageModelOptions {
                               .include(nn::ResNetOptions::binding(), [](auto& o) -> auto& { return o.resnet(); },
                                        {"depth", "zero_init_residual"})
                               .include(nn::CnnOptions::binding(), [](auto& o) -> auto& { return o.cnn(); },
-                                       {"channels", "hidden", "dropout", "batch_norm"});
+                                       {"channels", "hidden", "dropout", "batch_norm"})
+                              .bind(TRAINKIT_OPTION(channels_last), rule::boolean(),
+                                    "Convolution weights and each batch's images in channels-last memory format "
+                                    "(NHWC): the same values, often faster convolutions on CPUs (oneDNN) and GPUs");
     return b;
   }
 };
