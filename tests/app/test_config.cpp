@@ -169,6 +169,7 @@ TEST_CASE("shipped configs parse and docs/config.md is the generated key table",
   CHECK_NOTHROW(trainkit::app::load_config(trainkit::test::source_path("configs/fashion_mnist.toml")));
   CHECK_NOTHROW(trainkit::app::load_config(trainkit::test::source_path("configs/fashion_mnist_constant_lr.toml")));
   CHECK_NOTHROW(trainkit::app::load_config(trainkit::test::source_path("configs/image_classification.toml")));
+  CHECK_NOTHROW(trainkit::app::load_config(trainkit::test::source_path("configs/fast.toml")));
   const auto recipe = trainkit::app::load_config(trainkit::test::source_path("configs/recipe.toml"));
   CHECK(recipe.amp.enabled);
   CHECK(recipe.trainer.accumulation_steps() == 2);
