@@ -143,14 +143,11 @@ class ImageData : public DataProvider {
 /// (the values unchanged; initialization and moves to a device keep the format).
 void to_channels_last(torch::nn::Module& model) {
   torch::NoGradGuard no_grad;
-  for (at::Tensor t : model.parameters()) {
-    if (t.dim() == 4) {
-      t.set_data(t.contiguous(at::MemoryFormat::ChannelsLast));
-    }
-  }
-  for (at::Tensor t : model.buffers()) {
-    if (t.dim() == 4) {
-      t.set_data(t.contiguous(at::MemoryFormat::ChannelsLast));
+  for (const auto& tensors : {model.parameters(), model.buffers()}) {
+    for (at::Tensor t : tensors) {
+      if (t.dim() == 4) {
+        t.set_data(t.contiguous(at::MemoryFormat::ChannelsLast));
+      }
     }
   }
 }
@@ -186,18 +183,18 @@ class ImageModels : public ModelProvider {
     }
     ModelParts parts{model.ptr(), train::forward_first_input(model), nullptr, model};
     const bool channels_last = o.channels_last();
+    // The batch's images in the model's memory format.
+    const auto images = [channels_last](const data::Batch& batch) {
+      return channels_last ? batch.input().contiguous(at::MemoryFormat::ChannelsLast) : batch.input();
+    };
     if (channels_last) {
       to_channels_last(*model);
-      parts.forward = [model](const data::Batch& batch) mutable {
-        return model->forward(batch.input().contiguous(at::MemoryFormat::ChannelsLast));
-      };
+      parts.forward = [model, images](const data::Batch& batch) mutable { return model->forward(images(batch)); };
     }
     if (m.checkpoint_segments > 0) {
       // checkpoint_sequential; a plain forward when grad is disabled, as in evaluation.
-      parts.forward = [model, segments = m.checkpoint_segments, channels_last](const data::Batch& batch) {
-        const at::Tensor& x = batch.input();
-        return nn::checkpoint_sequential(model, segments,
-                                         channels_last ? x.contiguous(at::MemoryFormat::ChannelsLast) : x);
+      parts.forward = [model, segments = m.checkpoint_segments, images](const data::Batch& batch) {
+        return nn::checkpoint_sequential(model, segments, images(batch));
       };
     }
     return parts;

@@ -28,8 +28,6 @@ struct TrainJobOptions {
   Catalog catalog = Catalog::builtin();  ///< the data sets, models and config keys the config may use
 };
 
-/// What the job measured (also written to summary.json, a JSON object whose non-finite numbers, such as a
-/// diverged run's test loss, are null).
 /// When validation accuracy first reached one of `log.time_to_accuracy`'s thresholds.
 struct AccuracyReached {
   double threshold = 0;
@@ -40,6 +38,8 @@ struct AccuracyReached {
   double accuracy = 0; ///< the validation accuracy measured then
 };
 
+/// What the job measured (also written to summary.json, a JSON object whose non-finite numbers, such as a
+/// diverged run's test loss, are null).
 struct TrainJobResult {
   std::string run_dir;
   double test_loss = 0;
