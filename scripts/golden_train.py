@@ -6,6 +6,7 @@
   and with use_buffers=True, fed the same states.
 - SWALR: the LRs of two param groups over steps, for cos / linear annealing and anneal_epochs 0.
 - update_bn: BatchNorm statistics after torch.optim.swa_utils.update_bn over three batches.
+- label_smoothing: torch.nn.functional.cross_entropy(..., label_smoothing=s) of fixed class scores (float32).
 """
 import os
 
@@ -118,4 +119,15 @@ def gen_train(out_dir, header):
         f.write("running_mean = [{}]\n".format(", ".join(repr(x) for x in m[1].running_mean.tolist())))
         f.write("running_var = [{}]\n".format(", ".join(repr(x) for x in m[1].running_var.tolist())))
         f.write("num_batches_tracked = {}\n".format(int(m[1].num_batches_tracked)))
+
+        g = torch.Generator().manual_seed(3)
+        scores = torch.randn(6, 5, generator=g) * 3
+        target = torch.tensor([0, 4, 2, 2, 1, 3])
+        smoothing = [0.0, 0.1, 0.25, 0.9]
+        f.write("\n[label_smoothing]\n# float32 class scores [6, 5] row by row, the targets, and cross_entropy's mean loss\n")
+        f.write("scores = [{}]\n".format(", ".join(repr(x) for x in scores.flatten().tolist())))
+        f.write("target = [{}]\n".format(", ".join(str(int(t)) for t in target)))
+        f.write("smoothing = [{}]\n".format(", ".join(repr(x) for x in smoothing)))
+        f.write("loss = [{}]\n".format(", ".join(
+            repr(float(torch.nn.functional.cross_entropy(scores, target, label_smoothing=s))) for s in smoothing)))
     print("wrote", path)

@@ -70,6 +70,8 @@ TEST_CASE("config errors name the source, the key and what was expected", "[trai
     CHECK_THROWS_WITH(parse_config("[optimizer]\nbetas = [0.9, 1.0]\n", "d.toml"),
                       Contains("optimizer.betas") && Contains("[0, 1)"));
     CHECK_THROWS_WITH(parse_config("[model]\ndropout = 1.0\n", "d.toml"), Contains("model.dropout"));
+    CHECK_THROWS_WITH(parse_config("[train]\nlabel_smoothing = 1.0\n", "d.toml"),
+                      Contains("d.toml: train.label_smoothing") && Contains("[0, 1)"));
     CHECK_THROWS_WITH(parse_config("[train]\nepochs = 0\n", "d.toml"), Contains("train.epochs") && Contains(">= 1"));
     CHECK_THROWS_WITH(parse_config("[model]\nname = \"vgg\"\n", "d.toml"),
                       Contains("model.name") && Contains("\"cnn\""));

@@ -131,6 +131,44 @@ TEST_CASE("evaluate reduces loss and metrics through the reducer as ranks would"
                        WhatContains("no metric \"mse\" (have: accuracy, top2_accuracy)"));
 }
 
+TEST_CASE("label smoothing follows torch's cross_entropy, and evaluate reports the eval loss", "[train][task][golden]") {
+  const toml::table& g = trainkit::test::golden("train.toml");
+  const auto& t = *g["label_smoothing"].as_table();
+  std::vector<float> scores;
+  t["scores"].as_array()->for_each([&](const auto& v) { scores.push_back(static_cast<float>(v.value_or(0.0))); });
+  std::vector<int64_t> target;
+  t["target"].as_array()->for_each([&](const auto& v) { target.push_back(v.value_or(int64_t{0})); });
+  const at::Tensor out = torch::tensor(scores).reshape({static_cast<int64_t>(target.size()), -1});
+  data::Batch batch;
+  batch.add_input(out).add_target(torch::tensor(target));
+  const auto* smoothing = t["smoothing"].as_array();
+  const auto* loss = t["loss"].as_array();
+  REQUIRE(smoothing->size() == loss->size());
+  for (size_t i = 0; i < smoothing->size(); ++i) {
+    const double s = smoothing->get(i)->value_or(0.0);
+    INFO("label_smoothing " << s);
+    CHECK(train::cross_entropy_loss(s)(out, batch).item<double>() == Approx(loss->get(i)->value_or(0.0)).epsilon(1e-6));
+  }
+  CHECK_THROWS_MATCHES(train::cross_entropy_loss(1.0), std::invalid_argument,
+                       WhatContains("label_smoothing must be in [0, 1), got 1"));
+
+  const Problem p(48);
+  TaskSetup setup{train::TrainerOptions()};
+  data::TensorLoader val(p.x, p.y, data::TensorLoaderOptions().batch_size(16).shuffle(false));
+  setup.trainer->set_loss(train::cross_entropy_loss(0.3));
+  setup.trainer->set_metrics({train::accuracy()});
+  setup.model->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor logits = setup.model->forward(p.x);
+  const double plain = torch::nn::functional::cross_entropy(logits, p.y).item<double>();
+  const double smoothed = torch::nn::functional::cross_entropy(
+      logits, p.y, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(0.3)).item<double>();
+  REQUIRE(std::abs(plain - smoothed) > 1e-3);
+  CHECK(setup.trainer->evaluate(val).loss == Approx(smoothed).epsilon(1e-6));  // no eval loss: the training loss
+  setup.trainer->set_eval_loss(train::cross_entropy_loss());
+  CHECK(setup.trainer->evaluate(val).loss == Approx(plain).epsilon(1e-6));
+}
+
 TEST_CASE("a two-input model trains through the Trainer and the LR finder", "[train][task]") {
   torch::manual_seed(3);
   const int64_t n = 64;

@@ -211,7 +211,11 @@ const std::vector<Section>& all_sections() {
               "Metrics evaluated besides the loss: \"accuracy\", \"top<k>_accuracy\", \"mae\", \"mse\"")
         .bind(TRAINKIT_KEY(train, monitor), scheduler_monitor(),
               "What a metric-driven scheduler (reduce_on_plateau) watches: \"val/loss\", \"val/<metric>\" or "
-              "\"train/loss\"")});
+              "\"train/loss\"")
+        .bind(TRAINKIT_KEY(train, label_smoothing), rule::number(unit_interval()),
+              "Label smoothing of the training loss, as torch.nn.CrossEntropyLoss(label_smoothing=...): targets "
+              "(1 - s) * one-hot + s / classes; validation and test losses stay plain cross-entropy (models with "
+              "the default loss)")});
     s.push_back({"grad", OptionBinding<Config>().include(
         trainer_keys, trainer, {"accumulation_steps", "clip_grad_norm", "norm_type", "clip_grad_value"},
         {{"clip_grad_norm", "clip_norm"}, {"clip_grad_value", "clip_value"}})});

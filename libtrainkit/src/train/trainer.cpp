@@ -231,12 +231,13 @@ EvalResult Trainer::evaluate(data::BatchSource& source) {
   // The loss sum stays where the losses are: one copy to the host at the end, not one per batch.
   at::Tensor loss_sum;
   int64_t samples = 0;
+  const LossFn& loss = eval_loss_ ? eval_loss_ : loss_;
   source.set_epoch(0);
   while (auto b = source.next()) {
     const auto guard = autocast_region();
     const at::Tensor out = forward_(*b);
     const int64_t n = b->size();
-    const at::Tensor weighted = loss_(out, *b).detach().to(torch::kFloat64) * static_cast<double>(n);
+    const at::Tensor weighted = loss(out, *b).detach().to(torch::kFloat64) * static_cast<double>(n);
     loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
     for (auto& m : metrics_) {
       m->update(out, *b);

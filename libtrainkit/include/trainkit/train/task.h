@@ -20,8 +20,10 @@ using ForwardFn = std::function<at::Tensor(const data::Batch& batch)>;
 /// Maps (output, batch) to a scalar mean loss.
 using LossFn = std::function<at::Tensor(const at::Tensor& output, const data::Batch& batch)>;
 
-/// Cross-entropy between the output (class scores) and target 0 (class indices): the default loss.
-LossFn cross_entropy_loss();
+/// Cross-entropy between the output (class scores) and target 0 (class indices): the default loss. With
+/// `label_smoothing` in (0, 1), against targets mixed with the uniform distribution as
+/// torch.nn.CrossEntropyLoss(label_smoothing=...) does: (1 - s) * one-hot + s / classes.
+LossFn cross_entropy_loss(double label_smoothing = 0.0);
 /// Mean squared error between the output and target 0 (reshaped to the output's shape when the element
 /// counts agree, e.g. [B, 1] against [B]).
 LossFn mse_loss();

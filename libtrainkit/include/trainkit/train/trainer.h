@@ -113,6 +113,9 @@ class Trainer {
   /// Replaces the loss. Unless set_metrics() was called, this also drops the default accuracy metric
   /// (a task with its own loss chooses its own metrics).
   void set_loss(LossFn loss);
+  /// The loss evaluate() reports, when it differs from the training loss (a smoothed or regularized
+  /// training loss against the plain one on held-out data); an empty function = the training loss.
+  void set_eval_loss(LossFn loss) { eval_loss_ = std::move(loss); }
   /// The metrics evaluate() computes besides the loss (replaces the defaults; empty = loss only).
   void set_metrics(std::vector<std::shared_ptr<Metric>> metrics);
   /// Sums a 1-D float64 CPU tensor in place across data-parallel ranks (e.g. an all-reduce of the
@@ -223,6 +226,7 @@ class Trainer {
   torch::optim::Optimizer& optimizer_;
   TrainerOptions options_;
   LossFn loss_;
+  LossFn eval_loss_;  ///< empty: evaluate() reports loss_
   std::vector<std::shared_ptr<Metric>> metrics_;
   bool metrics_set_ = false;
   std::function<void(at::Tensor&)> reducer_;

@@ -113,6 +113,7 @@ struct LoopConfig {
   std::string device = "auto";
   std::vector<std::string> metrics = {"accuracy"};
   std::string monitor = "val/loss";
+  double label_smoothing = 0.0;  ///< of the training loss (cross-entropy); validation and test stay plain
 };
 
 /// `[amp]`: mixed precision; the scaler's keys are amp::GradScalerOptions's.
