@@ -60,10 +60,10 @@ run_one() {
   [ -f "$dir/summary.json" ] && return 0
   local sets=(--set "train.seed=$seed")
   for kv in $rest; do sets+=(--set "$kv"); done
-  mkdir -p "$dir"
+  mkdir -p "$out/$name"
   if ! "$trainkit" train --config "$config" "${common[@]}" "${sets[@]}" --out "$dir" --log-level warn \
-      > "$dir/train.out" 2>&1; then
-    echo "sweep.sh: $name seed $seed failed (exit $?): $dir/train.out" >&2
+      > "$dir.out" 2>&1; then
+    echo "sweep.sh: $name seed $seed failed (exit $?): $dir.out" >&2
   fi
 }
 running=0

@@ -9,7 +9,7 @@
 #   --out DIR          where the studies and runs go (default: runs/tune_bench); a study continues and a full
 #                      run with a summary.json is not run again, so an interrupted benchmark goes on
 #   --trials N         trials per study (default 24)
-#   --epochs N         epochs of a trial that is not pruned (default 4)
+#   --epochs N         epochs of a trial that is not pruned (default 6)
 #   --full-epochs N    epochs of the full-length runs (default: the config's)
 #   --seeds "S ..."    seeds of the full-length runs (default "0 1 2")
 #   --jobs K           trials (and full runs) at once (default 2)
@@ -25,7 +25,7 @@ config="$root/configs/fashion_mnist.toml"
 space="$root/configs/tune/fashion_mnist_space.toml"
 out=runs/tune_bench
 trials=24
-epochs=4
+epochs=6
 full_epochs=""
 seeds="0 1 2"
 jobs=2
@@ -84,9 +84,9 @@ run_full() {  # name config extra-args...
   local name=$1 cfg=$2 seed=$3 dir="$out/full/$1/seed-$3"
   shift 3
   [ -f "$dir/summary.json" ] && return 0
-  mkdir -p "$dir"
+  mkdir -p "$(dirname "$dir")"
   "$trainkit" train --config "$cfg" "${common[@]}" "$@" --set "train.seed=$seed" --out "$dir" --log-level warn \
-    > "$dir/train.out" 2>&1 || log "full run $name seed $seed failed: $dir/train.out"
+    > "$dir.out" 2>&1 || log "full run $name seed $seed failed: $dir.out"
 }
 default_epochs=$(awk -F= '/^\[/ {s=$0} s=="[train]" && $1 ~ /^epochs[ \t]*$/ {gsub(/[ \t]/, "", $2); print $2}' "$config")
 running=0
