@@ -69,6 +69,10 @@ for method in $methods; do
     random) args+=(--space "$space" --sampler random) ;;
     *) echo "tune_main_job.sh: unknown method '$method' (gp_median, tpe_hyperband, random)" >&2; exit 2 ;;
   esac
+  if [ -f "$study/trials.csv" ] && (($(tail -n +2 "$study/trials.csv" | wc -l) >= trials)); then
+    log "$method: the study holds $trials trials already (its time stays in $method.seconds)"
+    continue
+  fi
   log "$method: $trials trials of up to $epochs epochs"
   t0=$(date +%s.%N)
   "$trainkit" "${args[@]}" > "$out/$method.log" 2>&1 || { log "$method: trainkit tune failed: $out/$method.log"; exit 1; }

@@ -260,6 +260,12 @@ class TextModels : public app::ModelProvider {
                                          "model.name = \"{}\"",
                                          source, m.name));
     }
+    const auto image = app::read_extra(config, "model", app::ImageModelOptions::binding());
+    if (image.channels_last()) {
+      throw app::ConfigError(fmt::format("{}: model.channels_last applies to the image models, not to "
+                                         "model.name = \"{}\"",
+                                         source, m.name));
+    }
     if (m.name == "bow") {
       tk::nn::BagOfWordsClassifier bow(
           tk::nn::BagOfWordsClassifierOptions(data.vocab_size, data.classes).padding_idx(data.pad_index));
@@ -267,7 +273,7 @@ class TextModels : public app::ModelProvider {
               nullptr};
     }
     const auto o = app::read_extra(config, "model", TextModelOptions::binding());
-    const auto shared = app::read_extra(config, "model", app::ImageModelOptions::binding()).cnn();
+    const auto shared = image.cnn();
     const auto options = tk::nn::LstmClassifierOptions(data.vocab_size, data.classes)
                              .embedding_dim(o.embedding_dim())
                              .hidden_size(shared.hidden())

@@ -124,6 +124,44 @@ TEST_CASE("build_run: metrics and the monitored value must agree", "[app][run]")
   CHECK(run.trainer->metrics()[1]->name() == "top3_accuracy");
 }
 
+TEST_CASE("build_run: train.label_smoothing smooths the training loss and validation reports plain cross-entropy",
+          "[app][run][label_smoothing]") {
+  CHECK_FALSE(static_cast<bool>(small_run({}).loss));  // the Trainer's plain cross-entropy
+  app::Run run = small_run({"train.label_smoothing=0.3"});
+  REQUIRE(static_cast<bool>(run.loss));
+  run.model->eval();
+  double plain = 0, smoothed = 0;
+  int64_t samples = 0;
+  {
+    torch::NoGradGuard no_grad;
+    const auto smoothing = torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(0.3);
+    run.val->set_epoch(0);
+    while (auto b = run.val->next()) {
+      const at::Tensor out = run.forward(*b);
+      const auto n = static_cast<double>(b->size());
+      plain += torch::nn::functional::cross_entropy(out, b->target()).item<double>() * n;
+      smoothed += torch::nn::functional::cross_entropy(out, b->target(), smoothing).item<double>() * n;
+      CHECK(run.loss(out, *b).item<double>() ==
+            Approx(torch::nn::functional::cross_entropy(out, b->target(), smoothing).item<double>()).epsilon(1e-6));
+      samples += b->size();
+    }
+  }
+  REQUIRE(samples == 100);
+  plain /= static_cast<double>(samples);
+  smoothed /= static_cast<double>(samples);
+  REQUIRE(std::abs(plain - smoothed) > 1e-3);
+  CHECK(run.trainer->evaluate(*run.val).loss == Approx(plain).epsilon(1e-5));
+}
+
+TEST_CASE("build_run: model.channels_last is refused for a TorchScript model", "[app][run]") {
+  // Checked before the file is read: the message names the key, whatever the file.
+  CHECK_THROWS_MATCHES(small_run({"model.name=\"torchscript\"", "model.torchscript=\"any.pt\"",
+                                  "model.channels_last=true"}),
+                       app::ConfigError,
+                       WhatContains("model.channels_last applies to the built-in image models, not to model.name = "
+                                    "\"torchscript\""));
+}
+
 TEST_CASE("build_run: data.dataset = \"cifar10\" trains on CIFAR-10's binary batches", "[app][run][data][cifar]") {
   trainkit::test::TempDir dir("run-cifar");
   for (int i = 1; i <= 5; ++i) {

@@ -131,7 +131,7 @@ TEST_CASE("evaluate reduces loss and metrics through the reducer as ranks would"
                        WhatContains("no metric \"mse\" (have: accuracy, top2_accuracy)"));
 }
 
-TEST_CASE("label smoothing follows torch's cross_entropy, and evaluate reports the eval loss", "[train][task][golden]") {
+TEST_CASE("label smoothing follows torch's cross_entropy and evaluate reports the eval loss", "[train][task][golden]") {
   const toml::table& g = trainkit::test::golden("train.toml");
   const auto& t = *g["label_smoothing"].as_table();
   std::vector<float> scores;

@@ -218,6 +218,11 @@ class ScriptModels : public ModelProvider {
                                     "model.name = \"torchscript\"",
                                     source));
     }
+    if (read_extra(config, "model", ImageModelOptions::binding()).channels_last()) {
+      throw ConfigError(fmt::format("{}: model.channels_last applies to the built-in image models, not to "
+                                    "model.name = \"torchscript\" (trainkit would not convert its weights or batches)",
+                                    source));
+    }
     nn::ScriptModule model(nullptr);
     try {
       model = nn::ScriptModule(nn::ScriptModuleImpl::load(m.torchscript));

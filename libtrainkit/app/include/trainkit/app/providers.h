@@ -148,7 +148,8 @@ struct ImageModelOptions {
                                        {"channels", "hidden", "dropout", "batch_norm"})
                               .bind(TRAINKIT_OPTION(channels_last), rule::boolean(),
                                     "Convolution weights and each batch's images in channels-last memory format "
-                                    "(NHWC): the same values, often faster convolutions on CPUs (oneDNN) and GPUs");
+                                    "(NHWC): the same values, often faster convolutions on CPUs (oneDNN) and GPUs "
+                                    "(the built-in image models; refused for others)");
     return b;
   }
 };
