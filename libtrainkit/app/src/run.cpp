@@ -432,7 +432,6 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   static_cast<RunData&>(run) = catalog.data(config.data.dataset, source).load(request);
   torch::manual_seed(static_cast<uint64_t>(config.train.seed));
   ModelParts parts = catalog.model(config.model.name, source).build(config, run.info, source);
-  bool smoothed_loss = false;
   run.model = std::move(parts.module);
   const auto& formats = config.checkpoint.export_formats;
   if (std::find(formats.begin(), formats.end(), "torchscript") != formats.end() &&
@@ -446,12 +445,12 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   run.forward = parts.forward;
   if (config.train.label_smoothing > 0.0) {
     if (parts.loss) {
-      throw ConfigError(fmt::format("{}: train.label_smoothing smooths the default cross-entropy loss, but model \"{}\" "
-                                    "brings its own loss", source, config.model.name));
+      throw ConfigError(fmt::format("{}: train.label_smoothing smooths the default cross-entropy loss, but model "
+                                    "\"{}\" brings its own loss",
+                                    source, config.model.name));
     }
     // The training loss (and the finders'); evaluate() keeps the plain cross-entropy (set_eval_loss below).
     parts.loss = train::cross_entropy_loss(config.train.label_smoothing);
-    smoothed_loss = true;
   }
   run.loss = parts.loss;
   train::ForwardFn forward = std::move(parts.forward);
@@ -559,7 +558,7 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   if (parts.loss) {
     run.trainer->set_loss(parts.loss);
   }
-  if (smoothed_loss) {
+  if (config.train.label_smoothing > 0.0) {
     run.trainer->set_eval_loss(train::cross_entropy_loss());
   }
   attach_precision(run, config, source);
