@@ -239,10 +239,19 @@ class TrialRunner {
 /// uncounted: a corrected config runs it again.
 void finish_trial(StudyJournal& study, const RunningTrial& r, const TuneJobOptions& o, const fs::path& out) {
   const int code = r.process.status()->shell_code();
+  // Epochs the watcher had not read before the process ended are judged as they would have been while it ran: a
+  // trial that ended normally is pruned at the first of them its pruner stops (as Optuna's report-then-
+  // should_prune loop prunes at the last epoch too), so a trial's state does not depend on the polling's timing.
+  bool pruned = r.pruned;
   for (const auto& [epoch, value] : val_history(out / r.dir, o.metric)) {
-    if (!study.reported(r.trial.number, epoch)) study.report(r.trial.number, epoch, value);
+    if (study.reported(r.trial.number, epoch)) continue;
+    if (study.report(r.trial.number, epoch, value) && !pruned && code == 0) {
+      spdlog::info("tune: trial {} pruned at epoch {} ({} {})", r.trial.number, epoch, o.metric, value);
+      pruned = true;
+      break;
+    }
   }
-  if (r.pruned) {
+  if (pruned) {
     study.finish(r.trial.number, OptunaTrialState::Pruned, NAN);
   } else if (code == 0) {
     double value = NAN;
