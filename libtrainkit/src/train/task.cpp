@@ -9,11 +9,7 @@ namespace trainkit::train {
 LossFn cross_entropy_loss(double label_smoothing) {
   TRAINKIT_CHECK_ARG(label_smoothing >= 0.0 && label_smoothing < 1.0,
                      "cross_entropy_loss: label_smoothing must be in [0, 1), got {}", label_smoothing);
-  if (label_smoothing == 0.0) {
-    return [](const at::Tensor& out, const data::Batch& batch) {
-      return torch::nn::functional::cross_entropy(out, batch.target());
-    };
-  }
+  // label_smoothing = 0 is ATen's plain path (nll_loss of log_softmax).
   return [label_smoothing](const at::Tensor& out, const data::Batch& batch) {
     return torch::nn::functional::cross_entropy(
         out, batch.target(), torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
