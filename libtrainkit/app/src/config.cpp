@@ -204,6 +204,9 @@ const std::vector<Section>& all_sections() {
         .bind(TRAINKIT_KEY(train, seed), rule::integer(0), "Seed of initialization, dropout and data order")
         .include(trainer_keys, trainer, {"max_steps", "val_every_steps", "val_fraction"})
         .bind(TRAINKIT_KEY(train, threads), rule::integer(0, kMaxWorkers), "Intra-op threads (0 = LibTorch's default)")
+        .bind(TRAINKIT_KEY(train, host_cache), rule::boolean(),
+              "Cache freed CPU tensor memory of 1 MiB blocks and up for reuse (train::enable_host_caching_allocator): "
+              "spares the page faults of allocating each step's activations anew; false: the C library's allocator")
         .bind(TRAINKIT_KEY(train, device), device_name(),
               "Device to train on. cuda: one GPU per rank, cuda:<LOCAL_RANK> under a launcher (cuda:0 alone); "
               "cuda:<index>: that GPU (single-process runs only); auto: as cuda when a GPU is present, else the CPU")

@@ -24,6 +24,7 @@
 #include "trainkit/train/callbacks/norm_monitor.h"
 #include "trainkit/train/callbacks/profiler_trace.h"
 #include "trainkit/train/callbacks/trainer_checkpoint.h"
+#include "trainkit/train/host_memory.h"
 #include "trainkit/version.h"
 #if TRAINKIT_WITH_DISTRIBUTED
 #include "trainkit/dist/checkpoint_group.h"
@@ -430,6 +431,10 @@ Run build_run(const Config& config, const std::string& source, const RunOptions&
   }
   const DataRequest request{config, source, run.device, run.rank, run.world_size};
   static_cast<RunData&>(run) = catalog.data(config.data.dataset, source).load(request);
+  // After loading: the loader's one-off buffers go back to the system, the cache keeps what steps reuse.
+  if (config.train.host_cache && !train::enable_host_caching_allocator()) {
+    spdlog::warn("train.host_cache: another CPU allocator is installed with a higher priority; it stays");
+  }
   torch::manual_seed(static_cast<uint64_t>(config.train.seed));
   ModelParts parts = catalog.model(config.model.name, source).build(config, run.info, source);
   run.model = std::move(parts.module);

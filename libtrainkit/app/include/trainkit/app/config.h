@@ -110,6 +110,7 @@ struct LoopConfig {
   int64_t eval_batch_size = 1000;
   int64_t seed = 0;
   int64_t threads = 0;
+  bool host_cache = true;  ///< train::enable_host_caching_allocator() once the data is loaded
   std::string device = "auto";
   std::vector<std::string> metrics = {"accuracy"};
   std::string monitor = "val/loss";
