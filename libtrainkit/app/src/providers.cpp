@@ -139,6 +139,13 @@ class ImageData : public DataProvider {
   }
 };
 
+/// `t` in channels-last memory format as Python's `t.to(memory_format=torch.channels_last)`: a copy unless
+/// its strides already suggest that format. Not t.contiguous(ChannelsLast): that keeps a 1-channel tensor's
+/// NCHW strides (they count as channels-last-contiguous), from which oneDNN and cuDNN pick NCHW kernels.
+at::Tensor as_channels_last(const at::Tensor& t) {
+  return t.to(t.options(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::ChannelsLast);
+}
+
 /// model.channels_last: the 4-d parameters and buffers of `model` in channels-last memory format, in place
 /// (the values unchanged; initialization and moves to a device keep the format).
 void to_channels_last(torch::nn::Module& model) {
@@ -146,7 +153,7 @@ void to_channels_last(torch::nn::Module& model) {
   for (const auto& tensors : {model.parameters(), model.buffers()}) {
     for (at::Tensor t : tensors) {
       if (t.dim() == 4) {
-        t.set_data(t.contiguous(at::MemoryFormat::ChannelsLast));
+        t.set_data(as_channels_last(t));
       }
     }
   }
@@ -185,7 +192,7 @@ class ImageModels : public ModelProvider {
     const bool channels_last = o.channels_last();
     // The batch's images in the model's memory format.
     const auto images = [channels_last](const data::Batch& batch) {
-      return channels_last ? batch.input().contiguous(at::MemoryFormat::ChannelsLast) : batch.input();
+      return channels_last ? as_channels_last(batch.input()) : batch.input();
     };
     if (channels_last) {
       to_channels_last(*model);
