@@ -27,8 +27,8 @@ def read_idx(path):
 def make_cnn():
     # trainkit::nn::make_cnn() defaults: channels (32, 64), batch norm, hidden 128, dropout 0.25
     return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.MaxPool2d(2), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.MaxPool2d(2), nn.ReLU(),
         nn.Flatten(), nn.Dropout(0.25), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.25),
         nn.Linear(128, 10))
 

@@ -42,7 +42,7 @@ def cnn(in_channels=1, image_size=28, channels=(32, 64), hidden=128, dropout=0.2
         layers.append(nn.Conv2d(in_channels, out, 3, padding=1, bias=not batch_norm))
         if batch_norm:
             layers.append(nn.BatchNorm2d(out))
-        layers += [nn.ReLU(), nn.MaxPool2d(2)]
+        layers += [nn.MaxPool2d(2), nn.ReLU()]
         in_channels, size = out, size // 2
     layers.append(nn.Flatten())
     if dropout > 0:

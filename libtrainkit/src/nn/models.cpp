@@ -20,8 +20,10 @@ torch::nn::Sequential make_cnn(const CnnOptions& options) {
     if (options.batch_norm()) {
       net->push_back(torch::nn::BatchNorm2d(out));
     }
-    net->push_back(torch::nn::ReLU());
+    // Pooling before the ReLU: max and ReLU commute (values and gradients alike), and the ReLU then touches
+    // a quarter of the elements.
     net->push_back(torch::nn::MaxPool2d(2));
+    net->push_back(torch::nn::ReLU());
     in = out;
     size /= 2;
   }

@@ -48,8 +48,10 @@ struct CnnOptions {
   }
 };
 
-/// A conv net: [conv3x3 → (BN) → ReLU → maxpool2] per entry of `channels`, then
-/// flatten → dropout → linear(hidden) → ReLU → dropout → linear(num_classes). Returns logits.
+/// A conv net: [conv3x3 → (BN) → maxpool2 → ReLU] per entry of `channels` (the same function as ReLU before
+/// the pooling, at a quarter of the ReLU's cost), then flatten → dropout → linear(hidden) → ReLU → dropout →
+/// linear(num_classes). Returns logits. ReLU and pooling hold no parameters: the state dict does not depend on
+/// their order.
 torch::nn::Sequential make_cnn(const CnnOptions& options = {});
 
 /// Options of make_mlp.
