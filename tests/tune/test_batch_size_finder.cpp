@@ -9,6 +9,7 @@
 #include "support.h"
 #include "train/state_compare.h"
 #include "trainkit/nn/models.h"
+#include "trainkit/train/host_memory.h"
 #include "trainkit/tune/batch_size_finder.h"
 
 using namespace trainkit;
@@ -165,6 +166,26 @@ TEST_CASE("PeakRssProbe measures each trial's own peak", "[tune][batch_size][mem
   const int64_t second = probe.end();
   CHECK(second >= 7 * kMiB);
   CHECK(second < 40 * kMiB);
+}
+
+TEST_CASE("PeakRssProbe measures a repeated trial under the host cache", "[tune][batch_size][memory]") {
+  // trainkit's CLI caches freed CPU blocks (train.host_cache): a second trial of the same size would reuse
+  // the first one's cached block and read as free unless begin() empties the cache. The later test cases of
+  // this file run with the cache installed too.
+  REQUIRE(trainkit::train::enable_host_caching_allocator());
+  tune::PeakRssProbe probe;
+  constexpr int64_t kMiB = 1024 * 1024;
+  for (int trial = 0; trial < 2; ++trial) {
+    probe.begin(0);
+    {
+      const at::Tensor big = torch::ones({64 * kMiB / 4});
+      CHECK(big.sum().item<double>() > 0);
+    }
+    const int64_t peak = probe.end();
+    INFO("trial " << trial << ": " << peak << " bytes");
+    CHECK(peak >= 60 * kMiB);
+    CHECK(peak < 200 * kMiB);
+  }
 }
 
 TEST_CASE("a real CPU trial against a resident-memory budget", "[tune][batch_size][memory]") {

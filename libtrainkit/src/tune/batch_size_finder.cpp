@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 
 #include "trainkit/compat.h"
+#include "trainkit/train/host_memory.h"
 #include "tune/detail/snapshot.h"
 
 // The device-generic caching-allocator interface (empty cache, peak statistics without CUDA headers).
@@ -163,7 +164,9 @@ PeakRssProbe::PeakRssProbe() {
 PeakRssProbe::~PeakRssProbe() = default;
 
 void PeakRssProbe::begin(int64_t /*batch_size*/) {
-  // Freed heap pages still count as resident until returned; a trial reusing them would look free.
+  // Freed memory still counts as resident until returned; a trial reusing it would look free. The host
+  // cache's idle blocks first (train.host_cache), then glibc's free pages.
+  train::empty_host_cache();
   malloc_trim(0);
   if (reset_works_) {
     std::ofstream clear("/proc/self/clear_refs");
