@@ -44,25 +44,31 @@ class CachingHostAllocator final : public c10::Allocator {
   }
 
   void set_limit(int64_t bytes) {
-    std::vector<void*> drop;
     {
       const std::lock_guard<std::mutex> lock(mutex_);
       limit_ = bytes;
-      trim_locked(drop);
     }
-    for (void* base : drop) {
-      c10::free_cpu(base);
-    }
+    shrink_to(bytes);
   }
 
-  void empty() {
+  /// Frees idle blocks, largest classes first, until at most `keep` idle bytes remain (the lock is not held
+  /// while the C library frees them).
+  void shrink_to(int64_t keep) {
     std::vector<void*> drop;
     {
       const std::lock_guard<std::mutex> lock(mutex_);
-      const int64_t limit = limit_;
-      limit_ = 0;
-      trim_locked(drop);
-      limit_ = limit;
+      while (stats_.cached_bytes > keep) {
+        auto largest = idle_.end();
+        for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+          if (!it->second.empty() && (largest == idle_.end() || it->first > largest->first)) {
+            largest = it;
+          }
+        }
+        drop.push_back(largest->second.back());
+        largest->second.pop_back();
+        stats_.cached_bytes -= static_cast<int64_t>(largest->first);
+        stats_.released_bytes += static_cast<int64_t>(largest->first);
+      }
     }
     for (void* base : drop) {
       c10::free_cpu(base);
@@ -99,7 +105,7 @@ class CachingHostAllocator final : public c10::Allocator {
       base = c10::alloc_cpu((cls != 0 ? cls : n) + kHeader);
     } catch (const c10::Error&) {
       // Out of memory: give the idle blocks back and try once more.
-      empty();
+      shrink_to(0);
       try {
         base = c10::alloc_cpu((cls != 0 ? cls : n) + kHeader);
       } catch (...) {
@@ -134,22 +140,6 @@ class CachingHostAllocator final : public c10::Allocator {
       stats_.released_bytes += static_cast<int64_t>(cls);
     }
     c10::free_cpu(base);
-  }
-
-  // Moves idle blocks (largest classes first) to `drop` until the idle bytes fit the limit.
-  void trim_locked(std::vector<void*>& drop) {
-    while (stats_.cached_bytes > limit_) {
-      auto largest = idle_.end();
-      for (auto it = idle_.begin(); it != idle_.end(); ++it) {
-        if (!it->second.empty() && (largest == idle_.end() || it->first > largest->first)) {
-          largest = it;
-        }
-      }
-      drop.push_back(largest->second.back());
-      largest->second.pop_back();
-      stats_.cached_bytes -= static_cast<int64_t>(largest->first);
-      stats_.released_bytes += static_cast<int64_t>(largest->first);
-    }
   }
 
   mutable std::mutex mutex_;
@@ -187,7 +177,7 @@ bool enable_host_caching_allocator(int64_t max_cached_bytes) {
   return g_active;
 }
 
-void empty_host_cache() { instance()->empty(); }
+void empty_host_cache() { instance()->shrink_to(0); }
 
 HostCacheStats host_cache_stats() { return instance()->stats(); }
 
