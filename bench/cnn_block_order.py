@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """ReLU before or after max pooling in make_cnn's conv blocks: the step time of the same CNN in Python PyTorch
-(the pinned wheel), each order in its own process, interleaved round by round (docs/case_studies.md#where-the-time-went-three-fixes-to-trainkit).
+(the pinned wheel), each order in its own process, interleaved round by round
+(docs/case_studies.md#where-the-time-went-three-fixes-to-trainkit).
 
 Usage: .venv/bin/python bench/cnn_block_order.py [--rounds 5] [--steps 60] [--threads 2]
 The model is configs/fast.toml's former two-block CNN (channels 32, 64, hidden 128, dropout 0.1, batch norm,

@@ -1,8 +1,6 @@
 #include "trainkit/train/host_memory.h"
 
-#include <cstring>
 #include <mutex>
-#include <new>
 #include <unordered_map>
 #include <vector>
 
@@ -100,14 +98,15 @@ class CachingHostAllocator final : public c10::Allocator {
       }
       stats_.in_use_bytes += static_cast<int64_t>(cls);
     }
+    const size_t bytes = (cls != 0 ? cls : n) + kHeader;
     void* base = nullptr;
     try {
-      base = c10::alloc_cpu((cls != 0 ? cls : n) + kHeader);
+      base = c10::alloc_cpu(bytes);
     } catch (const c10::Error&) {
       // Out of memory: give the idle blocks back and try once more.
       shrink_to(0);
       try {
-        base = c10::alloc_cpu((cls != 0 ? cls : n) + kHeader);
+        base = c10::alloc_cpu(bytes);
       } catch (...) {
         if (cls != 0) {
           const std::lock_guard<std::mutex> lock(mutex_);

@@ -2,7 +2,7 @@
 /// @file
 /// A caching allocator for LibTorch's CPU tensors. Training allocates the same large activation buffers
 /// every step; freed, each goes back to the C library, which hands large blocks to the kernel, so the next
-/// step page-faults every page in again (zeroed) — on a 2-core VM ~20% of a small CNN's step. The cache keeps
+/// step page-faults every page in again (zeroed) — on a 2-core VM ~16% of a small CNN's step. The cache keeps
 /// freed large blocks by size class for the next allocation of that class, as CUDA's caching allocator does
 /// for device memory (measured in docs/training.md#host-memory).
 ///

@@ -71,8 +71,8 @@ class MemoryProbe {
 };
 
 /// The process's peak resident memory (Linux): begin() returns freed memory to the system (the host
-/// cache's idle blocks, train::empty_host_cache, and then malloc_trim), resets the kernel's high-water mark VmHWM by writing "5" to /proc/self/clear_refs and
-/// reads VmRSS; end() returns VmHWM - that VmRSS. Peak RSS never decreases on its own, so without the
+/// cache's idle blocks, train::empty_host_cache, and then malloc_trim), resets the kernel's high-water
+/// mark VmHWM by writing "5" to /proc/self/clear_refs and reads VmRSS; end() returns VmHWM - that VmRSS. Peak RSS never decreases on its own, so without the
 /// reset a trial smaller than an earlier one would read the earlier peak; where clear_refs cannot be
 /// written (old kernels, some sandboxes), a thread samples VmRSS every millisecond instead.
 class PeakRssProbe : public MemoryProbe {
