@@ -91,7 +91,42 @@ def gen_data(data_dir, out_dir):
         g = torch.Generator().manual_seed(seed)
         perms["seed_{}".format(seed)] = torch.randperm(55000, generator=g)[:32].tolist()
     tables["randperm_55000"] = perms
+    tables.update(gen_random_erasing())
     write_toml(os.path.join(out_dir, "data.toml"), tables)
+
+
+# (name, seed, [B, C, H, W], p, scale, ratio): Fashion-MNIST's shape with torchvision's defaults; a
+# non-square 3-channel image whose large scales make tries fail (the 10-try loop); a tiny image where
+# rectangles round to zero rows or columns (erasing nothing, the draws still made).
+ERASING_CASES = [
+    ("fmnist_defaults", 7, [64, 1, 28, 28], 0.5, (0.02, 0.33), (0.3, 3.3)),
+    ("wide_large_scale", 11, [48, 3, 8, 12], 0.9, (0.1, 0.9), (0.5, 2.0)),
+    ("tiny", 3, [64, 2, 5, 7], 1.0, (0.02, 0.33), (0.3, 3.3)),
+]
+
+
+def gen_random_erasing():
+    """torchvision's RandomErasing(p, scale, ratio, value=0) on all-ones images, one sample after another
+    after torch.manual_seed(seed): each sample's erased rectangle (top, left, height, width), 0s when none."""
+    from torchvision.transforms import RandomErasing
+    tables = {}
+    for name, seed, shape, p, scale, ratio in ERASING_CASES:
+        erase = RandomErasing(p=p, scale=scale, ratio=ratio, value=0)
+        torch.manual_seed(seed)
+        boxes = []
+        for _ in range(shape[0]):
+            zero = (erase(torch.ones(shape[1:])) == 0).all(0)  # [H, W]
+            if not bool(zero.any()):
+                boxes += [0, 0, 0, 0]
+                continue
+            rows = zero.any(1).nonzero().flatten().tolist()
+            cols = zero.any(0).nonzero().flatten().tolist()
+            top, left, height, width = rows[0], cols[0], len(rows), len(cols)
+            assert int(zero.sum()) == height * width and bool(zero[top:top + height, left:left + width].all())
+            boxes += [top, left, height, width]
+        tables["random_erasing_" + name] = dict(seed=seed, shape=shape, p=p, scale=list(scale), ratio=list(ratio),
+                                                 boxes=boxes)
+    return tables
 
 
 # ---------------------------------------------------------------------------------------------------

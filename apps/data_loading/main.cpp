@@ -2,7 +2,8 @@
 // are stored zlib-compressed (upscaled, so that decoding costs what a real image does) and decoded and
 // augmented per sample by a ParallelLoader, swept over num_workers; then the host-to-device measurements
 // of the notes: pinned vs pageable copies, uint8 + normalize on the device vs float32 from the host, and
-// tensors created on the device vs created on the host and moved. Every table interleaves its
+// tensors created on the device vs created on the host and moved; and what each batch transform costs on
+// the CPU per batch of Fashion-MNIST images (crop, flip, random erasing). Every table interleaves its
 // configurations over --rounds rounds and prints medians. The CUDA tables need a GPU and say so without one.
 #include <algorithm>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -222,11 +224,40 @@ void create_on_device(int64_t batch_size, int64_t side, int64_t rounds) {
   fmt::print("{:>28} {:>10.3f}\n", "torch::randn(...).to(device)", 1e3 * t[1]);
 }
 
+void batch_transform_costs(int64_t batch_size, int64_t rounds) {
+  fmt::print("\nbatch transforms on the CPU (float32 batch [{}, 1, 28, 28], generator draws included)\n", batch_size);
+  const at::Tensor images = torch::rand({batch_size, 1, 28, 28});
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
+  // CPU work only: timed here rather than by interleaved(), which synchronizes a CUDA device.
+  const std::vector<std::function<void()>> runs{
+      [&] { data::random_crop(images, 2, gen); }, [&] { data::random_horizontal_flip(images, 0.5, gen); },
+      [&] { data::random_erasing(images, 0.5, {0.02, 0.33}, {0.3, 3.3}, 0.0, gen); },
+      [&] { data::random_erasing(images, 1.0, {0.02, 0.33}, {0.3, 3.3}, 0.0, gen); }};
+  std::vector<std::vector<double>> times(runs.size());
+  for (int64_t r = 0; r < std::max<int64_t>(rounds, 20); ++r) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const auto start = Clock::now();
+      runs[i]();
+      times[i].push_back(seconds_since(start));
+    }
+  }
+  std::vector<double> t;
+  for (auto& v : times) {
+    t.push_back(median(v));
+  }
+  fmt::print("{:>28} {:>10}\n", "transform", "ms");
+  fmt::print("{:>28} {:>10.3f}\n", "random_crop(padding 2)", 1e3 * t[0]);
+  fmt::print("{:>28} {:>10.3f}\n", "random_horizontal_flip(0.5)", 1e3 * t[1]);
+  fmt::print("{:>28} {:>10.3f}\n", "random_erasing(p 0.5)", 1e3 * t[2]);
+  fmt::print("{:>28} {:>10.3f}\n", "random_erasing(p 1)", 1e3 * t[3]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   trainkit::app::Cli cli{"Data loading: num_workers sweep of a ParallelLoader on decoded + augmented Fashion-MNIST, "
-                         "pinned vs pageable copies, host vs device normalization, creating tensors on the device"};
+                         "pinned vs pageable copies, host vs device normalization, creating tensors on the device, "
+                         "the batch transforms' CPU cost"};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t limit = 1024;
   int64_t side = 112;
@@ -267,6 +298,7 @@ int main(int argc, char** argv) {
     pinned_vs_pageable(batch_size * 4, 224, std::max<int64_t>(rounds, 5));
     host_vs_device_normalize(batch_size * 4, 224, std::max<int64_t>(rounds, 5));
     create_on_device(batch_size * 4, 224, std::max<int64_t>(rounds, 5));
+    batch_transform_costs(batch_size * 4, rounds);
     return 0;
   });
 }

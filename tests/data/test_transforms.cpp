@@ -1,5 +1,6 @@
-// Batch image transforms against element-by-element references computed here, and DeviceSource:
-// pass-through, crop/flip/normalize equal to the standalone transforms on the batch's generator, reproducible per
+// Batch image transforms against element-by-element references computed here (random_erasing against
+// torchvision's RandomErasing, tests/golden/data.toml), and DeviceSource:
+// pass-through, crop/flip/normalize/erasing equal to the standalone transforms on the batch's generator, reproducible per
 // (seed, epoch, batch) augmentation, resume, input selection.
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -132,6 +133,91 @@ TEST_CASE("random_horizontal_flip mirrors the samples whose draw is below p", "[
   CHECK(torch::equal(trainkit::data::random_horizontal_flip(x, 1.0, gen), x.flip({-1})));
 }
 
+TEST_CASE("random_erasing erases torchvision's RandomErasing rectangles from the same seed", "[data][transforms]") {
+  // The golden boxes are torchvision 0.29's RandomErasing(p, scale, ratio, value=0) applied to all-ones
+  // images one after another after torch.manual_seed(seed); (0, 0, 0, 0): the sample was left as it was.
+  for (const char* name : {"fmnist_defaults", "wide_large_scale", "tiny"}) {
+    INFO(name);
+    const auto& table = *trainkit::test::golden("data.toml")[std::string("random_erasing_") + name].as_table();
+    const auto shape = trainkit::test::values_of<int64_t>(*table.get("shape"));
+    const auto scale = trainkit::test::values_of<double>(*table.get("scale"));
+    const auto ratio = trainkit::test::values_of<double>(*table.get("ratio"));
+    const auto boxes = trainkit::test::values_of<int64_t>(*table.get("boxes"));
+    const int64_t b = shape[0], h = shape[2], w = shape[3];
+    REQUIRE(static_cast<int64_t>(boxes.size()) == 4 * b);
+    auto gen = generator(static_cast<uint64_t>(table["seed"].value<int64_t>().value()));
+    const at::Tensor y = trainkit::data::random_erasing(torch::ones(shape), table["p"].value<double>().value(),
+                                                        {scale[0], scale[1]}, {ratio[0], ratio[1]}, 0.0, gen);
+    const at::Tensor expected = torch::ones(shape);
+    int64_t erased = 0;
+    for (int64_t s = 0; s < b; ++s) {
+      const auto k = static_cast<size_t>(4 * s);
+      expected[s].slice(1, boxes[k], boxes[k] + boxes[k + 2]).slice(2, boxes[k + 1], boxes[k + 1] + boxes[k + 3]).zero_();
+      erased += boxes[k + 2] > 0;
+    }
+    CHECK(erased > 0);
+    CHECK(erased <= b);
+    CHECK(torch::equal(y, expected));
+    CHECK(h > 0);
+    CHECK(w > 0);
+  }
+  SECTION("any dtype and rank, the value in every channel, and the same draws for [B, H, W]") {
+    const at::Tensor x = images_u8({16, 3, 9, 9}, 12);
+    auto g1 = generator(21);
+    const at::Tensor y = trainkit::data::random_erasing(x, 1.0, {0.1, 0.3}, {0.5, 2.0}, 7.0, g1);
+    CHECK(y.scalar_type() == torch::kUInt8);
+    // The draws do not depend on the pixels: the rectangles erased from all-ones images with the same seed,
+    // in every channel, hold 7 and the rest is x.
+    auto same = generator(21);
+    const at::Tensor mask =
+        trainkit::data::random_erasing(torch::ones({16, 3, 9, 9}), 1.0, {0.1, 0.3}, {0.5, 2.0}, 0.0, same).eq(0);
+    CHECK(mask.sum().item<int64_t>() > 0);
+    CHECK(torch::equal(mask.all(1), mask.any(1)));
+    CHECK(torch::equal(y, torch::where(mask, torch::full_like(x, 7), x)));
+    auto g2 = generator(21);
+    auto g3 = generator(21);
+    const at::Tensor gray = x.select(1, 0).contiguous();
+    CHECK(torch::equal(trainkit::data::random_erasing(gray, 1.0, {0.1, 0.3}, {0.5, 2.0}, 7.0, g2),
+                       trainkit::data::random_erasing(gray.unsqueeze(1), 1.0, {0.1, 0.3}, {0.5, 2.0}, 7.0, g3).squeeze(1)));
+  }
+  SECTION("p = 0 erases nothing; rectangles that never fit leave the image as it is") {
+    const at::Tensor x = torch::rand({8, 1, 6, 6});
+    auto gen = generator(1);
+    CHECK(torch::equal(trainkit::data::random_erasing(x, 0.0, {0.02, 0.33}, {0.3, 3.3}, 0.0, gen), x));
+    // scale 1 and ratio 1: every try is the whole image, which torchvision's 10 tries reject
+    CHECK(torch::equal(trainkit::data::random_erasing(x, 1.0, {1.0, 1.0}, {1.0, 1.0}, 0.0, gen), x));
+  }
+  SECTION("bad arguments") {
+    const at::Tensor x = torch::rand({2, 1, 4, 4});
+    auto gen = generator(1);
+    CHECK_THROWS_MATCHES(trainkit::data::random_erasing(x, 1.5, {0.02, 0.33}, {0.3, 3.3}, 0.0, gen),
+                         std::invalid_argument, WhatContains("p: 1.5"));
+    CHECK_THROWS_MATCHES(trainkit::data::random_erasing(x, 0.5, {0.4, 0.2}, {0.3, 3.3}, 0.0, gen),
+                         std::invalid_argument, WhatContains("scale: (0.4, 0.2)"));
+    CHECK_THROWS_MATCHES(trainkit::data::random_erasing(x, 0.5, {0.02, 0.33}, {0.0, 3.3}, 0.0, gen),
+                         std::invalid_argument, WhatContains("ratio: (0, 3.3)"));
+  }
+}
+
+TEST_CASE("crop flip and erasing return their input's memory format", "[data][transforms]") {
+  // A 1-channel NCHW batch's strides also count as channels-last-contiguous; a gather of its permuted copy
+  // came out with NHWC strides (784, 1, 28, 1), which made every convolution of the model run channels-last
+  // although the model was NCHW, and an op after it could switch the whole network back.
+  const auto check_format = [](const at::Tensor& x, at::MemoryFormat format) {
+    auto gen = generator(17);
+    CHECK(trainkit::data::random_crop(x, 2, gen).suggest_memory_format() == format);
+    CHECK(trainkit::data::random_horizontal_flip(x, 0.5, gen).suggest_memory_format() == format);
+    CHECK(trainkit::data::random_erasing(x, 0.5, {0.02, 0.33}, {0.3, 3.3}, 0.0, gen).suggest_memory_format() == format);
+    CHECK(trainkit::data::normalize(x, {0.5}, {0.25}).suggest_memory_format() == format);
+  };
+  const at::Tensor gray = torch::rand({16, 1, 28, 28});
+  REQUIRE(gray.suggest_memory_format() == at::MemoryFormat::Contiguous);
+  check_format(gray, at::MemoryFormat::Contiguous);
+  check_format(gray.to(gray.options(), false, false, at::MemoryFormat::ChannelsLast), at::MemoryFormat::ChannelsLast);
+  check_format(torch::rand({8, 3, 9, 9}), at::MemoryFormat::Contiguous);
+  check_format(torch::rand({8, 3, 9, 9}).contiguous(at::MemoryFormat::ChannelsLast), at::MemoryFormat::ChannelsLast);
+}
+
 TEST_CASE("DeviceSource on the CPU: pass-through and reproducible augmentation", "[data][transforms][device]") {
   std::vector<Batch> batches;
   for (uint64_t i = 0; i < 5; ++i) {
@@ -176,11 +262,20 @@ TEST_CASE("DeviceSource on the CPU: pass-through and reproducible augmentation",
     REQUIRE(resumed);
     CHECK(torch::equal(resumed->input(), e1[3].input()));
   }
-  SECTION("crop, flip and normalize equal the standalone transforms, in that order, on the batch's generator") {
+  SECTION("crop, flip, normalize and erasing equal the standalone transforms, in that order, on the batch's generator") {
     // Batch b of epoch e draws from a CPU generator seeded with derive_seed(seed, kDeviceBatch, e, b): the crop
-    // offsets first, then the flip draws. A non-default flip probability shows that it is passed on.
-    const auto options =
-        DeviceTransformOptions().crop_padding(2).horizontal_flip(true).flip_probability(0.3).normalize({0.4}, {0.25}).seed(9);
+    // offsets first, then the flip draws, then the erasing draws. Non-default probabilities and ranges show
+    // that they are passed on.
+    const auto options = DeviceTransformOptions()
+                             .crop_padding(2)
+                             .horizontal_flip(true)
+                             .flip_probability(0.3)
+                             .normalize({0.4}, {0.25})
+                             .erasing_probability(0.7)
+                             .erasing_scale({0.05, 0.4})
+                             .erasing_ratio({0.5, 2.0})
+                             .erasing_value(-1.5)
+                             .seed(9);
     DeviceSource augmented(source, torch::kCPU, options);
     for (const int64_t epoch : {0, 2}) {
       const auto out = read_epoch(augmented, epoch);
@@ -192,6 +287,7 @@ TEST_CASE("DeviceSource on the CPU: pass-through and reproducible augmentation",
         at::Tensor x = trainkit::data::random_crop(batches[i].input(), 2, gen);
         x = trainkit::data::random_horizontal_flip(x, 0.3, gen);
         x = trainkit::data::normalize(x, {0.4}, {0.25});
+        x = trainkit::data::random_erasing(x, 0.7, {0.05, 0.4}, {0.5, 2.0}, -1.5, gen);
         CHECK(torch::equal(out[i].input(), x));
         CHECK(torch::equal(out[i].target(), batches[i].target()));
       }
@@ -230,6 +326,10 @@ TEST_CASE("DeviceSource on the CPU: pass-through and reproducible augmentation",
                          std::invalid_argument, WhatContains("crop_padding: -1"));
     CHECK_THROWS_MATCHES(DeviceSource(source, torch::kCPU, DeviceTransformOptions().normalize({0.5}, {0.5, 0.5})),
                          std::invalid_argument, WhatContains("1 mean values but 2 std"));
+    CHECK_THROWS_MATCHES(DeviceSource(source, torch::kCPU, DeviceTransformOptions().erasing_probability(2)),
+                         std::invalid_argument, WhatContains("erasing_probability: 2"));
+    CHECK_THROWS_MATCHES(DeviceSource(source, torch::kCPU, DeviceTransformOptions().erasing_ratio({2.0, 1.0})),
+                         std::invalid_argument, WhatContains("erasing_ratio: (2, 1)"));
   }
 }
 

@@ -87,7 +87,8 @@ class ImageData : public DataProvider {
     run.val_examples = config.data.val_size;
     run.test_examples = run.test_split.images.size(0);
 
-    const bool augment = o.augment().crop_padding() > 0 || o.augment().horizontal_flip();
+    const bool augment =
+        o.augment().crop_padding() > 0 || o.augment().horizontal_flip() || o.augment().erasing_probability() > 0;
     const auto to_device = [&](std::shared_ptr<data::BatchSource> host,
                                bool train) -> std::unique_ptr<data::BatchSource> {
       data::DeviceTransformOptions transform = train ? o.augment() : data::DeviceTransformOptions();

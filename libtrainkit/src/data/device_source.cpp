@@ -1,6 +1,7 @@
 #include "trainkit/data/device_source.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -38,6 +39,14 @@ DeviceSource::DeviceSource(std::shared_ptr<BatchSource> source, c10::Device devi
   for (const double s : options_.std()) {
     TRAINKIT_CHECK_ARG(s > 0, "DeviceSource: invalid normalize std: {}", s);
   }
+  TRAINKIT_CHECK_ARG(options_.erasing_probability() >= 0 && options_.erasing_probability() <= 1,
+                     "DeviceSource: invalid erasing_probability: {}", options_.erasing_probability());
+  const auto [scale_lo, scale_hi] = options_.erasing_scale();
+  TRAINKIT_CHECK_ARG(scale_lo >= 0 && scale_lo <= scale_hi && scale_hi <= 1,
+                     "DeviceSource: invalid erasing_scale: ({}, {}) (want 0 <= lo <= hi <= 1)", scale_lo, scale_hi);
+  const auto [ratio_lo, ratio_hi] = options_.erasing_ratio();
+  TRAINKIT_CHECK_ARG(ratio_lo > 0 && ratio_lo <= ratio_hi && std::isfinite(ratio_hi),
+                     "DeviceSource: invalid erasing_ratio: ({}, {}) (want 0 < lo <= hi)", ratio_lo, ratio_hi);
   TRAINKIT_CHECK_ARG(options_.input() >= 0, "DeviceSource: invalid input: {}", options_.input());
 }
 
@@ -63,7 +72,8 @@ std::optional<Batch> DeviceSource::next() {
   }
   const int64_t index = index_++;
   Batch out = batch->to(device_, options_.non_blocking());
-  const bool image_steps = options_.crop_padding() > 0 || options_.horizontal_flip() || !options_.mean().empty();
+  const bool image_steps = options_.crop_padding() > 0 || options_.horizontal_flip() || !options_.mean().empty() ||
+                           options_.erasing_probability() > 0;
   if (!image_steps && !options_.transform()) {
     return out;
   }
@@ -85,6 +95,10 @@ std::optional<Batch> DeviceSource::next() {
     }
     if (!options_.mean().empty()) {
       x = normalize(x, options_.mean(), options_.std());
+    }
+    if (options_.erasing_probability() > 0) {
+      x = random_erasing(x, options_.erasing_probability(), options_.erasing_scale(), options_.erasing_ratio(),
+                         options_.erasing_value(), generator);
     }
     out = replace_input(out, position, std::move(x));
   }

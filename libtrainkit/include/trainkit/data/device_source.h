@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <ATen/core/Generator.h>
@@ -28,9 +29,11 @@
 namespace trainkit::data {
 
 /// What DeviceSource does to each batch once it is on the device, in this order: random_crop,
-/// random_horizontal_flip, normalize (torchvision's RandomCrop, RandomHorizontalFlip, ToTensor, Normalize),
-/// on one input (the image tensor, [B, C, H, W] or [B, H, W]), then `transform` on the whole batch.
+/// random_horizontal_flip, normalize, random_erasing (torchvision's RandomCrop, RandomHorizontalFlip,
+/// ToTensor, Normalize, RandomErasing), on one input (the image tensor, [B, C, H, W] or [B, H, W]), then `transform` on the whole batch.
 struct DeviceTransformOptions {
+  /// A (lo, hi) range.
+  using pair_t = std::tuple<double, double>;
   /// Normalizes the image with data::normalize (uint8 -> float32 (x/255 - mean)/std); empty: no normalize.
   DeviceTransformOptions& normalize(std::vector<double> mean, std::vector<double> std) {
     mean_ = std::move(mean);
@@ -45,6 +48,15 @@ struct DeviceTransformOptions {
   TORCH_ARG(bool, horizontal_flip) = false;
   /// Probability of mirroring each sample when horizontal_flip is on.
   TORCH_ARG(double, flip_probability) = 0.5;
+  /// Probability of data::random_erasing per sample (0: off); it runs after normalize, so that value 0
+  /// erases to the mean, as torchvision's RandomErasing after Normalize.
+  TORCH_ARG(double, erasing_probability) = 0.0;
+  /// random_erasing: range of the erased area's fraction of the image.
+  TORCH_ARG(pair_t, erasing_scale) = std::make_tuple(0.02, 0.33);
+  /// random_erasing: range of the erased rectangle's aspect ratio (height / width).
+  TORCH_ARG(pair_t, erasing_ratio) = std::make_tuple(0.3, 3.3);
+  /// random_erasing: the value written into the rectangle (in the units of the images at that point).
+  TORCH_ARG(double, erasing_value) = 0.0;
   /// Seed of the per-batch generators: batch b of epoch e uses a generator seeded from (seed, e, b).
   TORCH_ARG(uint64_t, seed) = 0;
   /// Position of the image among the batch's inputs (used when `input_name` is empty).
@@ -66,11 +78,34 @@ struct DeviceTransformOptions {
         .bind(TRAINKIT_OPTION(horizontal_flip), rule::boolean(),
               "Training augmentation: random horizontal flip (p = flip_probability, 0.5 by default)")
         .bind(TRAINKIT_OPTION(flip_probability), rule::number(closed_unit_interval()),
-              "Probability of mirroring each sample when horizontal_flip is on");
+              "Probability of mirroring each sample when horizontal_flip is on")
+        .bind(TRAINKIT_OPTION(erasing_probability), rule::number(closed_unit_interval()),
+              "Training augmentation: random erasing (torchvision's RandomErasing) of each sample with this "
+              "probability, after normalization (0 = off)")
+        .bind(TRAINKIT_OPTION(erasing_scale),
+              range_rule("0 <= lo <= hi <= 1", [](double lo, double hi) { return lo >= 0 && lo <= hi && hi <= 1; }),
+              "Random erasing: range of the erased fraction of the image")
+        .bind(TRAINKIT_OPTION(erasing_ratio),
+              range_rule("0 < lo <= hi", [](double lo, double hi) { return lo > 0 && lo <= hi; }),
+              "Random erasing: range of the rectangle's aspect ratio (height / width), drawn log-uniformly")
+        .bind(TRAINKIT_OPTION(erasing_value), rule::number({"number"}),
+              "Random erasing: the value written (0 = the mean, after normalization)");
     return b;
   }
 
  private:
+  /// A [lo, hi] pair of finite numbers for which `ok(lo, hi)` holds, described by `what`.
+  static ValueRule<pair_t> range_rule(const std::string& what, bool (*ok)(double, double)) {
+    ValueRule<pair_t> r = rule::number_pair({"number"});
+    r.type = "[number, number] with " + what;
+    r.expected = "an array of two numbers with " + what;
+    r.parse = [parse = r.parse, ok](const ArgValue& v) -> std::optional<pair_t> {
+      const auto x = parse(v);
+      return x && ok(std::get<0>(*x), std::get<1>(*x)) ? x : std::nullopt;
+    };
+    return r;
+  }
+
   std::vector<double> mean_;
   std::vector<double> std_;
 };

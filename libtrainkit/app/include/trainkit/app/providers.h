@@ -111,7 +111,7 @@ struct ImageDataOptions {
   TORCH_ARG(data::ParallelLoaderOptions, loader);
   /// Keep images as uint8 on the host and normalize each batch on the training device.
   TORCH_ARG(bool, normalize_on_device) = false;
-  /// The training batches' augmentation on the device: crop_padding, horizontal_flip.
+  /// The training batches' augmentation on the device: crop_padding, horizontal_flip, erasing_*.
   TORCH_ARG(data::DeviceTransformOptions, augment);
 
  public:
@@ -124,7 +124,8 @@ struct ImageDataOptions {
                   "Keep images as uint8 on the host and normalize each batch on the training device (4x fewer "
                   "bytes moved)")
             .include(data::DeviceTransformOptions::binding(), [](auto& o) -> auto& { return o.augment(); },
-                     {"crop_padding", "horizontal_flip"});
+                     {"crop_padding", "horizontal_flip", "erasing_probability", "erasing_scale", "erasing_ratio",
+                      "erasing_value"});
     return b;
   }
 };
